@@ -1,0 +1,227 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/*
+ * pvsched shared-region ABI, version 1.
+ *
+ * The ONE definition of the memory a KVM guest and its host share for
+ * cooperative vCPU scheduling. Guest kernel module, host daemon (through the
+ * Rust mirror in crates/abi, whose tests compare every offset with this file)
+ * and test vectors all follow it.
+ *
+ * Region layout (little endian, x86-64 first):
+ *
+ *   offset 0                 struct pvsched_header        (PVSCHED_HEADER_SIZE)
+ *   offset header_size       struct pvsched_slot [slot_count], slot_size each
+ *
+ * Ownership: every 64-byte cache line has exactly one writer.
+ *   header line 0        host   (magic, versions, sizes, features offered)
+ *   header line 1        guest  (features accepted, generation bound to)
+ *   slot guest half      the guest CPU that owns the slot (seqcount-protected)
+ *   slot guest_pending   any guest CPU, one atomic 64-bit word (see below)
+ *   slot host half       the host daemon (seqcount-protected)
+ *
+ * Seqcount protocol (both halves): the writer makes seq odd, issues a write
+ * barrier, writes the fields, issues a write barrier, makes seq even again.
+ * A reader reads seq, a read barrier, the fields, a read barrier, seq again,
+ * and keeps the copy only if both reads are equal and even. Readers retry a
+ * bounded number of times (PVSCHED_READ_RETRIES); a half that never reads
+ * consistently is treated as "no request".
+ *
+ * Everything the guest writes is untrusted input to the host: the host clamps
+ * it against its own configuration and never takes a size, pointer, thread id
+ * or path from it.
+ */
+#ifndef PVSCHED_ABI_H
+#define PVSCHED_ABI_H
+
+#ifdef __KERNEL__
+#include <linux/types.h>
+#include <linux/build_bug.h>
+#define PVSCHED_STATIC_ASSERT(cond, msg) static_assert(cond, msg)
+#define PVSCHED_OFFSETOF(type, member) offsetof(type, member)
+#else
+#include <stddef.h>
+#include <stdint.h>
+typedef uint16_t __u16;
+typedef uint32_t __u32;
+typedef int32_t __s32;
+typedef uint64_t __u64;
+#define PVSCHED_STATIC_ASSERT(cond, msg) _Static_assert(cond, msg)
+#define PVSCHED_OFFSETOF(type, member) offsetof(type, member)
+#endif
+
+/* "PVSCHED\0" read as a little-endian 64-bit word. */
+#define PVSCHED_MAGIC		0x0044454843535650ULL
+#define PVSCHED_ABI_MAJOR	1
+#define PVSCHED_ABI_MINOR	0
+
+#define PVSCHED_CACHELINE	64
+#define PVSCHED_HEADER_SIZE	128
+#define PVSCHED_SLOT_SIZE	256
+/* Upper bound a reader accepts, whatever the header says. */
+#define PVSCHED_MAX_SLOTS	4096
+/* Bounded retries of a seqcount read before giving up. */
+#define PVSCHED_READ_RETRIES	16
+
+/*
+ * Feature bits. The host offers (header.host_features), the guest accepts a
+ * subset (header.guest_features). Unknown bits are ignored by both sides.
+ */
+/* Host writes the host half of every slot (status, applied params). */
+#define PVSCHED_F_HOST_HALF	(1ULL << 0)
+/* Guest publishes a pending-task hint in slot.guest_pending. */
+#define PVSCHED_F_PENDING_HINT	(1ULL << 1)
+/* Guest honours explicit boost requests from its user space. */
+#define PVSCHED_F_BOOST_REQUEST	(1ULL << 2)
+#define PVSCHED_F_ALL		(PVSCHED_F_HOST_HALF | PVSCHED_F_PENDING_HINT | \
+				 PVSCHED_F_BOOST_REQUEST)
+
+/* struct pvsched_guest_half.flags */
+/* A guest CPU serves this slot; clear = nothing to act on. */
+#define PVSCHED_GF_ACTIVE	(1U << 0)
+/* The CPU runs its idle task (heading into halt). */
+#define PVSCHED_GF_IDLE		(1U << 1)
+/* The running task asked for a boost explicitly. */
+#define PVSCHED_GF_BOOST_REQ	(1U << 2)
+#define PVSCHED_GF_ALL		(PVSCHED_GF_ACTIVE | PVSCHED_GF_IDLE | \
+				 PVSCHED_GF_BOOST_REQ)
+
+/* struct pvsched_guest_half.cs_flags: kernel critical sections in progress. */
+#define PVSCHED_CS_NMI		(1U << 0)
+#define PVSCHED_CS_HARDIRQ	(1U << 1)
+#define PVSCHED_CS_SOFTIRQ	(1U << 2)
+#define PVSCHED_CS_PREEMPT_OFF	(1U << 3)
+#define PVSCHED_CS_LOCK		(1U << 4)
+#define PVSCHED_CS_ALL		(PVSCHED_CS_NMI | PVSCHED_CS_HARDIRQ | \
+				 PVSCHED_CS_SOFTIRQ | PVSCHED_CS_PREEMPT_OFF | \
+				 PVSCHED_CS_LOCK)
+
+/* Guest scheduling policies, as the Linux UAPI numbers them. */
+#define PVSCHED_POLICY_NORMAL	0
+#define PVSCHED_POLICY_FIFO	1
+#define PVSCHED_POLICY_RR	2
+#define PVSCHED_POLICY_BATCH	3
+#define PVSCHED_POLICY_IDLE	5
+#define PVSCHED_POLICY_DEADLINE	6
+
+/*
+ * slot.guest_pending: the most urgent task waiting to run on this vCPU, written
+ * by whichever guest CPU woke it (the target may be preempted on the host and
+ * unable to publish anything itself). One 64-bit word, written and read
+ * atomically as a whole, outside the seqcount; the owning CPU clears it when it
+ * switches to a task at least that urgent. Zero = no hint.
+ *   bits  0..7   RT priority (1..99)
+ *   bits  8..15  policy (PVSCHED_POLICY_*)
+ *   bits 16..62  reserved, zero; a word with any of them set is ignored
+ *   bit  63      valid
+ */
+#define PVSCHED_PENDING_VALID		(1ULL << 63)
+#define PVSCHED_PENDING_PRIO_MASK	0xffULL
+#define PVSCHED_PENDING_POLICY_SHIFT	8
+#define PVSCHED_PENDING_POLICY_MASK	(0xffULL << PVSCHED_PENDING_POLICY_SHIFT)
+#define PVSCHED_PENDING_RESERVED	(~(PVSCHED_PENDING_VALID | \
+					   PVSCHED_PENDING_PRIO_MASK | \
+					   PVSCHED_PENDING_POLICY_MASK))
+
+/* struct pvsched_host_half.status: what the host last saw the vCPU thread do. */
+#define PVSCHED_HS_UNKNOWN	0
+#define PVSCHED_HS_RUNNING	1
+#define PVSCHED_HS_PREEMPTED	2	/* runnable, not running */
+#define PVSCHED_HS_HALTED	3	/* blocked: the guest halted */
+
+/* struct pvsched_host_half.flags */
+#define PVSCHED_HF_BOOSTED	(1U << 0)	/* RT policy in force */
+#define PVSCHED_HF_THROTTLED	(1U << 1)	/* boost refused: budget spent */
+#define PVSCHED_HF_OVERLOADED	(1U << 2)	/* host CPUs are contended */
+#define PVSCHED_HF_IN_DEBT	(1U << 3)	/* repaying boosted time */
+
+/* Host scheduling policies in host_half.policy (Linux UAPI numbers). */
+#define PVSCHED_HOST_POLICY_OTHER	0
+#define PVSCHED_HOST_POLICY_FIFO	1
+#define PVSCHED_HOST_POLICY_RR		2
+#define PVSCHED_HOST_POLICY_BATCH	3
+#define PVSCHED_HOST_POLICY_IDLE	5
+
+struct pvsched_header {
+	/* Cache line 0: written by the host only. */
+	__u64 magic;		/* PVSCHED_MAGIC */
+	__u16 abi_major;	/* PVSCHED_ABI_MAJOR; other majors are refused */
+	__u16 abi_minor;	/* newer minors only add feature bits */
+	__u16 header_size;	/* offset of slot 0, >= PVSCHED_HEADER_SIZE */
+	__u16 slot_size;	/* stride of slots, >= PVSCHED_SLOT_SIZE */
+	__u32 slot_count;	/* slots present, one per vCPU */
+	__u32 host_reserved0;	/* zero */
+	__u64 host_features;	/* PVSCHED_F_* offered */
+	__u64 generation;	/* bumped each time the host (re)initializes */
+	__u64 host_reserved[3];
+
+	/* Cache line 1: written by the guest only. */
+	__u64 guest_features;	/* PVSCHED_F_* accepted, subset of offered */
+	__u64 guest_generation;	/* generation bound to; 0 = no guest bound */
+	__u32 guest_abi_minor;	/* minor the guest was built for */
+	__u32 guest_nr_cpus;	/* CPUs the guest has (may exceed slot_count) */
+	__u64 guest_reserved[5];
+};
+
+struct pvsched_guest_half {
+	/* Cache line 0 of the slot: written by the owning guest CPU. */
+	__u32 seq;		/* odd while the guest writes */
+	__u32 flags;		/* PVSCHED_GF_* */
+	__u32 cs_flags;		/* PVSCHED_CS_* */
+	__u32 policy;		/* running task's PVSCHED_POLICY_* */
+	__u32 rt_priority;	/* running task's RT priority, 0 if not RT */
+	__s32 nice;		/* running task's nice, -20..19 */
+	__u64 update_ns;	/* guest clock of the last update */
+	__u64 hardirq_count;	/* hardirq entries */
+	__u64 softirq_count;	/* softirq entries */
+	__u64 nmi_count;	/* NMIs */
+	__u64 switch_count;	/* context switches */
+
+	/* Cache line 1 of the slot. */
+	__u64 guest_pending;	/* see PVSCHED_PENDING_*; atomic, no seqcount */
+	__u64 boost_req_count;	/* explicit boost requests granted */
+	__u64 guest_reserved[6];
+};
+
+struct pvsched_host_half {
+	/* Cache lines 2 and 3 of the slot: written by the host only. */
+	__u32 seq;		/* odd while the host writes */
+	__u32 status;		/* PVSCHED_HS_* */
+	__u32 flags;		/* PVSCHED_HF_* */
+	__u32 policy;		/* PVSCHED_HOST_POLICY_* in force */
+	__u32 rt_priority;	/* RT priority in force, 0 if not RT */
+	__s32 nice;		/* nice in force */
+	__u64 update_ns;	/* host CLOCK_MONOTONIC of the last update */
+	__u64 boost_count;	/* boosts applied */
+	__u64 throttle_count;	/* throttles applied */
+	__u64 preempt_count;	/* times seen preempted while runnable */
+	__u64 boosted_ns;	/* total time boosted */
+	__u64 host_reserved[8];
+};
+
+struct pvsched_slot {
+	struct pvsched_guest_half guest;
+	struct pvsched_host_half host;
+};
+
+PVSCHED_STATIC_ASSERT(sizeof(struct pvsched_header) == PVSCHED_HEADER_SIZE,
+		      "header size");
+PVSCHED_STATIC_ASSERT(PVSCHED_OFFSETOF(struct pvsched_header, guest_features) ==
+		      PVSCHED_CACHELINE, "guest line of the header");
+PVSCHED_STATIC_ASSERT(sizeof(struct pvsched_guest_half) == 2 * PVSCHED_CACHELINE,
+		      "guest half size");
+PVSCHED_STATIC_ASSERT(PVSCHED_OFFSETOF(struct pvsched_guest_half, guest_pending) ==
+		      PVSCHED_CACHELINE, "pending hint on its own line");
+PVSCHED_STATIC_ASSERT(sizeof(struct pvsched_host_half) == 2 * PVSCHED_CACHELINE,
+		      "host half size");
+PVSCHED_STATIC_ASSERT(PVSCHED_OFFSETOF(struct pvsched_slot, host) ==
+		      2 * PVSCHED_CACHELINE, "host half on its own lines");
+PVSCHED_STATIC_ASSERT(sizeof(struct pvsched_slot) == PVSCHED_SLOT_SIZE,
+		      "slot size");
+PVSCHED_STATIC_ASSERT(PVSCHED_HEADER_SIZE % PVSCHED_CACHELINE == 0,
+		      "slots cache-line aligned");
+
+/* Bytes a region needs for @slots slots (before rounding to a BAR size). */
+#define PVSCHED_REGION_BYTES(slots) \
+	(PVSCHED_HEADER_SIZE + (__u64)(slots) * PVSCHED_SLOT_SIZE)
+
+#endif /* PVSCHED_ABI_H */
