@@ -1,0 +1,140 @@
+//! `#[repr(C)]` mirrors of the structs and `#define`s in `abi/pvsched_abi.h`.
+//!
+//! Plain data: these are the copies a reader takes, and the byte images test
+//! vectors hold. Live access to a mapped region goes through [`crate::Region`].
+
+/// `"PVSCHED\0"` read as a little-endian 64-bit word.
+pub const MAGIC: u64 = 0x0044_4548_4353_5650;
+pub const ABI_MAJOR: u16 = 1;
+pub const ABI_MINOR: u16 = 0;
+
+pub const CACHELINE: usize = 64;
+pub const HEADER_SIZE: usize = 128;
+pub const SLOT_SIZE: usize = 256;
+/// Upper bound a reader accepts, whatever the header says.
+pub const MAX_SLOTS: u32 = 4096;
+/// Bounded retries of a seqcount read before giving up.
+pub const READ_RETRIES: u32 = 16;
+
+pub const F_HOST_HALF: u64 = 1 << 0;
+pub const F_PENDING_HINT: u64 = 1 << 1;
+pub const F_BOOST_REQUEST: u64 = 1 << 2;
+pub const F_ALL: u64 = F_HOST_HALF | F_PENDING_HINT | F_BOOST_REQUEST;
+
+pub const GF_ACTIVE: u32 = 1 << 0;
+pub const GF_IDLE: u32 = 1 << 1;
+pub const GF_BOOST_REQ: u32 = 1 << 2;
+pub const GF_ALL: u32 = GF_ACTIVE | GF_IDLE | GF_BOOST_REQ;
+
+pub const CS_NMI: u32 = 1 << 0;
+pub const CS_HARDIRQ: u32 = 1 << 1;
+pub const CS_SOFTIRQ: u32 = 1 << 2;
+pub const CS_PREEMPT_OFF: u32 = 1 << 3;
+pub const CS_LOCK: u32 = 1 << 4;
+pub const CS_ALL: u32 = CS_NMI | CS_HARDIRQ | CS_SOFTIRQ | CS_PREEMPT_OFF | CS_LOCK;
+
+pub const POLICY_NORMAL: u32 = 0;
+pub const POLICY_FIFO: u32 = 1;
+pub const POLICY_RR: u32 = 2;
+pub const POLICY_BATCH: u32 = 3;
+pub const POLICY_IDLE: u32 = 5;
+pub const POLICY_DEADLINE: u32 = 6;
+
+pub const PENDING_VALID: u64 = 1 << 63;
+pub const PENDING_PRIO_MASK: u64 = 0xff;
+pub const PENDING_POLICY_SHIFT: u32 = 8;
+pub const PENDING_POLICY_MASK: u64 = 0xff << PENDING_POLICY_SHIFT;
+pub const PENDING_RESERVED: u64 = !(PENDING_VALID | PENDING_PRIO_MASK | PENDING_POLICY_MASK);
+
+pub const HS_UNKNOWN: u32 = 0;
+pub const HS_RUNNING: u32 = 1;
+pub const HS_PREEMPTED: u32 = 2;
+pub const HS_HALTED: u32 = 3;
+
+pub const HF_BOOSTED: u32 = 1 << 0;
+pub const HF_THROTTLED: u32 = 1 << 1;
+pub const HF_OVERLOADED: u32 = 1 << 2;
+pub const HF_IN_DEBT: u32 = 1 << 3;
+
+pub const HOST_POLICY_OTHER: u32 = 0;
+pub const HOST_POLICY_FIFO: u32 = 1;
+pub const HOST_POLICY_RR: u32 = 2;
+pub const HOST_POLICY_BATCH: u32 = 3;
+pub const HOST_POLICY_IDLE: u32 = 5;
+
+/// Bytes a region needs for `slots` slots (before rounding to a BAR size).
+pub const fn region_bytes(slots: u32) -> u64 {
+    HEADER_SIZE as u64 + slots as u64 * SLOT_SIZE as u64
+}
+
+/// `struct pvsched_header`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Header {
+    pub magic: u64,
+    pub abi_major: u16,
+    pub abi_minor: u16,
+    pub header_size: u16,
+    pub slot_size: u16,
+    pub slot_count: u32,
+    pub host_reserved0: u32,
+    pub host_features: u64,
+    pub generation: u64,
+    pub host_reserved: [u64; 3],
+    pub guest_features: u64,
+    pub guest_generation: u64,
+    pub guest_abi_minor: u32,
+    pub guest_nr_cpus: u32,
+    pub guest_reserved: [u64; 5],
+}
+
+/// `struct pvsched_guest_half`: what the guest says about one vCPU. Untrusted.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GuestHalf {
+    pub seq: u32,
+    pub flags: u32,
+    pub cs_flags: u32,
+    pub policy: u32,
+    pub rt_priority: u32,
+    pub nice: i32,
+    pub update_ns: u64,
+    pub hardirq_count: u64,
+    pub softirq_count: u64,
+    pub nmi_count: u64,
+    pub switch_count: u64,
+    pub guest_pending: u64,
+    pub boost_req_count: u64,
+    pub guest_reserved: [u64; 6],
+}
+
+/// `struct pvsched_host_half`: what the host tells the guest about one vCPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostHalf {
+    pub seq: u32,
+    pub status: u32,
+    pub flags: u32,
+    pub policy: u32,
+    pub rt_priority: u32,
+    pub nice: i32,
+    pub update_ns: u64,
+    pub boost_count: u64,
+    pub throttle_count: u64,
+    pub preempt_count: u64,
+    pub boosted_ns: u64,
+    pub host_reserved: [u64; 8],
+}
+
+/// `struct pvsched_slot`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Slot {
+    pub guest: GuestHalf,
+    pub host: HostHalf,
+}
+
+const _: () = assert!(core::mem::size_of::<Header>() == HEADER_SIZE);
+const _: () = assert!(core::mem::size_of::<GuestHalf>() == 2 * CACHELINE);
+const _: () = assert!(core::mem::size_of::<HostHalf>() == 2 * CACHELINE);
+const _: () = assert!(core::mem::size_of::<Slot>() == SLOT_SIZE);
