@@ -1,0 +1,40 @@
+# pvsched: two entry points.
+#   make demo   the main job: an end-to-end run on this machine
+#   make test   every test (installs what it needs first)
+
+CARGO ?= cargo
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+
+.PHONY: all deps build test test-fast lint demo guest clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	$(CARGO) build --workspace --all-targets --release
+	$(MAKE) -C guest
+
+guest: deps
+	$(MAKE) -C guest
+
+lint: deps
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+# Unit, property and end-to-end tests (the e2e ones boot a QEMU guest).
+test: deps lint
+	$(MAKE) -C guest check-warnings
+	$(CARGO) test --workspace --release -- --test-threads=2
+
+# Unit and property tests only: no guest boots.
+test-fast:
+	$(CARGO) test --workspace --lib --bins
+
+demo: deps
+	@scripts/demo.sh
+
+clean:
+	$(CARGO) clean
+	$(MAKE) -C guest clean
