@@ -1,0 +1,217 @@
+//! What the engine outputs: scheduling parameters for a vCPU thread, and why.
+
+use crate::limits::HostPolicy;
+
+/// The scheduling parameters of one vCPU thread, as `sched_setattr` takes them.
+///
+/// `rt_priority` is 0 for the CFS classes and 1..=99 for FIFO/RR; `nice` is -20..=19 and
+/// only matters for the CFS classes (the engine still keeps it inside the VM's limits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SchedParams {
+    pub policy: HostPolicy,
+    pub rt_priority: u8,
+    pub nice: i8,
+}
+
+impl SchedParams {
+    /// A plain host thread: `SCHED_OTHER`, nice 0. What a vCPU thread starts with.
+    pub const NORMAL: SchedParams = SchedParams {
+        policy: HostPolicy::Other,
+        rt_priority: 0,
+        nice: 0,
+    };
+
+    /// True when these params boost the thread (FIFO or RR).
+    pub const fn is_rt(&self) -> bool {
+        self.policy.is_rt()
+    }
+}
+
+impl Default for SchedParams {
+    fn default() -> Self {
+        SchedParams::NORMAL
+    }
+}
+
+/// Why a vCPU has the params it has. The strongest reason wins (see the crate docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// Nothing to act on: plain params.
+    None,
+    /// The guest is in a kernel critical section; the payload is its `PVSCHED_CS_*` flags
+    /// (only known bits).
+    CriticalSection(u32),
+    /// The guest runs an RT task: its (sanitized) guest policy and priority.
+    GuestRt { policy: u32, priority: u8 },
+    /// The guest runs a `SCHED_DEADLINE` task (mapped to FIFO at `deadline_priority`).
+    GuestDeadline,
+    /// The guest's running task asked for a boost (`GF_BOOST_REQ`).
+    BoostRequest,
+    /// An RT task is waiting to run on this vCPU (`guest_pending`).
+    PendingHint,
+    /// Proactive boost: the host woke the vCPU thread.
+    ProactiveWake,
+    /// Proactive boost: an interrupt was targeted at the vCPU.
+    ProactiveIrq,
+    /// Proactive boost: the vCPU halted.
+    ProactiveHalt,
+    /// Boosted too long: held at CFS params until the throttle ends.
+    Throttled,
+    /// The VM is repaying boosted time: unboosted vCPU at `debt_nice`.
+    Debt,
+    /// The guest's CFS task has a nice or class (batch, idle) of its own.
+    GuestNice,
+}
+
+impl Reason {
+    /// Short snake_case name, for metrics labels and traces.
+    pub const fn name(&self) -> &'static str {
+        match self {
+            Reason::None => "none",
+            Reason::CriticalSection(_) => "critical_section",
+            Reason::GuestRt { .. } => "guest_rt",
+            Reason::GuestDeadline => "guest_deadline",
+            Reason::BoostRequest => "boost_request",
+            Reason::PendingHint => "pending_hint",
+            Reason::ProactiveWake => "proactive_wake",
+            Reason::ProactiveIrq => "proactive_irq",
+            Reason::ProactiveHalt => "proactive_halt",
+            Reason::Throttled => "throttled",
+            Reason::Debt => "debt",
+            Reason::GuestNice => "guest_nice",
+        }
+    }
+
+    /// Same reason ignoring its payload. Decisions are emitted when the kind changes, not
+    /// when e.g. only the set of critical-section flags does (that would be a syscall for
+    /// nothing on every guest irq entry).
+    pub(crate) fn same_kind(&self, other: &Reason) -> bool {
+        core::mem::discriminant(self) == core::mem::discriminant(other)
+    }
+}
+
+impl core::fmt::Display for Reason {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What the engine currently wants for one vCPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub params: SchedParams,
+    /// The reason of the current params (payload refreshed on every evaluation).
+    pub reason: Reason,
+    /// `now` when `params` or the kind of `reason` last changed.
+    pub since: u64,
+    /// The vCPU is throttled (boost refused) right now.
+    pub throttled: bool,
+    /// The VM was in debt at the last evaluation of this vCPU.
+    pub in_debt: bool,
+}
+
+/// A change of target for one vCPU: apply `params` to its thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    pub vcpu: u32,
+    pub params: SchedParams,
+    pub reason: Reason,
+    pub throttled: bool,
+    pub in_debt: bool,
+}
+
+/// Reusable output buffer of [`crate::VmState::handle`]: the decisions of one event, in
+/// vCPU order. Keep one around and pass it to every call; it only allocates when it has to
+/// grow past its largest use so far.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Decisions {
+    items: Vec<Decision>,
+}
+
+impl Decisions {
+    /// An empty buffer.
+    pub fn new() -> Self {
+        Decisions { items: Vec::new() }
+    }
+
+    /// An empty buffer that holds `n` decisions without allocating (use the VM's vCPU
+    /// count: no event yields more than one decision per vCPU).
+    pub fn with_capacity(n: usize) -> Self {
+        Decisions {
+            items: Vec::with_capacity(n),
+        }
+    }
+
+    /// Forgets all decisions, keeps the memory.
+    pub fn clear(&mut self) {
+        self.items.clear();
+    }
+
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    pub fn as_slice(&self) -> &[Decision] {
+        &self.items
+    }
+
+    pub fn iter(&self) -> core::slice::Iter<'_, Decision> {
+        self.items.iter()
+    }
+
+    pub(crate) fn push(&mut self, d: Decision) {
+        self.items.push(d);
+    }
+}
+
+impl core::ops::Deref for Decisions {
+    type Target = [Decision];
+
+    fn deref(&self) -> &[Decision] {
+        &self.items
+    }
+}
+
+impl<'a> IntoIterator for &'a Decisions {
+    type Item = &'a Decision;
+    type IntoIter = core::slice::Iter<'a, Decision>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.items.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reason_display_uses_short_snake_case_names() {
+        assert_eq!(Reason::CriticalSection(2).to_string(), "critical_section");
+        assert_eq!(
+            Reason::GuestRt {
+                policy: 1,
+                priority: 5
+            }
+            .to_string(),
+            "guest_rt"
+        );
+        assert_eq!(Reason::ProactiveIrq.to_string(), "proactive_irq");
+        assert_eq!(Reason::None.to_string(), "none");
+    }
+
+    #[test]
+    fn normal_params_are_not_rt() {
+        assert!(!SchedParams::NORMAL.is_rt());
+        let rr = SchedParams {
+            policy: HostPolicy::Rr,
+            rt_priority: 8,
+            nice: 0,
+        };
+        assert!(rr.is_rt());
+    }
+}

@@ -1,0 +1,147 @@
+//! What the engine reacts to. The daemon builds these from BPF events and slot reads; the
+//! simulator from its simulated host.
+
+use pvsched_abi::GuestHalf;
+
+/// Why the host woke a vCPU thread (from the waker in `sched_waking`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WakeSource {
+    /// A host timer (guest timer interrupt, hrtimer emulation).
+    Timer,
+    /// An I/O thread of the VMM (virtio completion, ...).
+    Io,
+    /// Another vCPU of the same VM (IPI).
+    OtherVcpu,
+    /// Anything else, or not known.
+    Unknown,
+}
+
+/// `kvm_exit` reasons the engine tells apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ExitReason {
+    /// HLT: the vCPU is about to halt (treated like `Blocked` for proactive halt boosts).
+    Hlt,
+    /// PAUSE-loop exit: the guest spins (counted only).
+    Pause,
+    /// Anything else (counted only).
+    Other,
+}
+
+/// One input to [`crate::VmState::handle`]. vCPU indices are slot indices; out-of-range
+/// ones are ignored and counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A fresh copy of the vCPU's guest half. `consistent` is false when the seqcount read
+    /// never became consistent within its retries: treated as "no request".
+    GuestUpdate {
+        vcpu: u32,
+        guest: GuestHalf,
+        consistent: bool,
+    },
+    /// The host switched the vCPU thread in.
+    Running { vcpu: u32 },
+    /// The host switched the vCPU thread out while it was runnable.
+    Preempted { vcpu: u32 },
+    /// The host switched the vCPU thread out not runnable: the guest halted.
+    Blocked { vcpu: u32 },
+    /// The host is waking the vCPU thread (`sched_waking`).
+    Woken { vcpu: u32, source: WakeSource },
+    /// An interrupt was targeted at the vCPU (`kvm_apic_accept_irq`, `kvm_msi_set_irq`).
+    InterruptTargeted { vcpu: u32 },
+    /// A `kvm_exit` of the vCPU.
+    KvmExit { vcpu: u32, reason: ExitReason },
+    /// Time passed: re-evaluate every vCPU (expiries, throttles, debt). Deliver one at
+    /// [`crate::VmState::next_deadline`].
+    Tick,
+    /// The host's CPUs are (not) contended; reported to the guest in the host half.
+    OverloadHint { overloaded: bool },
+}
+
+impl Event {
+    /// The vCPU the event is about, if any.
+    pub const fn vcpu(&self) -> Option<u32> {
+        match *self {
+            Event::GuestUpdate { vcpu, .. }
+            | Event::Running { vcpu }
+            | Event::Preempted { vcpu }
+            | Event::Blocked { vcpu }
+            | Event::Woken { vcpu, .. }
+            | Event::InterruptTargeted { vcpu }
+            | Event::KvmExit { vcpu, .. } => Some(vcpu),
+            Event::Tick | Event::OverloadHint { .. } => None,
+        }
+    }
+
+    /// The payload-free kind (for per-kind counters).
+    pub const fn kind(&self) -> EventKind {
+        match self {
+            Event::GuestUpdate { .. } => EventKind::GuestUpdate,
+            Event::Running { .. } => EventKind::Running,
+            Event::Preempted { .. } => EventKind::Preempted,
+            Event::Blocked { .. } => EventKind::Blocked,
+            Event::Woken { .. } => EventKind::Woken,
+            Event::InterruptTargeted { .. } => EventKind::InterruptTargeted,
+            Event::KvmExit { .. } => EventKind::KvmExit,
+            Event::Tick => EventKind::Tick,
+            Event::OverloadHint { .. } => EventKind::OverloadHint,
+        }
+    }
+}
+
+/// The kind of an [`Event`], without payload (for per-kind counters).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EventKind {
+    GuestUpdate,
+    Running,
+    Preempted,
+    Blocked,
+    Woken,
+    InterruptTargeted,
+    KvmExit,
+    Tick,
+    OverloadHint,
+}
+
+impl EventKind {
+    /// Number of kinds.
+    pub const COUNT: usize = 9;
+
+    /// All kinds, in index order.
+    pub const ALL: [EventKind; EventKind::COUNT] = [
+        EventKind::GuestUpdate,
+        EventKind::Running,
+        EventKind::Preempted,
+        EventKind::Blocked,
+        EventKind::Woken,
+        EventKind::InterruptTargeted,
+        EventKind::KvmExit,
+        EventKind::Tick,
+        EventKind::OverloadHint,
+    ];
+
+    /// Position in [`EventKind::ALL`].
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Short snake_case name for metrics labels.
+    pub const fn name(self) -> &'static str {
+        match self {
+            EventKind::GuestUpdate => "guest_update",
+            EventKind::Running => "running",
+            EventKind::Preempted => "preempted",
+            EventKind::Blocked => "blocked",
+            EventKind::Woken => "woken",
+            EventKind::InterruptTargeted => "interrupt_targeted",
+            EventKind::KvmExit => "kvm_exit",
+            EventKind::Tick => "tick",
+            EventKind::OverloadHint => "overload_hint",
+        }
+    }
+}
+
+impl core::fmt::Display for EventKind {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}

@@ -1,0 +1,444 @@
+//! Per-VM admin configuration: what the policy may ever do to that VM's vCPU threads.
+//!
+//! Everything the guest says is clamped against these limits; nothing outside them is
+//! ever applied (DESIGN.md, "Trust boundaries").
+
+use pvsched_abi as abi;
+
+/// Most vCPUs one [`crate::VmState`] tracks: the ABI's slot limit.
+pub const MAX_VCPUS: u32 = abi::MAX_SLOTS;
+
+/// Host scheduling policy of a vCPU thread. Never `SCHED_DEADLINE`: a guest cannot be
+/// trusted with an admission-controlled reservation, so guest deadline tasks map to FIFO.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum HostPolicy {
+    /// `SCHED_OTHER` (CFS/EEVDF, weighted by nice).
+    Other,
+    /// `SCHED_BATCH`.
+    Batch,
+    /// `SCHED_IDLE`.
+    Idle,
+    /// `SCHED_FIFO`.
+    Fifo,
+    /// `SCHED_RR`.
+    Rr,
+}
+
+impl HostPolicy {
+    /// All policies, in declaration order (handy for exhaustive tests and config parsers).
+    pub const ALL: [HostPolicy; 5] = [
+        HostPolicy::Other,
+        HostPolicy::Batch,
+        HostPolicy::Idle,
+        HostPolicy::Fifo,
+        HostPolicy::Rr,
+    ];
+
+    /// The Linux UAPI number (`SCHED_*`), as `sched_setattr` and `host_half.policy` want it.
+    pub const fn uapi(self) -> u32 {
+        match self {
+            HostPolicy::Other => abi::HOST_POLICY_OTHER,
+            HostPolicy::Batch => abi::HOST_POLICY_BATCH,
+            HostPolicy::Idle => abi::HOST_POLICY_IDLE,
+            HostPolicy::Fifo => abi::HOST_POLICY_FIFO,
+            HostPolicy::Rr => abi::HOST_POLICY_RR,
+        }
+    }
+
+    /// Inverse of [`HostPolicy::uapi`]; `None` for numbers this policy never uses
+    /// (including `SCHED_DEADLINE` = 6).
+    pub const fn from_uapi(policy: u32) -> Option<HostPolicy> {
+        match policy {
+            abi::HOST_POLICY_OTHER => Some(HostPolicy::Other),
+            abi::HOST_POLICY_BATCH => Some(HostPolicy::Batch),
+            abi::HOST_POLICY_IDLE => Some(HostPolicy::Idle),
+            abi::HOST_POLICY_FIFO => Some(HostPolicy::Fifo),
+            abi::HOST_POLICY_RR => Some(HostPolicy::Rr),
+            _ => None,
+        }
+    }
+
+    /// True for the real-time classes (FIFO, RR): the ones that count as "boosted".
+    pub const fn is_rt(self) -> bool {
+        matches!(self, HostPolicy::Fifo | HostPolicy::Rr)
+    }
+
+    /// Short lower-case name, as used in config files and metrics ("other", "fifo", ...).
+    pub const fn name(self) -> &'static str {
+        match self {
+            HostPolicy::Other => "other",
+            HostPolicy::Batch => "batch",
+            HostPolicy::Idle => "idle",
+            HostPolicy::Fifo => "fifo",
+            HostPolicy::Rr => "rr",
+        }
+    }
+}
+
+impl TryFrom<u32> for HostPolicy {
+    type Error = u32;
+
+    /// Fails with the unknown number itself.
+    fn try_from(policy: u32) -> Result<Self, u32> {
+        HostPolicy::from_uapi(policy).ok_or(policy)
+    }
+}
+
+impl core::fmt::Display for HostPolicy {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Which host policies the policy engine may apply to this VM's vCPU threads.
+///
+/// Default: everything except `idle`. `SCHED_IDLE` is off by default because an IDLE
+/// vCPU thread can starve behind any host load while the guest still believes it runs
+/// (a guest lock taken there would stall the other vCPUs); a guest IDLE task then maps
+/// to `Other` at `nice_max` instead. `other` must stay allowed: it is the fallback of
+/// every unboosted or throttled vCPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AllowedPolicies {
+    pub other: bool,
+    pub batch: bool,
+    pub idle: bool,
+    pub fifo: bool,
+    pub rr: bool,
+}
+
+impl AllowedPolicies {
+    /// Every policy allowed.
+    pub const ALL: AllowedPolicies = AllowedPolicies {
+        other: true,
+        batch: true,
+        idle: true,
+        fifo: true,
+        rr: true,
+    };
+
+    /// No boosting at all: only the CFS classes.
+    pub const NO_RT: AllowedPolicies = AllowedPolicies {
+        other: true,
+        batch: true,
+        idle: false,
+        fifo: false,
+        rr: false,
+    };
+
+    /// Whether `policy` may be applied.
+    pub const fn allows(&self, policy: HostPolicy) -> bool {
+        match policy {
+            HostPolicy::Other => self.other,
+            HostPolicy::Batch => self.batch,
+            HostPolicy::Idle => self.idle,
+            HostPolicy::Fifo => self.fifo,
+            HostPolicy::Rr => self.rr,
+        }
+    }
+}
+
+impl Default for AllowedPolicies {
+    fn default() -> Self {
+        AllowedPolicies {
+            other: true,
+            batch: true,
+            idle: false,
+            fifo: true,
+            rr: true,
+        }
+    }
+}
+
+/// Per-VM limits and tunables. Every field has a default ([`VmLimits::default`]) and
+/// can be changed at run time ([`crate::VmState::set_limits`]).
+///
+/// Durations are nanoseconds of the host clock the caller passes as `now`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VmLimits {
+    /// Host policies that may be applied. Default: all but `idle`.
+    pub allowed: AllowedPolicies,
+    /// Policy of a boost that has no priority of its own (critical section, explicit
+    /// request, proactive). `Fifo` or `Rr`. Default `Rr`: several boosted vCPUs of one VM
+    /// sharing a CPU take turns instead of one starving the other.
+    pub boost_policy: HostPolicy,
+    /// Priority of such a boost, 1..=99, capped at `max_rt_priority`. Default 8.
+    pub boost_priority: u8,
+    /// Cap on every RT priority applied, 1..=99. Default 10: above the usual RT boost of
+    /// guests (8) and far below host kernel threads and IRQ threads (50).
+    pub max_rt_priority: u8,
+    /// Host FIFO priority for a guest `SCHED_DEADLINE` task, 1..=99, capped at
+    /// `max_rt_priority`. Default 8 (= `boost_priority`).
+    pub deadline_priority: u8,
+    /// Lowest nice a guest's nice may translate to, -20..=19. Default 0: a guest may lower
+    /// its own weight, never raise it above a plain host task.
+    pub nice_min: i8,
+    /// Highest nice a guest's nice may translate to, -20..=19, >= `nice_min`. Default 19.
+    pub nice_max: i8,
+    /// Boost while the guest is in a kernel critical section. Default true.
+    pub honor_critical_sections: bool,
+    /// Translate guest RT / deadline tasks into host RT. Default true.
+    pub honor_guest_rt: bool,
+    /// Boost on an explicit guest boost request (`GF_BOOST_REQ`). Default true.
+    pub honor_boost_request: bool,
+    /// Boost for a valid pending-task hint naming an RT task. Default true.
+    pub honor_pending_hint: bool,
+    /// Boost proactively when the host wakes the vCPU thread. Default true.
+    pub proactive_wake: bool,
+    /// Boost proactively when an interrupt is targeted at the vCPU. Default true.
+    pub proactive_irq: bool,
+    /// Boost proactively when the vCPU halts, so that its next wakeup preempts CFS hogs.
+    /// Default false: it keeps halted vCPUs boosted and costs budget for nothing on most
+    /// workloads.
+    pub proactive_halt: bool,
+    /// How long a proactive boost lasts unless the guest confirms (or denies) it. Default
+    /// 1 ms: long enough for the guest to run its handler and publish why.
+    pub proactive_boost_ns: u64,
+    /// Longest continuous boost of one vCPU before it is throttled. Default 50 ms: far above
+    /// any interrupt handler or audio period, short enough that a spinning guest RT task
+    /// costs the host at most 50 ms of latency per `max_boost + throttle`.
+    pub max_boost_ns: u64,
+    /// How long a throttled vCPU stays unboosted. Default 50 ms (so a guest that is always
+    /// asking is boosted at most half the time).
+    pub throttle_ns: u64,
+    /// Share of the VM's vCPU time (elapsed time x nr_vcpus) that may be boosted, in
+    /// permille, 0..=1000. Default 500.
+    pub boost_share_permille: u32,
+    /// Window over which unused share can be banked: the budget bucket holds at most
+    /// `share x window x nr_vcpus`. Default 1 s.
+    pub fairness_window_ns: u64,
+    /// Nice of the VM's unboosted vCPUs while the VM is in debt (`max` with their normal
+    /// nice), -20..=19. Default 5 (about a third of the CFS weight of nice 0).
+    pub debt_nice: i8,
+}
+
+impl Default for VmLimits {
+    fn default() -> Self {
+        VmLimits {
+            allowed: AllowedPolicies::default(),
+            boost_policy: HostPolicy::Rr,
+            boost_priority: 8,
+            max_rt_priority: 10,
+            deadline_priority: 8,
+            nice_min: 0,
+            nice_max: 19,
+            honor_critical_sections: true,
+            honor_guest_rt: true,
+            honor_boost_request: true,
+            honor_pending_hint: true,
+            proactive_wake: true,
+            proactive_irq: true,
+            proactive_halt: false,
+            proactive_boost_ns: 1_000_000,
+            max_boost_ns: 50_000_000,
+            throttle_ns: 50_000_000,
+            boost_share_permille: 500,
+            fairness_window_ns: 1_000_000_000,
+            debt_nice: 5,
+        }
+    }
+}
+
+/// A [`VmLimits`] field (or the vCPU count) out of its range. Each variant names the field.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LimitsError {
+    #[error("allowed.other must be true: SCHED_OTHER is the fallback of every unboosted vCPU")]
+    AllowedOther,
+    #[error("boost_policy must be fifo or rr, not {0}")]
+    BoostPolicy(HostPolicy),
+    #[error("boost_priority must be 1..=99, not {0}")]
+    BoostPriority(u8),
+    #[error("boost_share_permille must be 0..=1000, not {0}")]
+    BoostSharePermille(u32),
+    #[error("deadline_priority must be 1..=99, not {0}")]
+    DeadlinePriority(u8),
+    #[error("debt_nice must be -20..=19, not {0}")]
+    DebtNice(i8),
+    #[error("fairness_window_ns must be > 0")]
+    FairnessWindowNs,
+    #[error("max_boost_ns must be > 0")]
+    MaxBoostNs,
+    #[error("max_rt_priority must be 1..=99, not {0}")]
+    MaxRtPriority(u8),
+    #[error("nice_max must be -20..=19, not {0}")]
+    NiceMax(i8),
+    #[error("nice_min must be -20..=19, not {0}")]
+    NiceMin(i8),
+    #[error("nice_min ({min}) must be <= nice_max ({max})")]
+    NiceRange { min: i8, max: i8 },
+    #[error("nr_vcpus must be 1..={MAX_VCPUS}, not {0}")]
+    NrVcpus(u32),
+    #[error("proactive_boost_ns must be > 0")]
+    ProactiveBoostNs,
+    #[error("throttle_ns must be > 0")]
+    ThrottleNs,
+}
+
+const fn rt_prio_ok(p: u8) -> bool {
+    p >= 1 && p <= 99
+}
+
+const fn nice_ok(n: i8) -> bool {
+    n >= -20 && n <= 19
+}
+
+impl VmLimits {
+    /// Checks every field against its documented range. Zero durations are refused because
+    /// each would make the engine flap (a zero throttle re-boosts at once, a zero
+    /// `max_boost` throttles every boost at once); to forbid boosting, clear
+    /// `allowed.fifo` and `allowed.rr` instead.
+    pub fn validate(&self) -> Result<(), LimitsError> {
+        if !self.allowed.other {
+            return Err(LimitsError::AllowedOther);
+        }
+        if !self.boost_policy.is_rt() {
+            return Err(LimitsError::BoostPolicy(self.boost_policy));
+        }
+        if !rt_prio_ok(self.boost_priority) {
+            return Err(LimitsError::BoostPriority(self.boost_priority));
+        }
+        if self.boost_share_permille > 1000 {
+            return Err(LimitsError::BoostSharePermille(self.boost_share_permille));
+        }
+        if !rt_prio_ok(self.deadline_priority) {
+            return Err(LimitsError::DeadlinePriority(self.deadline_priority));
+        }
+        if !nice_ok(self.debt_nice) {
+            return Err(LimitsError::DebtNice(self.debt_nice));
+        }
+        if self.fairness_window_ns == 0 {
+            return Err(LimitsError::FairnessWindowNs);
+        }
+        if self.max_boost_ns == 0 {
+            return Err(LimitsError::MaxBoostNs);
+        }
+        if !rt_prio_ok(self.max_rt_priority) {
+            return Err(LimitsError::MaxRtPriority(self.max_rt_priority));
+        }
+        if !nice_ok(self.nice_max) {
+            return Err(LimitsError::NiceMax(self.nice_max));
+        }
+        if !nice_ok(self.nice_min) {
+            return Err(LimitsError::NiceMin(self.nice_min));
+        }
+        if self.nice_min > self.nice_max {
+            return Err(LimitsError::NiceRange {
+                min: self.nice_min,
+                max: self.nice_max,
+            });
+        }
+        if self.proactive_boost_ns == 0 {
+            return Err(LimitsError::ProactiveBoostNs);
+        }
+        if self.throttle_ns == 0 {
+            return Err(LimitsError::ThrottleNs);
+        }
+        Ok(())
+    }
+
+    /// `nice` clamped into `nice_min..=nice_max`.
+    pub(crate) fn clamp_nice(&self, nice: i8) -> i8 {
+        nice.clamp(self.nice_min, self.nice_max)
+    }
+
+    /// The RT policy to use when `wanted` is asked for: `wanted` if allowed, else the other
+    /// RT policy if allowed, else none (no boost possible).
+    pub(crate) fn rt_policy(&self, wanted: HostPolicy) -> Option<HostPolicy> {
+        let other = match wanted {
+            HostPolicy::Fifo => HostPolicy::Rr,
+            _ => HostPolicy::Fifo,
+        };
+        let first = if wanted.is_rt() { wanted } else { other };
+        if self.allowed.allows(first) {
+            Some(first)
+        } else if self.allowed.allows(other) {
+            Some(other)
+        } else {
+            None
+        }
+    }
+
+    /// `prio` capped at `max_rt_priority` and raised to at least 1.
+    pub(crate) fn cap_prio(&self, prio: u8) -> u8 {
+        prio.clamp(1, self.max_rt_priority.max(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        assert_eq!(VmLimits::default().validate(), Ok(()));
+    }
+
+    #[test]
+    fn uapi_round_trips_for_every_policy() {
+        for p in HostPolicy::ALL {
+            assert_eq!(HostPolicy::from_uapi(p.uapi()), Some(p));
+            assert_eq!(HostPolicy::try_from(p.uapi()), Ok(p));
+        }
+        assert_eq!(HostPolicy::from_uapi(6), None);
+        assert_eq!(HostPolicy::try_from(u32::MAX), Err(u32::MAX));
+    }
+
+    #[test]
+    fn validate_names_each_bad_field() {
+        type Mutation = fn(&mut VmLimits);
+        let cases: [(Mutation, LimitsError); 15] = [
+            (|l| l.allowed.other = false, LimitsError::AllowedOther),
+            (
+                |l| l.boost_policy = HostPolicy::Batch,
+                LimitsError::BoostPolicy(HostPolicy::Batch),
+            ),
+            (|l| l.boost_priority = 0, LimitsError::BoostPriority(0)),
+            (|l| l.boost_priority = 100, LimitsError::BoostPriority(100)),
+            (
+                |l| l.boost_share_permille = 1001,
+                LimitsError::BoostSharePermille(1001),
+            ),
+            (
+                |l| l.deadline_priority = 0,
+                LimitsError::DeadlinePriority(0),
+            ),
+            (|l| l.debt_nice = 20, LimitsError::DebtNice(20)),
+            (|l| l.fairness_window_ns = 0, LimitsError::FairnessWindowNs),
+            (|l| l.max_boost_ns = 0, LimitsError::MaxBoostNs),
+            (|l| l.max_rt_priority = 100, LimitsError::MaxRtPriority(100)),
+            (|l| l.nice_max = 20, LimitsError::NiceMax(20)),
+            (|l| l.nice_min = -21, LimitsError::NiceMin(-21)),
+            (
+                |l| {
+                    l.nice_min = 5;
+                    l.nice_max = 4;
+                },
+                LimitsError::NiceRange { min: 5, max: 4 },
+            ),
+            (|l| l.proactive_boost_ns = 0, LimitsError::ProactiveBoostNs),
+            (|l| l.throttle_ns = 0, LimitsError::ThrottleNs),
+        ];
+        for (mutate, want) in cases {
+            let mut limits = VmLimits::default();
+            mutate(&mut limits);
+            assert_eq!(limits.validate(), Err(want));
+        }
+    }
+
+    #[test]
+    fn rt_policy_falls_back_to_the_other_allowed_rt_class() {
+        let mut limits = VmLimits::default();
+        limits.allowed.rr = false;
+        assert_eq!(limits.rt_policy(HostPolicy::Rr), Some(HostPolicy::Fifo));
+        limits.allowed.fifo = false;
+        assert_eq!(limits.rt_policy(HostPolicy::Rr), None);
+        assert_eq!(limits.rt_policy(HostPolicy::Fifo), None);
+    }
+
+    #[test]
+    fn cap_prio_keeps_priorities_in_one_to_max() {
+        let limits = VmLimits::default();
+        assert_eq!(limits.cap_prio(0), 1);
+        assert_eq!(limits.cap_prio(5), 5);
+        assert_eq!(limits.cap_prio(99), 10);
+    }
+}

@@ -1,0 +1,691 @@
+//! Per-VM state and the decision procedure.
+
+use pvsched_abi as abi;
+
+use crate::decision::{Decision, Decisions, Reason, SchedParams, Target};
+use crate::event::{Event, EventKind, ExitReason};
+use crate::fairness::{Budget, BudgetParams};
+use crate::guest::{GuestPolicy, GuestView};
+use crate::limits::{HostPolicy, LimitsError, VmLimits, MAX_VCPUS};
+
+/// What the host last saw a vCPU thread do (host-half `status`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum RunStatus {
+    /// No scheduler event seen yet.
+    #[default]
+    Unknown,
+    /// Switched in.
+    Running,
+    /// Runnable but not running (preempted, or woken and not yet switched in).
+    Preempted,
+    /// Blocked: the guest halted.
+    Halted,
+}
+
+impl RunStatus {
+    /// `PVSCHED_HS_*`.
+    pub const fn abi(self) -> u32 {
+        match self {
+            RunStatus::Unknown => abi::HS_UNKNOWN,
+            RunStatus::Running => abi::HS_RUNNING,
+            RunStatus::Preempted => abi::HS_PREEMPTED,
+            RunStatus::Halted => abi::HS_HALTED,
+        }
+    }
+}
+
+/// Counters of one vCPU, as of the last event.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VcpuStats {
+    pub status: RunStatus,
+    /// Transitions from unboosted to boosted.
+    pub boosts: u64,
+    /// Throttles applied.
+    pub throttles: u64,
+    /// Times seen preempted while runnable.
+    pub preemptions: u64,
+    /// Proactive boosts started (or extended).
+    pub proactive_boosts: u64,
+    /// Decisions emitted.
+    pub decisions: u64,
+    /// Guest-half fields clamped or ignored.
+    pub clamped_inputs: u64,
+    /// Time boosted and not halted (the time charged to the VM's budget), ns.
+    pub boosted_ns: u64,
+}
+
+/// Counters of one VM, as of the last event.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VmStats {
+    pub nr_vcpus: u32,
+    /// vCPUs currently charged to the budget (boosted and not halted).
+    pub boosted_vcpus: u32,
+    pub boosts_total: u64,
+    pub throttles_total: u64,
+    pub proactive_boosts_total: u64,
+    pub decisions_total: u64,
+    /// Guest-half fields clamped or ignored, all vCPUs.
+    pub clamped_inputs_total: u64,
+    /// Events naming a vCPU index the VM does not have (ignored).
+    pub out_of_range_events: u64,
+    /// Events whose `now` was earlier than a previous one (handled at the previous `now`).
+    pub time_regressions: u64,
+    /// Boosted, non-halted vCPU time, ns, all vCPUs.
+    pub boosted_ns_total: u64,
+    /// Boosted time owed beyond the VM's share, ns (rounded up).
+    pub debt_ns: u64,
+    /// Boosted time banked, ns (rounded down).
+    pub budget_ns: u64,
+    pub in_debt: bool,
+    pub overloaded: bool,
+    /// Latest `now` seen.
+    pub now: u64,
+    /// Events handled, by [`EventKind::index`].
+    pub events: [u64; EventKind::COUNT],
+}
+
+impl VmStats {
+    /// Events of one kind handled so far.
+    pub fn events_of(&self, kind: EventKind) -> u64 {
+        self.events[kind.index()]
+    }
+}
+
+/// A running proactive boost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Proactive {
+    reason: Reason,
+    until: u64,
+    /// The guest's seq when the boost started (None if the guest did not speak): a guest
+    /// update with another seq is the guest speaking for itself, which ends the boost.
+    seq: Option<u32>,
+}
+
+#[derive(Clone, Debug)]
+struct Vcpu {
+    guest: GuestView,
+    status: RunStatus,
+    proactive: Option<Proactive>,
+    /// `now` at which the current continuous boost began; `Some` iff the target is RT.
+    boost_start: Option<u64>,
+    throttled_until: Option<u64>,
+    target: Target,
+    /// `now` since which the vCPU is charged to the budget; `Some` iff charged.
+    charged_since: Option<u64>,
+    stats: VcpuStats,
+}
+
+impl Vcpu {
+    fn new() -> Vcpu {
+        Vcpu {
+            guest: GuestView::inconsistent(),
+            status: RunStatus::Unknown,
+            proactive: None,
+            boost_start: None,
+            throttled_until: None,
+            target: Target {
+                params: SchedParams::NORMAL,
+                reason: Reason::None,
+                since: 0,
+                throttled: false,
+                in_debt: false,
+            },
+            charged_since: None,
+            stats: VcpuStats::default(),
+        }
+    }
+}
+
+/// A boost candidate: (params, reason). Candidates are offered strongest-reason first, so a
+/// later one replaces the current best only with a strictly higher RT priority.
+type Candidate = (SchedParams, Reason);
+
+/// All state of one VM: its limits, its vCPUs, its budget. See the crate docs for the rules.
+#[derive(Clone, Debug)]
+pub struct VmState {
+    limits: VmLimits,
+    vcpus: Vec<Vcpu>,
+    budget: Budget,
+    /// vCPUs charged to the budget right now.
+    charged: u32,
+    now: u64,
+    /// Every vCPU must be re-evaluated at the next event (new limits, new state).
+    reeval_all: bool,
+    overloaded: bool,
+    stats: VmStats,
+}
+
+impl VmState {
+    /// A VM with `nr_vcpus` vCPUs (1..=[`MAX_VCPUS`]), all at [`SchedParams::NORMAL`], and a
+    /// full budget. The first [`VmState::handle`] re-evaluates every vCPU, so limits that
+    /// exclude nice 0 take effect at once.
+    pub fn new(limits: VmLimits, nr_vcpus: u32) -> Result<VmState, LimitsError> {
+        limits.validate()?;
+        if nr_vcpus == 0 || nr_vcpus > MAX_VCPUS {
+            return Err(LimitsError::NrVcpus(nr_vcpus));
+        }
+        let budget = Budget::full(&budget_params(&limits, nr_vcpus));
+        Ok(VmState {
+            limits,
+            vcpus: vec![Vcpu::new(); nr_vcpus as usize],
+            budget,
+            charged: 0,
+            now: 0,
+            reeval_all: true,
+            overloaded: false,
+            stats: VmStats {
+                nr_vcpus,
+                ..VmStats::default()
+            },
+        })
+    }
+
+    /// Replaces the limits (run-time tunables). Takes effect at the next event: every vCPU is
+    /// re-evaluated then, and [`VmState::next_deadline`] reports "now" until it happens.
+    /// Debt is kept; banked tokens are capped at the new capacity.
+    pub fn set_limits(&mut self, limits: VmLimits) -> Result<(), LimitsError> {
+        limits.validate()?;
+        self.limits = limits;
+        self.budget.rescale(&self.budget_params());
+        self.reeval_all = true;
+        Ok(())
+    }
+
+    pub fn limits(&self) -> &VmLimits {
+        &self.limits
+    }
+
+    pub fn nr_vcpus(&self) -> u32 {
+        self.vcpus.len() as u32
+    }
+
+    /// Latest `now` handled.
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    /// What the engine wants for `vcpu` now; `None` for an index the VM does not have.
+    pub fn target(&self, vcpu: u32) -> Option<&Target> {
+        self.vcpus.get(vcpu as usize).map(|v| &v.target)
+    }
+
+    /// The last sanitized guest view of `vcpu`.
+    pub fn guest_view(&self, vcpu: u32) -> Option<&GuestView> {
+        self.vcpus.get(vcpu as usize).map(|v| &v.guest)
+    }
+
+    /// Whether the VM owes boosted time.
+    pub fn in_debt(&self) -> bool {
+        self.budget.in_debt()
+    }
+
+    /// The budget bucket (tokens and debt, in milli-ns units).
+    pub fn budget(&self) -> &Budget {
+        &self.budget
+    }
+
+    /// Handles one event at `now` (ns, host clock) and puts into `out` (cleared first) one
+    /// [`Decision`] per vCPU whose target params or reason kind changed, in vCPU order.
+    /// A `now` earlier than a previous one is handled as the previous one (and counted).
+    pub fn handle(&mut self, now: u64, event: &Event, out: &mut Decisions) {
+        out.clear();
+        let now = if now < self.now {
+            self.stats.time_regressions += 1;
+            self.now
+        } else {
+            now
+        };
+        self.stats.events[event.kind().index()] += 1;
+        let was_in_debt = self.budget.in_debt();
+        self.advance(now);
+        if was_in_debt != self.budget.in_debt() {
+            self.reeval_all = true;
+        }
+
+        let mut touched = None;
+        if let Some(vcpu) = event.vcpu() {
+            if (vcpu as usize) < self.vcpus.len() {
+                self.apply(vcpu as usize, now, event);
+                touched = Some(vcpu as usize);
+            } else {
+                self.stats.out_of_range_events += 1;
+            }
+        } else {
+            match event {
+                Event::Tick => self.reeval_all = true,
+                Event::OverloadHint { overloaded } => self.overloaded = *overloaded,
+                _ => {}
+            }
+        }
+
+        if self.reeval_all {
+            self.reeval_all = false;
+            for i in 0..self.vcpus.len() {
+                self.evaluate(i, now, out);
+            }
+        } else if let Some(i) = touched {
+            self.evaluate(i, now, out);
+        }
+    }
+
+    /// The earliest `now` at which a [`Event::Tick`] could change a decision (proactive boost
+    /// expiry, `max_boost` reached, throttle end, debt starting or paid), or `None` if only a
+    /// new event can. May be <= [`VmState::now`] (then tick at once).
+    pub fn next_deadline(&self) -> Option<u64> {
+        if self.reeval_all {
+            return Some(self.now);
+        }
+        let mut best: Option<u64> = None;
+        let mut offer = |t: u64| {
+            best = Some(best.map_or(t, |b| b.min(t)));
+        };
+        for v in &self.vcpus {
+            if let Some(p) = v.proactive {
+                offer(p.until);
+            }
+            match (v.throttled_until, v.boost_start) {
+                (Some(t), _) => offer(t),
+                (None, Some(s)) => offer(s.saturating_add(self.limits.max_boost_ns)),
+                (None, None) => {}
+            }
+        }
+        if let Some(dt) = self
+            .budget
+            .next_flip_ns(&self.budget_params(), self.charged)
+        {
+            offer(self.now.saturating_add(dt));
+        }
+        best
+    }
+
+    /// Counters of `vcpu` as of the last event.
+    pub fn vcpu_stats(&self, vcpu: u32) -> Option<VcpuStats> {
+        let v = self.vcpus.get(vcpu as usize)?;
+        let mut s = v.stats;
+        s.status = v.status;
+        s.boosted_ns = s.boosted_ns.saturating_add(charged_ns(v, self.now));
+        Some(s)
+    }
+
+    /// Counters of the VM as of the last event.
+    pub fn vm_stats(&self) -> VmStats {
+        let mut s = self.stats;
+        s.boosted_vcpus = self.charged;
+        s.debt_ns = self.budget.debt_ns();
+        s.budget_ns = self.budget.tokens_ns();
+        s.in_debt = self.budget.in_debt();
+        s.overloaded = self.overloaded;
+        s.now = self.now;
+        s
+    }
+
+    /// The host half to publish for `vcpu` at `now` (`seq` 0: the writer owns the seqcount).
+    /// All zero for an index the VM does not have.
+    pub fn host_half(&self, vcpu: u32, now: u64) -> abi::HostHalf {
+        let Some(v) = self.vcpus.get(vcpu as usize) else {
+            return abi::HostHalf::default();
+        };
+        let t = &v.target;
+        let mut flags = 0;
+        if t.params.is_rt() {
+            flags |= abi::HF_BOOSTED;
+        }
+        if t.throttled {
+            flags |= abi::HF_THROTTLED;
+        }
+        if self.overloaded {
+            flags |= abi::HF_OVERLOADED;
+        }
+        if self.budget.in_debt() {
+            flags |= abi::HF_IN_DEBT;
+        }
+        abi::HostHalf {
+            seq: 0,
+            status: v.status.abi(),
+            flags,
+            policy: t.params.policy.uapi(),
+            rt_priority: u32::from(t.params.rt_priority),
+            nice: i32::from(t.params.nice),
+            update_ns: now,
+            boost_count: v.stats.boosts,
+            throttle_count: v.stats.throttles,
+            preempt_count: v.stats.preemptions,
+            boosted_ns: v
+                .stats
+                .boosted_ns
+                .saturating_add(charged_ns(v, now.max(self.now))),
+            host_reserved: [0; 8],
+        }
+    }
+
+    fn budget_params(&self) -> BudgetParams {
+        budget_params(&self.limits, self.nr_vcpus())
+    }
+
+    /// Moves the clock to `now`: charges the budget for the interval since the last event.
+    fn advance(&mut self, now: u64) {
+        let dt = now - self.now;
+        if dt > 0 {
+            let p = self.budget_params();
+            self.budget.advance(&p, dt, self.charged);
+            let charged_ns = (dt as u128) * (self.charged as u128);
+            self.stats.boosted_ns_total = self
+                .stats
+                .boosted_ns_total
+                .saturating_add(u64::try_from(charged_ns).unwrap_or(u64::MAX));
+        }
+        self.now = now;
+    }
+
+    /// Updates one vCPU's inputs from an event about it (no decision yet).
+    fn apply(&mut self, i: usize, now: u64, event: &Event) {
+        let limits = &self.limits;
+        let v = &mut self.vcpus[i];
+        match *event {
+            Event::GuestUpdate {
+                ref guest,
+                consistent,
+                ..
+            } => {
+                let view = GuestView::from_read(guest, consistent);
+                v.stats.clamped_inputs += u64::from(view.clamped);
+                self.stats.clamped_inputs_total += u64::from(view.clamped);
+                if let Some(p) = v.proactive {
+                    // The guest speaking for itself ends a proactive boost: it either has a
+                    // reason of its own now, or it has run since and has nothing urgent.
+                    if view.speaks()
+                        && (p.seq != Some(view.seq) || best_guest(limits, &view).is_some())
+                    {
+                        v.proactive = None;
+                    }
+                }
+                v.guest = view;
+            }
+            Event::Running { .. } => v.status = RunStatus::Running,
+            Event::Preempted { .. } => {
+                v.status = RunStatus::Preempted;
+                v.stats.preemptions += 1;
+            }
+            Event::Blocked { .. } => {
+                v.status = RunStatus::Halted;
+                if limits.proactive_halt {
+                    self.stats.proactive_boosts_total += 1;
+                    start_proactive(limits, v, now, Reason::ProactiveHalt);
+                }
+            }
+            Event::Woken { .. } => {
+                if v.status != RunStatus::Running {
+                    v.status = RunStatus::Preempted;
+                }
+                if limits.proactive_wake {
+                    self.stats.proactive_boosts_total += 1;
+                    start_proactive(limits, v, now, Reason::ProactiveWake);
+                }
+            }
+            Event::InterruptTargeted { .. } => {
+                if limits.proactive_irq {
+                    self.stats.proactive_boosts_total += 1;
+                    start_proactive(limits, v, now, Reason::ProactiveIrq);
+                }
+            }
+            Event::KvmExit { reason, .. } => {
+                if reason == ExitReason::Hlt && limits.proactive_halt {
+                    self.stats.proactive_boosts_total += 1;
+                    start_proactive(limits, v, now, Reason::ProactiveHalt);
+                }
+            }
+            Event::Tick | Event::OverloadHint { .. } => {}
+        }
+    }
+
+    /// Recomputes the target of vCPU `i` at `now`; pushes a decision if it changed.
+    fn evaluate(&mut self, i: usize, now: u64, out: &mut Decisions) {
+        let limits = &self.limits;
+        let in_debt = self.budget.in_debt();
+        let v = &mut self.vcpus[i];
+
+        if v.proactive.is_some_and(|p| now >= p.until) {
+            v.proactive = None;
+        }
+        if v.throttled_until.is_some_and(|t| now >= t) {
+            v.throttled_until = None;
+        }
+
+        let mut boost = if v.throttled_until.is_some() {
+            None
+        } else {
+            best_boost(limits, v)
+        };
+        if boost.is_some() {
+            if let Some(start) = v.boost_start {
+                if now >= start.saturating_add(limits.max_boost_ns) {
+                    v.throttled_until = Some(now.saturating_add(limits.throttle_ns));
+                    v.stats.throttles += 1;
+                    self.stats.throttles_total += 1;
+                    boost = None;
+                }
+            }
+        }
+        let throttled = v.throttled_until.is_some();
+
+        let (params, reason) = match boost {
+            Some(c) => c,
+            None => {
+                let (mut params, mut reason) = cfs_params(limits, &v.guest);
+                if in_debt && limits.debt_nice > params.nice {
+                    params.nice = limits.debt_nice;
+                    reason = Reason::Debt;
+                }
+                if throttled {
+                    reason = Reason::Throttled;
+                }
+                (params, reason)
+            }
+        };
+
+        let is_rt = params.is_rt();
+        match (is_rt, v.boost_start) {
+            (true, None) => {
+                v.boost_start = Some(now);
+                v.stats.boosts += 1;
+                self.stats.boosts_total += 1;
+            }
+            (false, Some(_)) => v.boost_start = None,
+            _ => {}
+        }
+
+        let charge = is_rt && v.status != RunStatus::Halted;
+        match (charge, v.charged_since) {
+            (true, None) => {
+                v.charged_since = Some(now);
+                self.charged += 1;
+            }
+            (false, Some(since)) => {
+                v.stats.boosted_ns = v.stats.boosted_ns.saturating_add(now - since);
+                v.charged_since = None;
+                self.charged -= 1;
+            }
+            _ => {}
+        }
+
+        let changed = params != v.target.params || !reason.same_kind(&v.target.reason);
+        v.target.reason = reason;
+        v.target.throttled = throttled;
+        v.target.in_debt = in_debt;
+        if changed {
+            v.target.params = params;
+            v.target.since = now;
+            v.stats.decisions += 1;
+            self.stats.decisions_total += 1;
+            out.push(Decision {
+                vcpu: i as u32,
+                params,
+                reason,
+                throttled,
+                in_debt,
+            });
+        }
+    }
+}
+
+fn budget_params(limits: &VmLimits, nr_vcpus: u32) -> BudgetParams {
+    BudgetParams {
+        share_permille: limits.boost_share_permille,
+        nr_vcpus,
+        window_ns: limits.fairness_window_ns,
+    }
+}
+
+/// Boosted, non-halted time of the running charge interval, up to `now`.
+fn charged_ns(v: &Vcpu, now: u64) -> u64 {
+    v.charged_since.map_or(0, |s| now.saturating_sub(s))
+}
+
+fn start_proactive(limits: &VmLimits, v: &mut Vcpu, now: u64, reason: Reason) {
+    v.stats.proactive_boosts += 1;
+    let until = now.saturating_add(limits.proactive_boost_ns);
+    let seq = v.guest.speaks().then_some(v.guest.seq);
+    v.proactive = Some(match v.proactive {
+        // Extend a running boost; keep the guest seq it started from.
+        Some(p) => Proactive {
+            reason,
+            until: until.max(p.until),
+            seq: p.seq,
+        },
+        None => Proactive { reason, until, seq },
+    });
+}
+
+/// RT params for a boost of `wanted` class at `prio`, within the limits; `None` when no RT
+/// class is allowed.
+fn rt_params(limits: &VmLimits, wanted: HostPolicy, prio: u8) -> Option<SchedParams> {
+    let policy = limits.rt_policy(wanted)?;
+    Some(SchedParams {
+        policy,
+        rt_priority: limits.cap_prio(prio),
+        nice: limits.clamp_nice(0),
+    })
+}
+
+/// Offers a candidate: replaces `best` only with a strictly higher priority, so among equal
+/// priorities the earlier-offered (stronger) reason wins.
+fn offer(best: &mut Option<Candidate>, cand: Option<SchedParams>, reason: Reason) {
+    if let Some(params) = cand {
+        let stronger = match best {
+            Some((b, _)) => params.rt_priority > b.rt_priority,
+            None => true,
+        };
+        if stronger {
+            *best = Some((params, reason));
+        }
+    }
+}
+
+fn host_rt(policy: GuestPolicy) -> HostPolicy {
+    match policy {
+        GuestPolicy::Rr => HostPolicy::Rr,
+        _ => HostPolicy::Fifo,
+    }
+}
+
+/// The strongest boost the guest itself asks for, if any. Order of strength on equal
+/// priority: critical section, deadline task, RT task, pending hint, boost request.
+fn best_guest(limits: &VmLimits, g: &GuestView) -> Option<Candidate> {
+    if !g.speaks() {
+        return None;
+    }
+    let mut best = None;
+    let boost = || rt_params(limits, limits.boost_policy, limits.boost_priority);
+    if limits.honor_critical_sections && g.cs_flags != 0 {
+        offer(&mut best, boost(), Reason::CriticalSection(g.cs_flags));
+    }
+    if !g.idle && limits.honor_guest_rt {
+        if g.policy == GuestPolicy::Deadline {
+            let p = rt_params(limits, HostPolicy::Fifo, limits.deadline_priority);
+            offer(&mut best, p, Reason::GuestDeadline);
+        } else if g.policy.is_rt() {
+            let p = rt_params(limits, host_rt(g.policy), g.rt_priority);
+            let reason = Reason::GuestRt {
+                policy: g.policy.abi(),
+                priority: g.rt_priority,
+            };
+            offer(&mut best, p, reason);
+        }
+    }
+    if limits.honor_pending_hint {
+        if let Some(h) = g.pending {
+            let p = if h.policy == GuestPolicy::Deadline {
+                rt_params(limits, HostPolicy::Fifo, limits.deadline_priority)
+            } else {
+                rt_params(limits, host_rt(h.policy), h.rt_priority)
+            };
+            offer(&mut best, p, Reason::PendingHint);
+        }
+    }
+    if !g.idle && limits.honor_boost_request && g.boost_req {
+        offer(&mut best, boost(), Reason::BoostRequest);
+    }
+    best
+}
+
+/// The strongest boost for a vCPU: the guest's reasons, then a running proactive boost
+/// (if its switch is still on).
+fn best_boost(limits: &VmLimits, v: &Vcpu) -> Option<Candidate> {
+    let mut best = best_guest(limits, &v.guest);
+    if let Some(p) = v.proactive {
+        let enabled = match p.reason {
+            Reason::ProactiveWake => limits.proactive_wake,
+            Reason::ProactiveIrq => limits.proactive_irq,
+            Reason::ProactiveHalt => limits.proactive_halt,
+            _ => false,
+        };
+        if enabled {
+            let params = rt_params(limits, limits.boost_policy, limits.boost_priority);
+            offer(&mut best, params, p.reason);
+        }
+    }
+    best
+}
+
+/// Unboosted params: the guest's CFS class and nice, inside the limits.
+fn cfs_params(limits: &VmLimits, g: &GuestView) -> (SchedParams, Reason) {
+    let plain = SchedParams {
+        policy: HostPolicy::Other,
+        rt_priority: 0,
+        nice: limits.clamp_nice(0),
+    };
+    if !g.speaks() || g.idle {
+        return (plain, Reason::None);
+    }
+    let params = match g.policy {
+        GuestPolicy::Normal => SchedParams {
+            nice: limits.clamp_nice(g.nice),
+            ..plain
+        },
+        GuestPolicy::Batch => SchedParams {
+            policy: if limits.allowed.batch {
+                HostPolicy::Batch
+            } else {
+                HostPolicy::Other
+            },
+            nice: limits.clamp_nice(g.nice),
+            ..plain
+        },
+        GuestPolicy::Idle => SchedParams {
+            policy: if limits.allowed.idle {
+                HostPolicy::Idle
+            } else {
+                HostPolicy::Other
+            },
+            nice: limits.nice_max,
+            ..plain
+        },
+        GuestPolicy::Fifo | GuestPolicy::Rr | GuestPolicy::Deadline => plain,
+    };
+    let reason = if params == plain {
+        Reason::None
+    } else {
+        Reason::GuestNice
+    };
+    (params, reason)
+}
