@@ -1,0 +1,4 @@
+//! pvschedctl internals: rendering of status and of recordings.
+
+pub mod table;
+pub mod trace;

@@ -1,0 +1,150 @@
+//! pvschedctl: talks to pvschedd over its control socket.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use pvsched_host::control::{call, Request, Response};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "pvschedctl",
+    version,
+    about = "Status, tunables, live view and traces of pvschedd"
+)]
+struct Cli {
+    /// pvschedd's control socket.
+    #[arg(
+        long,
+        default_value = "/run/pvsched/control.sock",
+        env = "PVSCHED_SOCKET"
+    )]
+    socket: PathBuf,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Per VM and vCPU: thread, parameters in force, reason, counters.
+    Status {
+        /// Print the raw JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Change a run-time tunable (a [defaults] key of pvsched.toml).
+    Set {
+        /// Only this VM (default: the defaults and every VM).
+        #[arg(long)]
+        vm: Option<String>,
+        key: String,
+        value: String,
+    },
+    /// Live view, refreshed every interval (Ctrl-C to leave).
+    Top {
+        #[arg(long, default_value_t = 1000)]
+        interval_ms: u64,
+        /// Stop after this many refreshes (default: run until interrupted).
+        #[arg(long)]
+        iterations: Option<u64>,
+    },
+    /// Record host events and decisions into a Chrome trace-event file
+    /// (open it in Perfetto: one track per vCPU thread).
+    Record {
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        #[arg(long, default_value = "pvsched-trace.json")]
+        out: PathBuf,
+    },
+    /// Prometheus metrics text.
+    Metrics,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pvschedctl: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn ask(cli: &Cli, req: &Request, timeout: Duration) -> Result<Response, String> {
+    match call(&cli.socket, req, timeout).map_err(|e| e.to_string())? {
+        Response::Error { message } => Err(message),
+        other => Ok(other),
+    }
+}
+
+fn run(cli: &Cli) -> Result<(), String> {
+    let t = Duration::from_secs(10);
+    match &cli.cmd {
+        Cmd::Status { json } => match ask(cli, &Request::Status, t)? {
+            Response::Status(s) if *json => {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&s).map_err(|e| e.to_string())?
+                )
+            }
+            Response::Status(s) => print!("{}", pvsched_ctl::table::render(&s)),
+            other => return Err(format!("unexpected reply {other:?}")),
+        },
+        Cmd::Set { vm, key, value } => {
+            let req = Request::Set {
+                vm: vm.clone(),
+                key: key.clone(),
+                value: value.clone(),
+            };
+            if let Response::Ok { message } = ask(cli, &req, t)? {
+                println!("{message}");
+            }
+        }
+        Cmd::Top {
+            interval_ms,
+            iterations,
+        } => {
+            let mut n = 0u64;
+            loop {
+                if let Response::Status(s) = ask(cli, &Request::Status, t)? {
+                    // Clear the screen and home the cursor, then redraw.
+                    print!("\x1b[2J\x1b[H{}", pvsched_ctl::table::render(&s));
+                }
+                n += 1;
+                if iterations.is_some_and(|max| n >= max) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(*interval_ms));
+            }
+        }
+        Cmd::Record { seconds, out } => {
+            if !(*seconds > 0.0 && *seconds <= 3600.0) {
+                return Err(format!("--seconds must be in (0, 3600], not {seconds}"));
+            }
+            eprintln!("pvschedctl: recording {seconds} s ...");
+            let timeout = Duration::from_secs_f64(seconds + 30.0);
+            match ask(cli, &Request::Record { seconds: *seconds }, timeout)? {
+                Response::Record(rec) => {
+                    let trace = pvsched_ctl::trace::to_chrome_trace(&rec);
+                    let text = serde_json::to_string(&trace).map_err(|e| e.to_string())?;
+                    std::fs::write(out, text).map_err(|e| format!("{}: {e}", out.display()))?;
+                    println!(
+                        "{}: {} records, {} vCPU tracks (open in https://ui.perfetto.dev)",
+                        out.display(),
+                        rec.records.len(),
+                        rec.tracks.len()
+                    );
+                }
+                other => return Err(format!("unexpected reply {other:?}")),
+            }
+        }
+        Cmd::Metrics => {
+            if let Response::Metrics { text } = ask(cli, &Request::Metrics, t)? {
+                print!("{text}");
+            }
+        }
+    }
+    Ok(())
+}

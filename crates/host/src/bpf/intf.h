@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * pvsched host event sources: the interface between the BPF programs
+ * (pvsched.bpf.c) and the daemon (crates/host/src/events.rs).
+ *
+ * This is the ONE definition of the ring-buffer record and of the map
+ * values. The Rust side decodes records by offset; the offsets below are
+ * asserted here with _Static_assert and on the Rust side against the types
+ * that libbpf-cargo generates from this header (tests in events.rs), so a
+ * change here that is not mirrored in Rust fails the build or the tests.
+ *
+ * Rules: fixed-width fields only, explicit padding, no 64-bit enumerators
+ * (clang < 16 emits them wrongly into BTF), little-endian host order.
+ */
+#ifndef __PVSCHED_INTF_H
+#define __PVSCHED_INTF_H
+
+/* Event kinds (struct pvs_event.kind). 0 is never emitted. */
+enum pvs_event_kind {
+	PVS_EV_SWITCH_OUT = 1,	 /* tracked thread left a CPU */
+	PVS_EV_SWITCH_IN = 2,	 /* tracked thread got a CPU */
+	PVS_EV_WAKING = 3,	 /* tracked thread is being woken */
+	PVS_EV_KVM_EXIT = 4,	 /* HLT or PAUSE exit of a tracked vCPU thread */
+	PVS_EV_KVM_WAKEUP = 5,	 /* kvm_vcpu_wakeup: end of a halt */
+	PVS_EV_KVM_IRQ = 6,	 /* interrupt accepted by a vCPU's local APIC */
+	PVS_EV_KIND_MAX = 6,
+};
+
+/* Bits of struct pvs_event.flags; their meaning depends on the kind. */
+enum pvs_event_flag {
+	/* SWITCH_OUT: prev was still TASK_RUNNING (preempted), else it blocked */
+	PVS_F_RUNNABLE = 1u << 0,
+	/* WAKING: the waker is a tracked thread of the same VM (IPI) */
+	PVS_F_WAKER_VCPU = 1u << 1,
+	/* WAKING: the waker is another thread of the woken thread's process */
+	PVS_F_WAKER_SAME_VMM = 1u << 2,
+	/* WAKING: woken from hard-IRQ, NMI or softirq context (timer, device);
+	 * the "current" task is then unrelated, waker flags are not set */
+	PVS_F_WAKER_IRQ = 1u << 3,
+	/* KVM_EXIT: the exit was a HLT */
+	PVS_F_EXIT_HLT = 1u << 4,
+	/* KVM_EXIT: the exit was a PAUSE (pause-loop exiting) */
+	PVS_F_EXIT_PAUSE = 1u << 5,
+	/* KVM_EXIT: isa of the exit reason: VMX if set, SVM if clear */
+	PVS_F_ISA_VMX = 1u << 6,
+	/* KVM_WAKEUP: the vCPU slept ("waited"); clear: halt-polling caught it */
+	PVS_F_WAITED = 1u << 7,
+	/* KVM_WAKEUP: the halt-poll window was valid for this halt */
+	PVS_F_POLL_VALID = 1u << 8,
+	PVS_F_ALL = (1u << 9) - 1,
+};
+
+/*
+ * One ring-buffer record, 40 bytes, every kind the same size.
+ *
+ *   kind          tid          vm, vcpu          cpu               arg
+ *   SWITCH_OUT    prev         tracked[prev]     CPU it left       next tid
+ *   SWITCH_IN     next         tracked[next]     CPU it got        prev tid
+ *   WAKING        woken        tracked[woken]    target CPU        waker tid
+ *   KVM_EXIT      vCPU thread  tracked[tid]      CPU               raw exit reason
+ *   KVM_WAKEUP    vCPU thread  tracked[tid]      CPU               halt ns
+ *   KVM_IRQ       sender       vmm_tgid[tgid]    CPU               vector
+ *                              vcpu = apicid
+ */
+struct pvs_event {
+	__u64 ts_ns;	/* bpf_ktime_get_ns(): CLOCK_MONOTONIC */
+	__u32 kind;	/* enum pvs_event_kind */
+	__u32 flags;	/* enum pvs_event_flag */
+	__u32 tid;
+	__u32 vm;
+	__u32 vcpu;
+	__u32 cpu;
+	__u64 arg;
+};
+
+#define PVS_EVENT_SIZE 40
+
+/* Value of the `tracked` hash map, keyed by thread id (u32). */
+struct pvs_vcpu {
+	__u32 vm;
+	__u32 vcpu;
+};
+
+/* Index of the per-CPU `stats` array (u64 per CPU). */
+enum pvs_stat {
+	PVS_STAT_DROPPED = 0,	/* ring buffer full: event lost */
+	PVS_STAT_EMITTED = 1,	/* events submitted */
+	PVS_STAT_NR = 2,
+};
+
+/* kvm_exit reasons we keep (arch/x86/include/uapi/asm/{vmx,svm}.h). */
+#define PVS_KVM_ISA_VMX 1
+#define PVS_KVM_ISA_SVM 2
+#define PVS_VMX_EXIT_HLT 12
+#define PVS_VMX_EXIT_PAUSE 40
+#define PVS_SVM_EXIT_PAUSE 0x077
+#define PVS_SVM_EXIT_HLT 0x078
+
+_Static_assert(sizeof(struct pvs_event) == PVS_EVENT_SIZE, "pvs_event size");
+_Static_assert(__builtin_offsetof(struct pvs_event, kind) == 8, "kind");
+_Static_assert(__builtin_offsetof(struct pvs_event, flags) == 12, "flags");
+_Static_assert(__builtin_offsetof(struct pvs_event, tid) == 16, "tid");
+_Static_assert(__builtin_offsetof(struct pvs_event, vm) == 20, "vm");
+_Static_assert(__builtin_offsetof(struct pvs_event, vcpu) == 24, "vcpu");
+_Static_assert(__builtin_offsetof(struct pvs_event, cpu) == 28, "cpu");
+_Static_assert(__builtin_offsetof(struct pvs_event, arg) == 32, "arg");
+_Static_assert(sizeof(struct pvs_vcpu) == 8, "pvs_vcpu size");
+
+#endif /* __PVSCHED_INTF_H */

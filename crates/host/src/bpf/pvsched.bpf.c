@@ -1,0 +1,485 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * pvsched host event sources.
+ *
+ * Turns scheduler and KVM tracepoints into a low-rate stream of vCPU state
+ * changes for pvschedd. Everything is filtered here, in the kernel: only
+ * threads the daemon registered in `tracked` (vCPU threads) or processes in
+ * `vmm_tgid` (VMMs) produce records, and only state changes are reported.
+ * See README.md next to this file for the record format and what fires where.
+ *
+ * Programs:
+ *   tp_btf/sched_switch        SWITCH_OUT (runnable or blocked), SWITCH_IN;
+ *                              preemptions by the daemon itself hidden
+ *   tp_btf/sched_waking        WAKING, with who woke it (vCPU / VMM / IRQ)
+ *   tp_btf/{irq_handler,softirq,hrtimer_expire}_{entry,exit}
+ *                              per-CPU IRQ-context depth, for sched_waking
+ *   tp/kvm/kvm_exit            KVM_EXIT, HLT and PAUSE only      (KVM only)
+ *   raw_tp/kvm_vcpu_wakeup     KVM_WAKEUP, halt duration         (KVM only)
+ *   raw_tp/kvm_apic_accept_irq KVM_IRQ, interrupt for a vCPU     (KVM only)
+ *   raw_tp (no target)         pvs_kvm_exit_test: the kvm_exit filter, driven
+ *                              by BPF_PROG_TEST_RUN in tests; never attached
+ *
+ * The KVM programs are optional: the loader retries without them if they
+ * fail to load, and attaches each on its own.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "intf.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/*
+ * Tunables, set by the loader before load (mirrored by BpfOptions in
+ * events.rs). The verifier sees them as constants and removes dead paths.
+ */
+
+/* Emit SWITCH_IN when a tracked thread gets a CPU (SWITCH_OUT is always on). */
+const volatile bool emit_switch_in = true;
+/* Emit WAKING when a tracked thread is woken. */
+const volatile bool emit_waking = true;
+/* Emit KVM_EXIT for HLT exits of tracked threads. */
+const volatile bool emit_hlt_exits = true;
+/* Emit KVM_EXIT for PAUSE exits (pause-loop exiting: can be frequent). */
+const volatile bool emit_pause_exits = true;
+/* Emit KVM_WAKEUP (halt durations, for halt-poll tuning). */
+const volatile bool emit_kvm_wakeup = true;
+/* Emit KVM_IRQ for interrupts accepted by a vCPU of a registered VMM. */
+const volatile bool emit_kvm_irq = true;
+/* The irq/softirq/hrtimer entry-exit programs are attached: wakeups done in
+ * those contexts are flagged PVS_F_WAKER_IRQ instead of being blamed on the
+ * interrupted task. */
+const volatile bool track_irq_context = true;
+
+/*
+ * Not read by any program: puts the intf.h types into the object's BTF so
+ * that libbpf-cargo generates them in the Rust skeleton, where tests check
+ * the hand-written decoder in events.rs against them.
+ */
+const volatile struct pvs_intf_types {
+	struct pvs_event event;
+	struct pvs_vcpu vcpu;
+	enum pvs_event_kind kind;
+	enum pvs_event_flag flag;
+	enum pvs_stat stat;
+} pvs_intf_types = {};
+
+/*
+ * The daemon's own process (set by the loader). A tracked thread that the
+ * daemon preempts is not reported: the daemon was woken by an event of that
+ * thread, and reporting the preemption it caused would wake it again, and
+ * again (feedback loop; measured: 1.4 M events for 10 k sleeps). If the CPU
+ * then goes to a third task instead of back to the thread, the preemption
+ * is reported then. 0: off.
+ */
+const volatile u32 self_tgid = 0;
+
+/* Thread id -> {vm, vcpu}: the vCPU threads. Filled by the daemon. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096); /* resized by the loader */
+	__type(key, u32);
+	__type(value, struct pvs_vcpu);
+} tracked SEC(".maps");
+
+/* VMM process id (tgid) -> vm. Filled by the daemon. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256); /* resized by the loader */
+	__type(key, u32);
+	__type(value, u32);
+} vmm_tgid SEC(".maps");
+
+/* The one ring buffer to user space (struct pvs_event records). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024); /* resized by the loader */
+} events SEC(".maps");
+
+/* Per-CPU counters, enum pvs_stat. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, PVS_STAT_NR);
+	__type(key, u32);
+	__type(value, u64);
+} stats SEC(".maps");
+
+/*
+ * Kernel types, only the fields read, as CO-RE flavours: libbpf relocates
+ * each access against the running kernel's BTF, whatever vmlinux.h says.
+ */
+struct task_struct___pvs {
+	int pid;
+	int tgid;
+	unsigned int __state; /* >= 5.14 */
+	unsigned int cpu; /* >= 5.16, SMP */
+} __attribute__((preserve_access_index));
+
+struct task_struct___pvs_old {
+	long state; /* < 5.14 */
+} __attribute__((preserve_access_index));
+
+/* tracefs record of kvm:kvm_exit (arch/x86/kvm/trace.h) */
+struct trace_event_raw_kvm_exit___pvs {
+	unsigned int exit_reason;
+	u32 isa;
+} __attribute__((preserve_access_index));
+
+/*
+ * Per-CPU state. irq_depth: how deep this CPU is in hard-IRQ handlers,
+ * softirqs and hrtimer callbacks (entry/exit programs below); a wakeup done
+ * there is not the current task's doing. None of these regions can
+ * schedule, so sched_switch resets it: a missed exit heals at once.
+ * hidden_tid: the tracked thread the daemon preempted on this CPU.
+ */
+struct pvs_cpu_state {
+	u32 irq_depth;
+	u32 hidden_tid;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct pvs_cpu_state);
+} cpu_state SEC(".maps");
+
+static __always_inline void stat_inc(u32 idx)
+{
+	u64 *v = bpf_map_lookup_elem(&stats, &idx);
+
+	if (v)
+		(*v)++;
+}
+
+static __always_inline struct pvs_event *reserve(u32 kind)
+{
+	struct pvs_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+
+	if (!e) {
+		stat_inc(PVS_STAT_DROPPED);
+		return NULL;
+	}
+	e->ts_ns = bpf_ktime_get_ns();
+	e->kind = kind;
+	e->flags = 0;
+	e->cpu = bpf_get_smp_processor_id();
+	e->arg = 0;
+	return e;
+}
+
+static __always_inline void submit(struct pvs_event *e)
+{
+	bpf_ringbuf_submit(e, 0);
+	stat_inc(PVS_STAT_EMITTED);
+}
+
+static __always_inline struct pvs_cpu_state *this_cpu_state(void)
+{
+	u32 zero = 0;
+
+	return bpf_map_lookup_elem(&cpu_state, &zero);
+}
+
+/* True inside a hard-IRQ handler, softirq or hrtimer callback. */
+static __always_inline bool in_irq_context(void)
+{
+	struct pvs_cpu_state *c = this_cpu_state();
+
+	return c && c->irq_depth > 0;
+}
+
+static __always_inline void irq_depth_add(int delta)
+{
+	struct pvs_cpu_state *c = this_cpu_state();
+
+	if (!c)
+		return;
+	if (delta > 0)
+		c->irq_depth += 1;
+	else if (c->irq_depth > 0)
+		c->irq_depth -= 1;
+}
+
+static __always_inline unsigned int task_state(struct task_struct___pvs *t)
+{
+	if (bpf_core_field_exists(t->__state))
+		return BPF_CORE_READ(t, __state);
+	return (unsigned int)BPF_CORE_READ((struct task_struct___pvs_old *)t, state);
+}
+
+static __always_inline void emit_switch(u32 kind, u32 tid, struct pvs_vcpu *v, u32 flags,
+					u32 other_tid)
+{
+	struct pvs_event *e = reserve(kind);
+
+	if (!e)
+		return;
+	e->tid = tid;
+	e->vm = v->vm;
+	e->vcpu = v->vcpu;
+	e->flags = flags;
+	e->arg = other_tid;
+	submit(e);
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(pvs_sched_switch, bool preempt, struct task_struct___pvs *prev,
+	     struct task_struct___pvs *next)
+{
+	u32 prev_tid = prev->pid, next_tid = next->pid;
+	struct pvs_cpu_state *c = this_cpu_state();
+	u32 hidden = 0;
+	bool runnable;
+	struct pvs_vcpu *v;
+
+	if (c) {
+		c->irq_depth = 0; /* nothing schedules inside IRQ context */
+		hidden = c->hidden_tid;
+	}
+
+	v = bpf_map_lookup_elem(&tracked, &prev_tid);
+	if (v) {
+		/* preempted, or woken between set_current_state() and
+		 * schedule(): it stays on the runqueue */
+		runnable = preempt || task_state(prev) == 0 /* TASK_RUNNING */;
+		if (runnable && self_tgid && (u32)next->tgid == self_tgid && c)
+			c->hidden_tid = prev_tid; /* the daemon's doing: see self_tgid */
+		else
+			emit_switch(PVS_EV_SWITCH_OUT, prev_tid, v, runnable ? PVS_F_RUNNABLE : 0,
+				    next_tid);
+	}
+
+	if (hidden && c && (u32)prev->tgid == self_tgid) {
+		/* the daemon leaves the CPU it took from a tracked thread */
+		c->hidden_tid = 0;
+		if (next_tid == hidden)
+			return 0; /* back to it: nothing happened */
+		v = bpf_map_lookup_elem(&tracked, &hidden);
+		if (v) /* someone else runs: now it is a real preemption */
+			emit_switch(PVS_EV_SWITCH_OUT, hidden, v, PVS_F_RUNNABLE, next_tid);
+	}
+
+	if (!emit_switch_in)
+		return 0;
+	v = bpf_map_lookup_elem(&tracked, &next_tid);
+	if (v)
+		emit_switch(PVS_EV_SWITCH_IN, next_tid, v, 0, prev_tid);
+	return 0;
+}
+
+SEC("tp_btf/sched_waking")
+int BPF_PROG(pvs_sched_waking, struct task_struct___pvs *p)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	u32 waker_tid = (u32)id, waker_tgid = id >> 32;
+	u32 tid = p->pid;
+	struct pvs_vcpu *v, *w;
+	struct pvs_event *e;
+
+	if (!emit_waking)
+		return 0;
+	v = bpf_map_lookup_elem(&tracked, &tid);
+	/* p == current: it never left the CPU, not a state change */
+	if (!v || tid == waker_tid)
+		return 0;
+
+	e = reserve(PVS_EV_WAKING);
+	if (!e)
+		return 0;
+	e->tid = tid;
+	e->vm = v->vm;
+	e->vcpu = v->vcpu;
+	e->arg = waker_tid;
+	/* task_cpu(p), as the tracefs record's target_cpu: the CPU it last ran
+	 * on (select_task_rq() runs after this tracepoint) */
+	if (bpf_core_field_exists(p->cpu))
+		e->cpu = p->cpu;
+	if (track_irq_context && in_irq_context()) {
+		e->flags = PVS_F_WAKER_IRQ;
+	} else {
+		w = bpf_map_lookup_elem(&tracked, &waker_tid);
+		if (w && w->vm == v->vm)
+			e->flags = PVS_F_WAKER_VCPU;
+		else if (waker_tgid == (u32)p->tgid)
+			e->flags = PVS_F_WAKER_SAME_VMM;
+	}
+	submit(e);
+	return 0;
+}
+
+/*
+ * IRQ-context bookkeeping for sched_waking. Covers device IRQ handlers,
+ * softirqs run on IRQ exit, and every hrtimer callback (the LAPIC timer of
+ * a KVM guest, nanosleep/ppoll timeouts of a VMM). x86 system vectors that
+ * wake tasks outside these (posted-interrupt wakeup) are not covered.
+ */
+SEC("tp_btf/irq_handler_entry")
+int BPF_PROG(pvs_irq_entry)
+{
+	irq_depth_add(1);
+	return 0;
+}
+
+SEC("tp_btf/irq_handler_exit")
+int BPF_PROG(pvs_irq_exit)
+{
+	irq_depth_add(-1);
+	return 0;
+}
+
+SEC("tp_btf/softirq_entry")
+int BPF_PROG(pvs_softirq_entry)
+{
+	irq_depth_add(1);
+	return 0;
+}
+
+SEC("tp_btf/softirq_exit")
+int BPF_PROG(pvs_softirq_exit)
+{
+	irq_depth_add(-1);
+	return 0;
+}
+
+SEC("tp_btf/hrtimer_expire_entry")
+int BPF_PROG(pvs_hrtimer_entry)
+{
+	irq_depth_add(1);
+	return 0;
+}
+
+SEC("tp_btf/hrtimer_expire_exit")
+int BPF_PROG(pvs_hrtimer_exit)
+{
+	irq_depth_add(-1);
+	return 0;
+}
+
+/* Shared by the tracepoint program and its test twin. */
+static __always_inline int handle_kvm_exit(u32 reason, u32 isa)
+{
+	u32 tid = (u32)bpf_get_current_pid_tgid();
+	u32 flags;
+	struct pvs_vcpu *v;
+	struct pvs_event *e;
+
+	/* cheapest test first: kvm_exit fires on every exit of every VM */
+	if (isa == PVS_KVM_ISA_VMX) {
+		u32 basic = reason & 0xffff;
+
+		if (basic == PVS_VMX_EXIT_HLT)
+			flags = PVS_F_EXIT_HLT | PVS_F_ISA_VMX;
+		else if (basic == PVS_VMX_EXIT_PAUSE)
+			flags = PVS_F_EXIT_PAUSE | PVS_F_ISA_VMX;
+		else
+			return 0;
+	} else if (isa == PVS_KVM_ISA_SVM) {
+		if (reason == PVS_SVM_EXIT_HLT)
+			flags = PVS_F_EXIT_HLT;
+		else if (reason == PVS_SVM_EXIT_PAUSE)
+			flags = PVS_F_EXIT_PAUSE;
+		else
+			return 0;
+	} else {
+		return 0;
+	}
+	if ((flags & PVS_F_EXIT_HLT) && !emit_hlt_exits)
+		return 0;
+	if ((flags & PVS_F_EXIT_PAUSE) && !emit_pause_exits)
+		return 0;
+
+	v = bpf_map_lookup_elem(&tracked, &tid);
+	if (!v)
+		return 0;
+	e = reserve(PVS_EV_KVM_EXIT);
+	if (!e)
+		return 0;
+	e->tid = tid;
+	e->vm = v->vm;
+	e->vcpu = v->vcpu;
+	e->flags = flags;
+	e->arg = reason;
+	submit(e);
+	return 0;
+}
+
+SEC("tp/kvm/kvm_exit")
+int pvs_kvm_exit(struct trace_event_raw_kvm_exit___pvs *ctx)
+{
+	return handle_kvm_exit(ctx->exit_reason, ctx->isa);
+}
+
+/* Test twin of pvs_kvm_exit: args (exit_reason, isa) via BPF_PROG_TEST_RUN. */
+SEC("raw_tp")
+int BPF_PROG(pvs_kvm_exit_test, u32 exit_reason, u32 isa)
+{
+	return handle_kvm_exit(exit_reason, isa);
+}
+
+/* TP_PROTO(__u64 ns, bool waited, bool valid), in the vCPU thread. */
+SEC("raw_tp/kvm_vcpu_wakeup")
+int BPF_PROG(pvs_kvm_vcpu_wakeup, u64 ns, bool waited, bool valid)
+{
+	u32 tid = (u32)bpf_get_current_pid_tgid();
+	struct pvs_vcpu *v;
+	struct pvs_event *e;
+
+	if (!emit_kvm_wakeup)
+		return 0;
+	v = bpf_map_lookup_elem(&tracked, &tid);
+	if (!v)
+		return 0;
+	e = reserve(PVS_EV_KVM_WAKEUP);
+	if (!e)
+		return 0;
+	e->tid = tid;
+	e->vm = v->vm;
+	e->vcpu = v->vcpu;
+	e->arg = ns;
+	e->flags = (waited ? PVS_F_WAITED : 0) | (valid ? PVS_F_POLL_VALID : 0);
+	submit(e);
+	return 0;
+}
+
+/*
+ * TP_PROTO(__u32 apicid, __u16 dm, __u16 tm, __u8 vec). "apicid" is the
+ * target's KVM vcpu_id, which QEMU sets to the APIC ID; we report it as the
+ * vCPU index (true for contiguous topologies, see README). The record has
+ * no VM: the VM is the one whose VMM process (tgid) is current, which holds
+ * for IPIs (sent by a vCPU thread) and for irqfd/MSI injection by VMM
+ * threads (I/O threads, vhost workers >= 6.4), not for hard-IRQ injection.
+ */
+SEC("raw_tp/kvm_apic_accept_irq")
+int BPF_PROG(pvs_kvm_apic_accept_irq, u32 apicid, u16 dm, u16 tm, u8 vec)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tid = (u32)id, tgid = id >> 32;
+	struct pvs_event *e;
+	struct pvs_vcpu *v;
+	u32 *vm;
+	u32 vm_id;
+
+	if (!emit_kvm_irq)
+		return 0;
+	vm = bpf_map_lookup_elem(&vmm_tgid, &tgid);
+	if (vm) {
+		vm_id = *vm;
+	} else {
+		v = bpf_map_lookup_elem(&tracked, &tid);
+		if (!v)
+			return 0;
+		vm_id = v->vm;
+	}
+	e = reserve(PVS_EV_KVM_IRQ);
+	if (!e)
+		return 0;
+	e->tid = tid;
+	e->vm = vm_id;
+	e->vcpu = apicid;
+	e->arg = vec;
+	submit(e);
+	return 0;
+}

@@ -1,0 +1,527 @@
+//! pvschedd configuration: TOML, every key documented with its default in
+//! `packaging/pvsched.toml`. Global defaults, then per-VM entries.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use pvsched_policy::{AllowedPolicies, HostPolicy, VmLimits};
+use serde::{Deserialize, Serialize};
+
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/pvsched/pvsched.toml";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: {key}: {msg}")]
+    Invalid {
+        path: String,
+        key: String,
+        msg: String,
+    },
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: {msg}")]
+    Parse { path: String, msg: String },
+}
+
+/// Where the daemon takes its events from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EventSourceKind {
+    /// BPF when it loads, else polling (logged).
+    #[default]
+    Auto,
+    Bpf,
+    Poll,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DaemonConfig {
+    /// What the daemon boosted, so that a successor can restore it after a crash.
+    pub state_file: PathBuf,
+    /// Unix socket pvschedctl talks to.
+    pub control_socket: PathBuf,
+    /// Prometheus text metrics: "127.0.0.1:PORT", "unix:/path", or "off".
+    pub metrics: String,
+    pub event_source: EventSourceKind,
+    /// Interval of the polling fallback, in microseconds.
+    pub poll_interval_us: u64,
+    /// Re-read interval of boosted vCPUs' slots (prompt unboost), microseconds.
+    pub recheck_boosted_us: u64,
+    /// Re-read interval of every slot (guests whose vCPUs the host never
+    /// preempts still get their RT tasks mapped), microseconds.
+    pub scan_interval_us: u64,
+    /// How often VMs are looked for (appearing / disappearing), milliseconds.
+    pub discovery_interval_ms: u64,
+    /// SCHED_FIFO priority of the event thread; must exceed every VM's
+    /// max_rt_priority so that boosted vCPUs never delay their own unboost.
+    pub priority: u8,
+    /// Lock the daemon's memory (no page faults on the event path).
+    pub mlock: bool,
+    /// Also boost VMM threads on the guest's latency path (TCG: QEMU's main
+    /// loop delivers guest timers) while any vCPU of the VM is boosted.
+    pub boost_latency_path: bool,
+}
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        Self {
+            state_file: "/run/pvsched/state.json".into(),
+            control_socket: "/run/pvsched/control.sock".into(),
+            metrics: "127.0.0.1:9477".into(),
+            event_source: EventSourceKind::Auto,
+            poll_interval_us: 1000,
+            recheck_boosted_us: 500,
+            scan_interval_us: 10_000,
+            discovery_interval_ms: 1000,
+            priority: 50,
+            mlock: true,
+            boost_latency_path: true,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DiscoveryConfig {
+    /// Serve every VM whose VMM maps a file `<region_dir>/<region_prefix><name>`
+    /// (`-object memory-backend-file,mem-path=...`), with the default limits.
+    pub auto: bool,
+    pub region_dir: PathBuf,
+    pub region_prefix: String,
+}
+
+impl Default for DiscoveryConfig {
+    fn default() -> Self {
+        Self {
+            auto: true,
+            region_dir: "/dev/shm".into(),
+            region_prefix: "pvsched-".into(),
+        }
+    }
+}
+
+/// Host policies a VM may be given, as config names.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct PolicyList(pub Vec<String>);
+
+macro_rules! limits_config {
+    ($( $(#[$doc:meta])* $field:ident : $ty:ty ),* $(,)?) => {
+        /// Overrides of [`VmLimits`]: every key optional, named as the field.
+        #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+        #[serde(default, deny_unknown_fields)]
+        pub struct LimitsConfig {
+            /// Host policies that may be applied: any of other, batch, idle, fifo, rr.
+            pub allowed: Option<PolicyList>,
+            /// fifo or rr.
+            pub boost_policy: Option<String>,
+            $( $(#[$doc])* pub $field: Option<$ty>, )*
+        }
+
+        impl LimitsConfig {
+            /// `base` with these overrides applied; `prefix` names the table
+            /// in errors.
+            pub fn apply(&self, base: &VmLimits, prefix: &str) -> Result<VmLimits, ConfigError> {
+                let mut l = base.clone();
+                if let Some(list) = &self.allowed {
+                    l.allowed = parse_allowed(list, &format!("{prefix}allowed"))?;
+                }
+                if let Some(p) = &self.boost_policy {
+                    l.boost_policy = parse_policy(p, &format!("{prefix}boost_policy"))?;
+                }
+                $( if let Some(v) = self.$field { l.$field = v; } )*
+                l.validate().map_err(|e| {
+                    let msg = e.to_string();
+                    let key = msg.split_whitespace().next().unwrap_or("").trim_end_matches(':');
+                    ConfigError::Invalid { path: String::new(), key: format!("{prefix}{key}"), msg }
+                })?;
+                Ok(l)
+            }
+
+            /// Every key `pvschedctl set` accepts.
+            pub const KEYS: &'static [&'static str] = &["allowed", "boost_policy", $( stringify!($field) ),*];
+        }
+    };
+}
+
+limits_config! {
+    boost_priority: u8,
+    max_rt_priority: u8,
+    deadline_priority: u8,
+    nice_min: i8,
+    nice_max: i8,
+    honor_critical_sections: bool,
+    honor_guest_rt: bool,
+    honor_boost_request: bool,
+    honor_pending_hint: bool,
+    proactive_wake: bool,
+    proactive_irq: bool,
+    proactive_halt: bool,
+    proactive_boost_ns: u64,
+    max_boost_ns: u64,
+    throttle_ns: u64,
+    boost_share_permille: u32,
+    fairness_window_ns: u64,
+    debt_nice: i8,
+}
+
+fn parse_policy(name: &str, key: &str) -> Result<HostPolicy, ConfigError> {
+    HostPolicy::ALL
+        .into_iter()
+        .find(|p| p.name() == name)
+        .ok_or_else(|| ConfigError::Invalid {
+            path: String::new(),
+            key: key.into(),
+            msg: format!("unknown policy {name:?} (other, batch, idle, fifo, rr)"),
+        })
+}
+
+fn parse_allowed(list: &PolicyList, key: &str) -> Result<AllowedPolicies, ConfigError> {
+    let mut a = AllowedPolicies::NO_RT;
+    a.batch = false;
+    for name in &list.0 {
+        match parse_policy(name, key)? {
+            HostPolicy::Other => a.other = true,
+            HostPolicy::Batch => a.batch = true,
+            HostPolicy::Idle => a.idle = true,
+            HostPolicy::Fifo => a.fifo = true,
+            HostPolicy::Rr => a.rr = true,
+        }
+    }
+    Ok(a)
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VmConfig {
+    /// Name used in logs, metrics and pvschedctl.
+    pub name: String,
+    /// Region file; default `<region_dir>/<region_prefix><name>`.
+    pub region: Option<PathBuf>,
+    /// QMP socket of the VMM: vCPU thread ids from `query-cpus-fast`.
+    pub qmp: Option<PathBuf>,
+    /// VMM pid, when there is no QMP socket: vCPU threads by name.
+    pub pid: Option<i32>,
+    /// Mode of a region file the daemon creates (0600, or 0660 for the VMM's group).
+    #[serde(default = "default_region_mode")]
+    pub region_mode: u32,
+    /// vCPU count: when set, the region is created and initialised at start,
+    /// before the VMM runs (so a guest module loaded at boot finds it).
+    pub vcpus: Option<u32>,
+    #[serde(default)]
+    pub limits: LimitsConfig,
+}
+
+fn default_region_mode() -> u32 {
+    0o600
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub daemon: DaemonConfig,
+    pub discovery: DiscoveryConfig,
+    /// Limits every VM starts from.
+    pub defaults: LimitsConfig,
+    #[serde(rename = "vm")]
+    pub vms: Vec<VmConfig>,
+}
+
+/// A config that passed validation: limits resolved per VM.
+#[derive(Clone, Debug)]
+pub struct Resolved {
+    pub config: Config,
+    pub default_limits: VmLimits,
+    pub vm_limits: Vec<VmLimits>,
+}
+
+impl Config {
+    /// Reads and validates `path`; a missing default path means defaults.
+    pub fn load(path: &Path, must_exist: bool) -> Result<Resolved, ConfigError> {
+        let shown = path.display().to_string();
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !must_exist => String::new(),
+            Err(e) => {
+                return Err(ConfigError::Io {
+                    path: shown,
+                    source: e,
+                })
+            }
+        };
+        Self::parse(&text, &shown)
+    }
+
+    pub fn parse(text: &str, shown: &str) -> Result<Resolved, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: shown.to_string(),
+            msg: e.to_string().trim_end().replace('\n', " "),
+        })?;
+        config.resolve().map_err(|e| match e {
+            ConfigError::Invalid { key, msg, .. } => ConfigError::Invalid {
+                path: shown.to_string(),
+                key,
+                msg,
+            },
+            other => other,
+        })
+    }
+
+    fn resolve(self) -> Result<Resolved, ConfigError> {
+        let invalid = |key: &str, msg: String| ConfigError::Invalid {
+            path: String::new(),
+            key: key.into(),
+            msg,
+        };
+        let d = &self.daemon;
+        for (key, v) in [
+            ("daemon.poll_interval_us", d.poll_interval_us),
+            ("daemon.recheck_boosted_us", d.recheck_boosted_us),
+            ("daemon.scan_interval_us", d.scan_interval_us),
+            ("daemon.discovery_interval_ms", d.discovery_interval_ms),
+        ] {
+            if v == 0 {
+                return Err(invalid(key, "must be > 0".into()));
+            }
+        }
+        if !(1..=99).contains(&d.priority) {
+            return Err(invalid(
+                "daemon.priority",
+                format!("must be 1..=99, not {}", d.priority),
+            ));
+        }
+        if d.metrics != "off"
+            && !d.metrics.starts_with("unix:")
+            && d.metrics.parse::<std::net::SocketAddr>().is_err()
+        {
+            return Err(invalid(
+                "daemon.metrics",
+                format!("{:?} is neither host:port, unix:/path nor off", d.metrics),
+            ));
+        }
+        let default_limits = self.defaults.apply(&VmLimits::default(), "defaults.")?;
+        let mut names = BTreeSet::new();
+        let mut vm_limits = Vec::with_capacity(self.vms.len());
+        for (i, vm) in self.vms.iter().enumerate() {
+            let key = format!("vm[{i}]");
+            if vm.name.is_empty()
+                || !vm
+                    .name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            {
+                return Err(invalid(
+                    &format!("{key}.name"),
+                    format!("{:?}: use letters, digits, - and _", vm.name),
+                ));
+            }
+            if !names.insert(vm.name.clone()) {
+                return Err(invalid(
+                    &format!("{key}.name"),
+                    format!("{:?} appears twice", vm.name),
+                ));
+            }
+            if vm.qmp.is_some() && vm.pid.is_some() {
+                return Err(invalid(
+                    &format!("vm.{}.qmp", vm.name),
+                    "give qmp or pid, not both".into(),
+                ));
+            }
+            if vm.region_mode & 0o002 != 0 || vm.region_mode > 0o777 {
+                return Err(invalid(
+                    &format!("vm.{}.region_mode", vm.name),
+                    format!("{:o}: world-writable or not a mode", vm.region_mode),
+                ));
+            }
+            if let Some(n) = vm.vcpus {
+                if n == 0 || n > pvsched_abi::MAX_SLOTS {
+                    return Err(invalid(
+                        &format!("vm.{}.vcpus", vm.name),
+                        format!("must be 1..={}", pvsched_abi::MAX_SLOTS),
+                    ));
+                }
+            }
+            let limits = vm
+                .limits
+                .apply(&default_limits, &format!("vm.{}.limits.", vm.name))?;
+            if limits.max_rt_priority >= d.priority {
+                return Err(invalid(
+                    &format!("vm.{}.limits.max_rt_priority", vm.name),
+                    format!(
+                        "{} must be below daemon.priority ({})",
+                        limits.max_rt_priority, d.priority
+                    ),
+                ));
+            }
+            vm_limits.push(limits);
+        }
+        if default_limits.max_rt_priority >= d.priority {
+            return Err(invalid(
+                "defaults.max_rt_priority",
+                format!(
+                    "{} must be below daemon.priority ({})",
+                    default_limits.max_rt_priority, d.priority
+                ),
+            ));
+        }
+        Ok(Resolved {
+            config: self,
+            default_limits,
+            vm_limits,
+        })
+    }
+}
+
+impl VmConfig {
+    pub fn region_path(&self, discovery: &DiscoveryConfig) -> PathBuf {
+        self.region.clone().unwrap_or_else(|| {
+            discovery
+                .region_dir
+                .join(format!("{}{}", discovery.region_prefix, self.name))
+        })
+    }
+}
+
+/// Parses one run-time tunable (`pvschedctl set KEY VALUE`) onto `base`.
+pub fn set_limit(base: &VmLimits, key: &str, value: &str) -> Result<VmLimits, ConfigError> {
+    if !LimitsConfig::KEYS.contains(&key) {
+        return Err(ConfigError::Invalid {
+            path: "set".into(),
+            key: key.into(),
+            msg: format!("unknown key; one of {}", LimitsConfig::KEYS.join(", ")),
+        });
+    }
+    // Values are TOML: 8, true, "rr", ["other", "rr"]; a bare word is a string.
+    let doc = format!("{key} = {value}");
+    let parsed: Result<LimitsConfig, _> =
+        toml::from_str(&doc).or_else(|_| toml::from_str(&format!("{key} = {value:?}")));
+    let overrides = parsed.map_err(|e| ConfigError::Invalid {
+        path: "set".into(),
+        key: key.into(),
+        msg: e.message().to_string(),
+    })?;
+    overrides.apply(base, "").map_err(|e| match e {
+        ConfigError::Invalid { key, msg, .. } => ConfigError::Invalid {
+            path: "set".into(),
+            key,
+            msg,
+        },
+        other => other,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_config_gives_every_default() {
+        let r = Config::parse("", "t.toml").unwrap();
+
+        assert_eq!(r.default_limits, VmLimits::default());
+        assert_eq!(r.config.daemon, DaemonConfig::default());
+        assert!(r.config.vms.is_empty());
+    }
+
+    #[test]
+    fn the_shipped_example_config_is_valid_and_all_defaults() {
+        let text = include_str!("../../../packaging/pvsched.toml");
+
+        let r = Config::parse(text, "packaging/pvsched.toml").unwrap();
+
+        assert_eq!(r.default_limits, VmLimits::default());
+        assert_eq!(r.config.daemon, DaemonConfig::default());
+    }
+
+    #[test]
+    fn per_vm_limits_override_the_defaults() {
+        let text = r#"
+            [defaults]
+            max_rt_priority = 20
+            [[vm]]
+            name = "audio"
+            qmp = "/run/audio.qmp"
+            [vm.limits]
+            boost_priority = 15
+            allowed = ["other", "fifo"]
+        "#;
+
+        let r = Config::parse(text, "t.toml").unwrap();
+
+        assert_eq!(r.default_limits.max_rt_priority, 20);
+        assert_eq!(r.vm_limits[0].boost_priority, 15);
+        assert!(r.vm_limits[0].allowed.fifo && !r.vm_limits[0].allowed.rr);
+    }
+
+    #[test]
+    fn each_bad_config_names_its_key() {
+        let cases = [
+            (
+                "[defaults]\nmax_rt_priority = 0",
+                "defaults.max_rt_priority",
+            ),
+            ("[defaults]\nbogus = 1", "bogus"),
+            ("[daemon]\npriority = 5", "defaults.max_rt_priority"),
+            ("[daemon]\nmetrics = \"nowhere\"", "daemon.metrics"),
+            (
+                "[daemon]\nrecheck_boosted_us = 0",
+                "daemon.recheck_boosted_us",
+            ),
+            (
+                "[[vm]]\nname = \"a\"\n[vm.limits]\nnice_min = 30",
+                "vm.a.limits.nice_min",
+            ),
+            (
+                "[[vm]]\nname = \"a\"\nregion_mode = 0o666",
+                "vm.a.region_mode",
+            ),
+            ("[[vm]]\nname = \"a\"\n[[vm]]\nname = \"a\"", "vm[1].name"),
+            ("[[vm]]\nname = \"a b\"", "vm[0].name"),
+            (
+                "[defaults]\nboost_policy = \"deadline\"",
+                "defaults.boost_policy",
+            ),
+            ("[defaults]\nmax_boost_ns = -1", "max_boost_ns"),
+        ];
+
+        for (text, key) in cases {
+            let err = Config::parse(text, "t.toml").unwrap_err().to_string();
+            assert!(
+                err.starts_with("t.toml:") && err.contains(key),
+                "{text:?} gave {err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn set_parses_values_as_toml_and_validates_them() {
+        let base = VmLimits::default();
+
+        assert_eq!(
+            set_limit(&base, "boost_priority", "9")
+                .unwrap()
+                .boost_priority,
+            9
+        );
+        assert_eq!(
+            set_limit(&base, "boost_policy", "fifo")
+                .unwrap()
+                .boost_policy,
+            HostPolicy::Fifo
+        );
+        assert!(
+            !set_limit(&base, "proactive_wake", "false")
+                .unwrap()
+                .proactive_wake
+        );
+        assert!(set_limit(&base, "boost_priority", "0").is_err());
+        assert!(set_limit(&base, "nope", "1")
+            .unwrap_err()
+            .to_string()
+            .contains("unknown key"));
+    }
+}

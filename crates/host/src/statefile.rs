@@ -1,0 +1,157 @@
+//! The state file: every thread whose scheduling parameters the daemon may
+//! change, with its original parameters, written before the first change.
+//! A daemon that starts after a crash restores what its predecessor left.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use tracing::{info, warn};
+
+use crate::sched::{self, ThreadHandle, ThreadParams};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateFileError {
+    #[error("{path}: {op}: {source}")]
+    Io {
+        path: PathBuf,
+        op: &'static str,
+        source: std::io::Error,
+    },
+    #[error("{path}: not a pvsched state file: {msg}")]
+    Parse { path: PathBuf, msg: String },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadRecord {
+    pub vm: String,
+    pub tgid: i32,
+    pub tid: i32,
+    pub start_time: u64,
+    pub original: ThreadParams,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateFile {
+    pub version: u32,
+    pub daemon_pid: u32,
+    pub threads: Vec<ThreadRecord>,
+}
+
+const VERSION: u32 = 1;
+
+impl StateFile {
+    pub fn new() -> Self {
+        Self {
+            version: VERSION,
+            daemon_pid: std::process::id(),
+            threads: Vec::new(),
+        }
+    }
+
+    /// Writes the file atomically (temporary file + rename), mode 0600.
+    pub fn save(&self, path: &Path) -> Result<(), StateFileError> {
+        let io = |op, e| StateFileError::Io {
+            path: path.to_path_buf(),
+            op,
+            source: e,
+        };
+        if let Some(dir) = path.parent() {
+            fs::create_dir_all(dir).map_err(|e| io("create dir", e))?;
+        }
+        let tmp = path.with_extension("tmp");
+        let json = serde_json::to_vec_pretty(self)
+            .map_err(|e| io("serialize", std::io::Error::other(e)))?;
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut f = fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp)
+                .map_err(|e| io("create", e))?;
+            f.write_all(&json).map_err(|e| io("write", e))?;
+            f.sync_all().map_err(|e| io("sync", e))?;
+        }
+        fs::rename(&tmp, path).map_err(|e| io("rename", e))
+    }
+
+    pub fn load(path: &Path) -> Result<Option<Self>, StateFileError> {
+        let bytes = match fs::read(path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => {
+                return Err(StateFileError::Io {
+                    path: path.to_path_buf(),
+                    op: "read",
+                    source: e,
+                })
+            }
+        };
+        let state: StateFile =
+            serde_json::from_slice(&bytes).map_err(|e| StateFileError::Parse {
+                path: path.to_path_buf(),
+                msg: e.to_string(),
+            })?;
+        if state.version != VERSION {
+            return Err(StateFileError::Parse {
+                path: path.to_path_buf(),
+                msg: format!("version {} (this build reads {VERSION})", state.version),
+            });
+        }
+        Ok(Some(state))
+    }
+}
+
+/// Puts every recorded thread that still exists (same process, same start
+/// time) back to its original parameters. Returns how many were changed.
+pub fn restore_records(records: &[ThreadRecord]) -> usize {
+    let mut restored = 0;
+    for r in records {
+        if !ThreadHandle::matches_recorded(r.tgid, r.tid, r.start_time) {
+            continue; // gone, or the id now names another thread
+        }
+        match sched::get_params(r.tid) {
+            Ok(now) if now.same_class(&r.original) => {}
+            Ok(now) => match sched::set_params(r.tid, &r.original) {
+                Ok(()) => {
+                    info!(vm = %r.vm, tid = r.tid, from = %now, to = %r.original, "restored thread");
+                    restored += 1;
+                }
+                Err(e) => warn!(vm = %r.vm, tid = r.tid, error = %e, "cannot restore thread"),
+            },
+            Err(e) => warn!(vm = %r.vm, tid = r.tid, error = %e, "cannot read thread parameters"),
+        }
+    }
+    restored
+}
+
+/// At start: restores what a previous instance recorded, then removes its
+/// file. A file of a daemon that is still running is refused.
+pub fn recover(path: &Path) -> Result<usize, StateFileError> {
+    let Some(state) = StateFile::load(path)? else {
+        return Ok(0);
+    };
+    if state.daemon_pid != std::process::id() && process_alive_as_pvschedd(state.daemon_pid) {
+        return Err(StateFileError::Parse {
+            path: path.to_path_buf(),
+            msg: format!("pvschedd {} is still running", state.daemon_pid),
+        });
+    }
+    let n = restore_records(&state.threads);
+    info!(path = %path.display(), previous_pid = state.daemon_pid, restored = n, "recovered state of a previous pvschedd");
+    fs::remove_file(path).map_err(|e| StateFileError::Io {
+        path: path.to_path_buf(),
+        op: "remove",
+        source: e,
+    })?;
+    Ok(n)
+}
+
+fn process_alive_as_pvschedd(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|c| c.trim() == "pvschedd")
+        .unwrap_or(false)
+}

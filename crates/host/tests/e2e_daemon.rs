@@ -1,0 +1,484 @@
+//! End to end on a real QEMU guest (TCG here) with the real pvsched.ko and the
+//! real pvschedd: guest scheduling state in, host sched_setattr out, checked
+//! with sched_getattr from outside the daemon.
+//!
+//! One VM is booted per test binary and shared (tests take a lock); each test
+//! starts its own daemon.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use pvsched_abi::{GuestHalf, POLICY_FIFO};
+use pvsched_host::control::{call, Request, Response, Status};
+use pvsched_host::discovery::threads_by_name;
+use pvsched_host::sched::{get_params, ThreadParams};
+use pvsched_vmtest::{wait_until, GuestImage, ImageConfig, Vm, VmConfig};
+
+const SCHED_OTHER: u32 = 0;
+const SCHED_FIFO: u32 = 1;
+/// Default max_rt_priority: a guest FIFO 42 maps to host FIFO 10.
+const CAP: u32 = 10;
+
+struct Fixture {
+    vm: Vm,
+    image: GuestImage,
+}
+
+fn build_guest_prog(name: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/guest-progs/{name}.c"));
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let status = Command::new("gcc")
+        .args(["-O2", "-static", "-Wall", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("gcc");
+    assert!(status.success(), "building {}", src.display());
+    out
+}
+
+fn image() -> GuestImage {
+    let mut cfg = ImageConfig::default();
+    cfg.files
+        .push((build_guest_prog("rttoggle"), "/usr/bin/rttoggle".into()));
+    GuestImage::build(&cfg).expect("guest image (make test installs the kernel, QEMU and busybox)")
+}
+
+fn boot(image: &GuestImage) -> Vm {
+    let vm = Vm::boot(VmConfig::new(image.clone()).smp(2)).expect("boot guest");
+    let (rc, out) = vm.insmod("").expect("insmod");
+    assert_eq!(rc, 0, "insmod: {out}");
+    vm
+}
+
+fn fixture() -> MutexGuard<'static, Fixture> {
+    static F: OnceLock<Mutex<Fixture>> = OnceLock::new();
+    F.get_or_init(|| {
+        let image = image();
+        let vm = boot(&image);
+        Mutex::new(Fixture { vm, image })
+    })
+    .lock()
+    .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A pvschedd child with its own state file, socket and log.
+struct Daemon {
+    child: Option<Child>,
+    dir: PathBuf,
+}
+
+impl Daemon {
+    fn start(name: &str, vms: &[(&str, &Vm)]) -> Self {
+        Self::start_in(&tempdir(name), vms)
+    }
+
+    fn start_in(dir: &Path, vms: &[(&str, &Vm)]) -> Self {
+        let mut toml = format!(
+            "[daemon]\nstate_file = \"{d}/state.json\"\ncontrol_socket = \"{d}/control.sock\"\nmetrics = \"off\"\n\
+             [discovery]\nauto = false\n",
+            d = dir.display()
+        );
+        for (name, vm) in vms {
+            toml += &format!(
+                "[[vm]]\nname = \"{name}\"\nregion = \"{}\"\nqmp = \"{}\"\n",
+                vm.region_path().expect("region").display(),
+                vm.qmp_socket().display()
+            );
+        }
+        let config = dir.join("pvsched.toml");
+        std::fs::write(&config, toml).unwrap();
+        let log = std::fs::File::create(dir.join("pvschedd.log")).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_pvschedd"))
+            .arg("--config")
+            .arg(&config)
+            .arg("--log")
+            .arg("info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start pvschedd");
+        let d = Daemon {
+            child: Some(child),
+            dir: dir.to_path_buf(),
+        };
+        wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
+            d.socket().exists().then_some(())
+        })
+        .unwrap_or_else(|| panic!("pvschedd did not open its socket; log:\n{}", d.log()));
+        d
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.join("control.sock")
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("pvschedd.log")).unwrap_or_default()
+    }
+
+    fn status(&self) -> Status {
+        match call(&self.socket(), &Request::Status, Duration::from_secs(5)) {
+            Ok(Response::Status(s)) => s,
+            other => panic!("status: {other:?}\nlog:\n{}", self.log()),
+        }
+    }
+
+    fn request(&self, req: &Request, timeout: Duration) -> Response {
+        call(&self.socket(), req, timeout).unwrap_or_else(|e| panic!("{e}\nlog:\n{}", self.log()))
+    }
+
+    fn wait_serving(&self, vm: &str, vcpus: usize) {
+        wait_until(Duration::from_secs(15), Duration::from_millis(50), || {
+            self.status()
+                .vms
+                .iter()
+                .any(|v| v.name == vm && v.vcpus.len() == vcpus)
+                .then_some(())
+        })
+        .unwrap_or_else(|| panic!("pvschedd does not serve {vm}; log:\n{}", self.log()));
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.as_ref().map(|c| c.id() as i32).unwrap_or(0)
+    }
+
+    fn signal(&mut self, sig: i32) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        // SAFETY: kill on the PID of our own child.
+        unsafe { libc::kill(child.id() as i32, sig) };
+        child.wait().expect("wait pvschedd")
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            self.signal(libc::SIGTERM);
+        }
+    }
+}
+
+fn tempdir(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("e2e-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn vcpu_tid(vm: &Vm, vcpu: u32) -> i32 {
+    let threads = threads_by_name(vm.qemu_pid() as i32).expect("vCPU threads");
+    threads.vcpus[vcpu as usize].1
+}
+
+fn params(tid: i32) -> ThreadParams {
+    get_params(tid).expect("sched_getattr")
+}
+
+fn slot(vm: &Vm, vcpu: u32) -> GuestHalf {
+    vm.region()
+        .expect("region")
+        .read_guest(vcpu)
+        .unwrap_or_default()
+}
+
+fn wait_for<T>(what: &str, timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> T {
+    wait_until(timeout, Duration::from_micros(200), &mut probe)
+        .unwrap_or_else(|| panic!("timed out: {what}"))
+}
+
+/// The output of a guest process started with `Vm::spawn`, for failure messages.
+fn guest_log(vm: &Vm, task: &pvsched_vmtest::GuestProcess) -> String {
+    vm.exec(&format!("cat {}", task.log), Duration::from_secs(10))
+        .map(|(_, out)| out)
+        .unwrap_or_default()
+}
+
+#[test]
+fn guest_fifo_task_boosts_its_vcpu_thread_and_its_exit_unboosts_it() {
+    let f = fixture();
+    let d = Daemon::start("boost", &[("e2e", &f.vm)]);
+    d.wait_serving("e2e", 2);
+    let tid = vcpu_tid(&f.vm, 1);
+    assert_eq!(params(tid).policy, SCHED_OTHER);
+
+    let task =
+        f.vm.spawn("rtspin -c 1 -P fifo -p 42 -t 0.04 -s 0")
+            .unwrap();
+    let guest_rt = wait_until(Duration::from_secs(10), Duration::from_micros(100), || {
+        let s = slot(&f.vm, 1);
+        (s.policy == POLICY_FIFO && s.rt_priority == 42).then(Instant::now)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "slot 1 never showed FIFO 42: {:?}; guest: {}",
+            slot(&f.vm, 1),
+            guest_log(&f.vm, &task)
+        )
+    });
+    let boosted = wait_for("vCPU 1 thread at FIFO 10", Duration::from_secs(2), || {
+        let p = params(tid);
+        (p.policy == SCHED_FIFO && p.priority == CAP).then(Instant::now)
+    });
+    let delay = boosted.saturating_duration_since(guest_rt);
+    f.vm.wait_gone(task.pid, Duration::from_secs(20)).unwrap();
+    wait_for(
+        "vCPU 1 thread back to SCHED_OTHER",
+        Duration::from_secs(1),
+        || (params(tid).policy == SCHED_OTHER).then_some(()),
+    );
+
+    eprintln!("guest FIFO 42 seen in the slot -> host FIFO {CAP}: {delay:?}");
+    assert!(delay < Duration::from_millis(50), "boost took {delay:?}");
+    assert_ne!(slot(&f.vm, 1).policy, POLICY_FIFO);
+}
+
+#[test]
+fn a_guest_rt_task_spinning_5s_is_throttled_and_counted() {
+    let f = fixture();
+    let d = Daemon::start("throttle", &[("e2e", &f.vm)]);
+    d.wait_serving("e2e", 2);
+    let tid = vcpu_tid(&f.vm, 1);
+
+    let task = f.vm.spawn("rtspin -c 1 -P fifo -p 42 -t 5 -s 0").unwrap();
+    wait_for("slot 1 shows FIFO 42", Duration::from_secs(10), || {
+        (slot(&f.vm, 1).policy == POLICY_FIFO).then_some(())
+    });
+    // Sample the thread's policy while the guest task spins.
+    let start = Instant::now();
+    let (mut rt_runs, mut longest, mut run_start, mut throttled_seen) =
+        (0, Duration::ZERO, None, false);
+    while start.elapsed() < Duration::from_secs(3) {
+        let p = params(tid);
+        let guest_rt = slot(&f.vm, 1).policy == POLICY_FIFO;
+        match (p.policy == SCHED_FIFO, run_start) {
+            (true, None) => {
+                run_start = Some(Instant::now());
+                rt_runs += 1;
+            }
+            (false, Some(t)) => {
+                longest = longest.max(t.elapsed());
+                run_start = None;
+                throttled_seen |= guest_rt;
+            }
+            _ => {}
+        }
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    let throttles = match d.request(&Request::Status, Duration::from_secs(5)) {
+        Response::Status(s) => s.vms[0].throttles,
+        other => panic!("{other:?}"),
+    };
+    let metrics = match d.request(&Request::Metrics, Duration::from_secs(5)) {
+        Response::Metrics { text } => text,
+        other => panic!("{other:?}"),
+    };
+    f.vm.wait_gone(task.pid, Duration::from_secs(20)).unwrap();
+
+    eprintln!("boosted runs {rt_runs}, longest {longest:?}, throttles {throttles}");
+    assert!(
+        throttled_seen,
+        "never unboosted while the guest still asked"
+    );
+    assert!(rt_runs >= 2, "boost never came back after a throttle");
+    // max_boost 50 ms, plus sampling and reaction slack.
+    assert!(
+        longest < Duration::from_millis(80),
+        "boosted {longest:?} in one run"
+    );
+    assert!(throttles >= 2, "status counts {throttles} throttles");
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("pvsched_throttles_total{vm=\"e2e\"}"))
+        .unwrap_or_else(|| panic!("no throttle metric in:\n{metrics}"));
+    let counted: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(counted >= 2.0, "{line}");
+}
+
+#[test]
+fn unboost_follows_the_guest_clearing_its_reason_within_2ms() {
+    let f = fixture();
+    let d = Daemon::start("unboost", &[("e2e", &f.vm)]);
+    d.wait_serving("e2e", 2);
+    let tid = vcpu_tid(&f.vm, 1);
+
+    let cycles = 20;
+    let task = f.vm.spawn(&format!("rttoggle 1 42 30 {cycles}")).unwrap();
+    let mut delays = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while delays.len() < cycles - 2 && Instant::now() < deadline {
+        // Wait for a boosted phase, then time guest "not RT" -> host OTHER.
+        if wait_until(
+            Duration::from_millis(500),
+            Duration::from_micros(100),
+            || (params(tid).policy == SCHED_FIFO).then_some(()),
+        )
+        .is_none()
+        {
+            continue;
+        }
+        let Some(cleared) = wait_until(
+            Duration::from_millis(200),
+            Duration::from_micros(20),
+            || (slot(&f.vm, 1).policy != POLICY_FIFO).then(Instant::now),
+        ) else {
+            continue;
+        };
+        if let Some(done) = wait_until(
+            Duration::from_millis(100),
+            Duration::from_micros(20),
+            || (params(tid).policy == SCHED_OTHER).then(Instant::now),
+        ) {
+            delays.push(done.saturating_duration_since(cleared));
+        }
+    }
+    f.vm.wait_gone(task.pid, Duration::from_secs(20)).unwrap();
+    delays.sort();
+
+    let us: Vec<u128> = delays.iter().map(|d| d.as_micros()).collect();
+    eprintln!("unboost delays (us, sorted): {us:?}");
+    assert!(
+        delays.len() >= 10,
+        "only {} transitions observed",
+        delays.len()
+    );
+    let median = delays[delays.len() / 2];
+    assert!(
+        median <= Duration::from_millis(2),
+        "median unboost delay {median:?}"
+    );
+}
+
+#[test]
+fn sigterm_restores_at_once_and_a_restart_after_kill_9_restores_what_was_left() {
+    let f = fixture();
+    let dir = tempdir("crash");
+    let tid = vcpu_tid(&f.vm, 1);
+    let spin = "rtspin -c 1 -P fifo -p 42 -t 0.04 -s 0";
+
+    // SIGTERM while boosted: restored by the time the daemon has exited.
+    let mut d = Daemon::start_in(&dir, &[("e2e", &f.vm)]);
+    d.wait_serving("e2e", 2);
+    let task = f.vm.spawn(&format!("while true; do {spin}; done")).unwrap();
+    wait_for("boosted", Duration::from_secs(10), || {
+        (params(tid).policy == SCHED_FIFO).then_some(())
+    });
+    let status = d.signal(libc::SIGTERM);
+    let after_term = params(tid);
+    assert!(status.success(), "pvschedd exit {status:?}\n{}", d.log());
+    assert_eq!(after_term.policy, SCHED_OTHER, "SIGTERM left {after_term}");
+
+    // kill -9 while boosted leaves the thread boosted...
+    let mut d = Daemon::start_in(&dir, &[("e2e", &f.vm)]);
+    d.wait_serving("e2e", 2);
+    wait_for("boosted again", Duration::from_secs(10), || {
+        (params(tid).policy == SCHED_FIFO).then_some(())
+    });
+    let pid = d.pid();
+    d.signal(libc::SIGKILL);
+    f.vm.exec_ok(
+        &format!("kill {}; killall rtspin; true", task.pid),
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    let left = params(tid);
+    assert_eq!(
+        left.policy, SCHED_FIFO,
+        "kill -9 of {pid} should leave the boost in place"
+    );
+
+    // ...and a new start with no VM configured restores it from the state file.
+    let restart = Instant::now();
+    let mut empty = Daemon::start_in(&dir, &[]);
+    wait_for("restored by the successor", Duration::from_secs(1), || {
+        (params(tid).policy == SCHED_OTHER).then_some(())
+    });
+    eprintln!("restored {:?} after the restart", restart.elapsed());
+    assert!(empty.log().contains("restored thread"), "{}", empty.log());
+    empty.signal(libc::SIGTERM);
+}
+
+#[test]
+fn a_vm_killed_while_served_is_dropped_and_the_others_are_still_served() {
+    let f = fixture();
+    let other = boot(&f.image);
+    let mut d = Daemon::start("gone", &[("e2e", &f.vm), ("doomed", &other)]);
+    d.wait_serving("e2e", 2);
+    d.wait_serving("doomed", 2);
+
+    drop(other); // kills its QEMU
+    wait_for("doomed dropped", Duration::from_secs(10), || {
+        (!d.status().vms.iter().any(|v| v.name == "doomed")).then_some(())
+    });
+    let tid = vcpu_tid(&f.vm, 1);
+    let task =
+        f.vm.spawn("rtspin -c 1 -P fifo -p 42 -t 0.03 -s 0")
+            .unwrap();
+    wait_for("e2e still boosted", Duration::from_secs(10), || {
+        (params(tid).policy == SCHED_FIFO).then_some(())
+    });
+    f.vm.wait_gone(task.pid, Duration::from_secs(20)).unwrap();
+    let log = d.log();
+    d.signal(libc::SIGTERM);
+
+    assert!(log.contains("VM gone") && log.contains("doomed"), "{log}");
+}
+
+#[test]
+fn record_writes_a_perfetto_trace_with_a_track_per_vcpu_and_boost_slices() {
+    let f = fixture();
+    let d = Daemon::start("record", &[("e2e", &f.vm)]);
+    d.wait_serving("e2e", 2);
+    let out = d.dir.join("trace.json");
+
+    let task =
+        f.vm.spawn("sleep 0.5; rtspin -c 1 -P fifo -p 42 -t 0.03 -s 0")
+            .unwrap();
+    // Built beside pvschedd by `cargo build --bins` (make test does it first).
+    let pvschedctl = Path::new(env!("CARGO_BIN_EXE_pvschedd")).with_file_name("pvschedctl");
+    assert!(
+        pvschedctl.exists(),
+        "{} missing: run `cargo build --workspace --bins` first",
+        pvschedctl.display()
+    );
+    let ctl = Command::new(&pvschedctl)
+        .arg("--socket")
+        .arg(d.socket())
+        .args(["record", "--seconds", "2", "--out"])
+        .arg(&out)
+        .output();
+    f.vm.wait_gone(task.pid, Duration::from_secs(20)).unwrap();
+    let ctl = ctl.expect("run pvschedctl (cargo builds it with the workspace)");
+    assert!(
+        ctl.status.success(),
+        "pvschedctl: {}",
+        String::from_utf8_lossy(&ctl.stderr)
+    );
+    let trace: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&out).unwrap()).expect("valid JSON");
+    let events = trace["traceEvents"].as_array().expect("traceEvents");
+
+    let tracks: Vec<_> = events
+        .iter()
+        .filter(|e| {
+            e["name"] == "thread_name"
+                && e["args"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("vCPU ") && n.contains("(tid"))
+        })
+        .collect();
+    assert_eq!(tracks.len(), 2, "one track per vCPU");
+    let vcpu1 = i64::from(vcpu_tid(&f.vm, 1));
+    assert!(
+        events.iter().any(|e| e["ph"] == "X"
+            && e["name"].as_str().is_some_and(|n| n.starts_with("boost"))
+            && e["tid"].as_i64().is_some_and(|t| t % 10_000_000 == vcpu1)),
+        "no boost slice for vCPU 1"
+    );
+    assert!(events
+        .iter()
+        .any(|e| e["ph"] == "X" && e["tid"].as_i64() == Some(vcpu1) && e["name"] == "running"));
+}
