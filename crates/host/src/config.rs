@@ -163,6 +163,7 @@ limits_config! {
     proactive_halt: bool,
     proactive_boost_ns: u64,
     max_boost_ns: u64,
+    inconsistent_grace_ns: u64,
     throttle_ns: u64,
     boost_share_permille: u32,
     fairness_window_ns: u64,

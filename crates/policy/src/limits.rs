@@ -193,10 +193,16 @@ pub struct VmLimits {
     /// How long a proactive boost lasts unless the guest confirms (or denies) it. Default
     /// 1 ms: long enough for the guest to run its handler and publish why.
     pub proactive_boost_ns: u64,
-    /// Longest continuous boost of one vCPU before it is throttled. Default 50 ms: far above
-    /// any interrupt handler or audio period, short enough that a spinning guest RT task
-    /// costs the host at most 50 ms of latency per `max_boost + throttle`.
+    /// Longest boost of one vCPU before it is throttled. Counted as boosted time not yet
+    /// matched by as much unboosted time, so brief unboosts do not restart the clock.
+    /// Default 50 ms: far above any interrupt handler or audio period, short enough that a
+    /// spinning guest RT task costs the host at most 50 ms of latency per
+    /// `max_boost + throttle`.
     pub max_boost_ns: u64,
+    /// How long after the last consistent read of a vCPU's guest half an inconsistent read
+    /// (seq odd or changing through every retry: the vCPU was preempted mid-update) keeps the
+    /// last view. Past it the guest asks for nothing. Default 2 ms.
+    pub inconsistent_grace_ns: u64,
     /// How long a throttled vCPU stays unboosted. Default 50 ms (so a guest that is always
     /// asking is boosted at most half the time).
     pub throttle_ns: u64,
@@ -230,6 +236,7 @@ impl Default for VmLimits {
             proactive_halt: false,
             proactive_boost_ns: 1_000_000,
             max_boost_ns: 50_000_000,
+            inconsistent_grace_ns: 2_000_000,
             throttle_ns: 50_000_000,
             boost_share_permille: 500,
             fairness_window_ns: 1_000_000_000,

@@ -108,6 +108,16 @@ struct Vcpu {
     proactive: Option<Proactive>,
     /// `now` at which the current continuous boost began; `Some` iff the target is RT.
     boost_start: Option<u64>,
+    /// Boosted time not yet matched by unboosted time (grows 1:1 while the target is RT,
+    /// drains 1:1 while it is not): a flicker of unboost cannot restart the `max_boost`
+    /// clock. Reaching `max_boost_ns` throttles.
+    burst_ns: u64,
+    /// `now` up to which `burst_ns` is accounted.
+    burst_since: u64,
+    /// `now` of the last consistent guest read: an inconsistent read within
+    /// `inconsistent_grace_ns` of it keeps the last view (the guest may have been preempted
+    /// mid-update); later, the guest asks for nothing.
+    last_consistent: Option<u64>,
     throttled_until: Option<u64>,
     target: Target,
     /// `now` since which the vCPU is charged to the budget; `Some` iff charged.
@@ -122,6 +132,9 @@ impl Vcpu {
             status: RunStatus::Unknown,
             proactive: None,
             boost_start: None,
+            burst_ns: 0,
+            burst_since: 0,
+            last_consistent: None,
             throttled_until: None,
             target: Target {
                 params: SchedParams::NORMAL,
@@ -285,7 +298,10 @@ impl VmState {
             }
             match (v.throttled_until, v.boost_start) {
                 (Some(t), _) => offer(t),
-                (None, Some(s)) => offer(s.saturating_add(self.limits.max_boost_ns)),
+                (None, Some(_)) => offer(
+                    v.burst_since
+                        .saturating_add(self.limits.max_boost_ns.saturating_sub(v.burst_ns)),
+                ),
                 (None, None) => {}
             }
         }
@@ -387,6 +403,15 @@ impl VmState {
                 consistent,
                 ..
             } => {
+                if consistent {
+                    v.last_consistent = Some(now);
+                } else if v
+                    .last_consistent
+                    .is_some_and(|t| now.saturating_sub(t) <= limits.inconsistent_grace_ns)
+                {
+                    // Mid-update, most likely: nothing new; keep the last view.
+                    return;
+                }
                 let view = GuestView::from_read(guest, consistent);
                 v.stats.clamped_inputs += u64::from(view.clamped);
                 self.stats.clamped_inputs_total += u64::from(view.clamped);
@@ -394,7 +419,7 @@ impl VmState {
                     // The guest speaking for itself ends a proactive boost: it either has a
                     // reason of its own now, or it has run since and has nothing urgent.
                     if view.speaks()
-                        && (p.seq != Some(view.seq) || best_guest(limits, &view).is_some())
+                        && (p.seq != Some(view.seq) || best_guest(limits, &view, true).is_some())
                     {
                         v.proactive = None;
                     }
@@ -451,20 +476,26 @@ impl VmState {
             v.throttled_until = None;
         }
 
+        let dt = now.saturating_sub(v.burst_since);
+        v.burst_ns = if v.boost_start.is_some() {
+            v.burst_ns.saturating_add(dt)
+        } else {
+            v.burst_ns.saturating_sub(dt)
+        };
+        v.burst_since = now;
+
         let mut boost = if v.throttled_until.is_some() {
             None
         } else {
             best_boost(limits, v)
         };
-        if boost.is_some() {
-            if let Some(start) = v.boost_start {
-                if now >= start.saturating_add(limits.max_boost_ns) {
-                    v.throttled_until = Some(now.saturating_add(limits.throttle_ns));
-                    v.stats.throttles += 1;
-                    self.stats.throttles_total += 1;
-                    boost = None;
-                }
-            }
+        if boost.is_some() && v.boost_start.is_some() && v.burst_ns >= limits.max_boost_ns {
+            v.throttled_until = Some(now.saturating_add(limits.throttle_ns));
+            v.stats.throttles += 1;
+            self.stats.throttles_total += 1;
+            // The throttle repays the burst.
+            v.burst_ns = 0;
+            boost = None;
         }
         let throttled = v.throttled_until.is_some();
 
@@ -590,13 +621,13 @@ fn host_rt(policy: GuestPolicy) -> HostPolicy {
 
 /// The strongest boost the guest itself asks for, if any. Order of strength on equal
 /// priority: critical section, deadline task, RT task, pending hint, boost request.
-fn best_guest(limits: &VmLimits, g: &GuestView) -> Option<Candidate> {
+fn best_guest(limits: &VmLimits, g: &GuestView, allow_cs: bool) -> Option<Candidate> {
     if !g.speaks() {
         return None;
     }
     let mut best = None;
     let boost = || rt_params(limits, limits.boost_policy, limits.boost_priority);
-    if limits.honor_critical_sections && g.cs_flags != 0 {
+    if allow_cs && limits.honor_critical_sections && g.cs_flags != 0 {
         offer(&mut best, boost(), Reason::CriticalSection(g.cs_flags));
     }
     if !g.idle && limits.honor_guest_rt {
@@ -631,7 +662,13 @@ fn best_guest(limits: &VmLimits, g: &GuestView) -> Option<Candidate> {
 /// The strongest boost for a vCPU: the guest's reasons, then a running proactive boost
 /// (if its switch is still on).
 fn best_boost(limits: &VmLimits, v: &Vcpu) -> Option<Candidate> {
-    let mut best = best_guest(limits, &v.guest);
+    // A critical section starts a boost only when the vCPU is not running on the host
+    // (preempted, waking, or not seen yet): a running vCPU needs no CPU, and its critical
+    // sections last microseconds, shorter than any reaction. A boost it already has is kept
+    // while the flags stay set.
+    let allow_cs = v.status != RunStatus::Running
+        || matches!(v.target.reason, Reason::CriticalSection(_));
+    let mut best = best_guest(limits, &v.guest, allow_cs);
     if let Some(p) = v.proactive {
         let enabled = match p.reason {
             Reason::ProactiveWake => limits.proactive_wake,

@@ -577,13 +577,35 @@ fn clearing_gf_active_drops_every_guest_reason() {
 }
 
 #[test]
-fn inconsistent_read_is_treated_as_no_request() {
+fn inconsistent_read_soon_after_a_consistent_one_keeps_the_last_view() {
+    // A vCPU preempted in the middle of its update leaves seq odd: no news, not "no request".
     let mut vm = vm(VmLimits::default(), 1);
     step(&mut vm, 10, upd(0, cs(2, abi::CS_HARDIRQ)));
+    let grace = VmLimits::default().inconsistent_grace_ns;
 
     let out = step(
         &mut vm,
-        20,
+        10 + grace,
+        Event::GuestUpdate {
+            vcpu: 0,
+            guest: cs(5, 0),
+            consistent: false,
+        },
+    );
+
+    assert!(out.is_empty());
+    assert!(target(&vm, 0).0.is_rt());
+}
+
+#[test]
+fn inconsistent_read_past_the_grace_is_treated_as_no_request() {
+    let mut vm = vm(VmLimits::default(), 1);
+    step(&mut vm, 10, upd(0, cs(2, abi::CS_HARDIRQ)));
+    let grace = VmLimits::default().inconsistent_grace_ns;
+
+    let out = step(
+        &mut vm,
+        11 + grace,
         Event::GuestUpdate {
             vcpu: 0,
             guest: cs(4, abi::CS_HARDIRQ),
@@ -594,7 +616,56 @@ fn inconsistent_read_is_treated_as_no_request() {
     assert_eq!(out[0].params, SchedParams::NORMAL);
 }
 
+#[test]
+fn inconsistent_read_with_no_consistent_one_before_is_no_request() {
+    let mut vm = vm(VmLimits::default(), 1);
+
+    let out = step(
+        &mut vm,
+        10,
+        Event::GuestUpdate {
+            vcpu: 0,
+            guest: cs(4, abi::CS_HARDIRQ),
+            consistent: false,
+        },
+    );
+
+    assert!(out.is_empty());
+    assert_eq!(target(&vm, 0).0, SchedParams::NORMAL);
+}
+
 // ---- 5. throttling ----
+
+#[test]
+fn a_brief_unboost_does_not_restart_the_max_boost_clock() {
+    // Boosted 40 ms, unboosted 1 ms, boosted again: the burst is 39 ms, so the throttle
+    // comes 11 ms into the second boost, not 50.
+    let limits = VmLimits::default();
+    let mut vm = vm(limits.clone(), 1);
+    let ms = 1_000_000;
+    step(&mut vm, 0, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
+    step(&mut vm, 40 * ms, upd(0, task(4, abi::POLICY_NORMAL, 0, 0)));
+    step(&mut vm, 41 * ms, upd(0, task(6, abi::POLICY_FIFO, 5, 0)));
+
+    let deadline = vm.next_deadline();
+    let out = step(&mut vm, 52 * ms, Event::Tick);
+
+    assert_eq!(deadline, Some(52 * ms));
+    assert_eq!(out[0].reason, Reason::Throttled);
+}
+
+#[test]
+fn unboosted_time_drains_the_burst_one_to_one() {
+    let limits = VmLimits::default();
+    let mut vm = vm(limits.clone(), 1);
+    let ms = 1_000_000;
+    step(&mut vm, 0, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
+    step(&mut vm, 40 * ms, upd(0, task(4, abi::POLICY_NORMAL, 0, 0)));
+    step(&mut vm, 80 * ms, upd(0, task(6, abi::POLICY_FIFO, 5, 0)));
+
+    // 40 ms boosted, 40 ms not: the next boost gets the full 50 ms again.
+    assert_eq!(vm.next_deadline(), Some(130 * ms));
+}
 
 #[test]
 fn tick_at_max_boost_throttles_a_continuous_boost() {
@@ -857,7 +928,24 @@ fn host_half_reports_status_flags_params_and_counters() {
     assert_eq!(h.update_ns, 100);
     assert_eq!(h.boost_count, 1);
     assert_eq!(h.preempt_count, 1);
-    assert_eq!(h.boosted_ns, 100);
+    // Boosted from the preemption at 5 (running, the critical section asked for nothing).
+    assert_eq!(h.boosted_ns, 95);
+}
+
+#[test]
+fn critical_section_of_a_running_vcpu_starts_no_boost_until_it_is_preempted() {
+    let mut vm = vm(VmLimits::default(), 1);
+    step(&mut vm, 0, Event::Running { vcpu: 0 });
+
+    let while_running = step(&mut vm, 10, upd(0, cs(2, abi::CS_HARDIRQ)));
+    let on_preemption = step(&mut vm, 20, Event::Preempted { vcpu: 0 });
+    let running_again = step(&mut vm, 30, Event::Running { vcpu: 0 });
+    let flags_clear = step(&mut vm, 40, upd(0, cs(4, 0)));
+
+    assert!(while_running.is_empty());
+    assert_eq!(on_preemption[0].reason, Reason::CriticalSection(abi::CS_HARDIRQ));
+    assert!(running_again.is_empty(), "a boost it has is kept while the flags stay set");
+    assert_eq!(flags_clear[0].params, SchedParams::NORMAL);
 }
 
 #[test]

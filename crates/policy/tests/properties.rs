@@ -115,6 +115,8 @@ fn arb_limits() -> impl Strategy<Value = VmLimits> {
                     proactive_halt: h[6],
                     proactive_boost_ns: pb,
                     max_boost_ns: mb,
+                    // Zero (no grace) or the proactive length: both must keep every bound.
+                    inconsistent_grace_ns: if h[0] ^ h[6] { pb } else { 0 },
                     throttle_ns: th,
                     boost_share_permille: share,
                     fairness_window_ns: win,
