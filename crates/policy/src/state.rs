@@ -666,8 +666,8 @@ fn best_boost(limits: &VmLimits, v: &Vcpu) -> Option<Candidate> {
     // (preempted, waking, or not seen yet): a running vCPU needs no CPU, and its critical
     // sections last microseconds, shorter than any reaction. A boost it already has is kept
     // while the flags stay set.
-    let allow_cs = v.status != RunStatus::Running
-        || matches!(v.target.reason, Reason::CriticalSection(_));
+    let allow_cs =
+        v.status != RunStatus::Running || matches!(v.target.reason, Reason::CriticalSection(_));
     let mut best = best_guest(limits, &v.guest, allow_cs);
     if let Some(p) = v.proactive {
         let enabled = match p.reason {

@@ -943,8 +943,14 @@ fn critical_section_of_a_running_vcpu_starts_no_boost_until_it_is_preempted() {
     let flags_clear = step(&mut vm, 40, upd(0, cs(4, 0)));
 
     assert!(while_running.is_empty());
-    assert_eq!(on_preemption[0].reason, Reason::CriticalSection(abi::CS_HARDIRQ));
-    assert!(running_again.is_empty(), "a boost it has is kept while the flags stay set");
+    assert_eq!(
+        on_preemption[0].reason,
+        Reason::CriticalSection(abi::CS_HARDIRQ)
+    );
+    assert!(
+        running_again.is_empty(),
+        "a boost it has is kept while the flags stay set"
+    );
     assert_eq!(flags_clear[0].params, SchedParams::NORMAL);
 }
 
