@@ -57,7 +57,8 @@ pub struct DaemonConfig {
     /// How often VMs are looked for (appearing / disappearing), milliseconds.
     pub discovery_interval_ms: u64,
     /// SCHED_FIFO priority of the event thread; must exceed every VM's
-    /// max_rt_priority so that boosted vCPUs never delay their own unboost.
+    /// max_rt_priority so that boosted vCPUs never delay their own unboost. Just
+    /// above the boost band by default, below the host's own RT work.
     pub priority: u8,
     /// Lock the daemon's memory (no page faults on the event path).
     pub mlock: bool,
@@ -77,7 +78,7 @@ impl Default for DaemonConfig {
             recheck_boosted_us: 500,
             scan_interval_us: 10_000,
             discovery_interval_ms: 1000,
-            priority: 50,
+            priority: 5,
             mlock: true,
             boost_latency_path: true,
         }
@@ -161,6 +162,7 @@ limits_config! {
     proactive_wake: bool,
     proactive_irq: bool,
     proactive_halt: bool,
+    halt_boost_ns: u64,
     proactive_boost_ns: u64,
     max_boost_ns: u64,
     inconsistent_grace_ns: u64,
@@ -441,6 +443,8 @@ mod tests {
     #[test]
     fn per_vm_limits_override_the_defaults() {
         let text = r#"
+            [daemon]
+            priority = 30
             [defaults]
             max_rt_priority = 20
             [[vm]]
@@ -466,7 +470,7 @@ mod tests {
                 "defaults.max_rt_priority",
             ),
             ("[defaults]\nbogus = 1", "bogus"),
-            ("[daemon]\npriority = 5", "defaults.max_rt_priority"),
+            ("[daemon]\npriority = 3", "defaults.max_rt_priority"),
             ("[daemon]\nmetrics = \"nowhere\"", "daemon.metrics"),
             (
                 "[daemon]\nrecheck_boosted_us = 0",

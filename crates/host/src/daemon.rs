@@ -410,7 +410,8 @@ impl Daemon {
     }
 
     fn update_recheck(&mut self, now: u64) {
-        let any = self.vms.iter().flatten().any(ServedVm::any_boosted);
+        // Only boosted vCPUs that may run can change their slot (a halted one cannot).
+        let any = self.vms.iter().flatten().any(ServedVm::any_boosted_on_cpu);
         self.next_recheck = if any {
             self.next_recheck
                 .min(now + self.cfg.config.daemon.recheck_boosted_us * 1000)
@@ -450,8 +451,7 @@ impl Daemon {
                 continue;
             };
             for v in 0..vm.policy.nr_vcpus() {
-                let boosted = vm.vcpus.get(v as usize).is_some_and(|m| m.applied.is_rt());
-                if scan || (recheck && boosted) {
+                if scan || (recheck && vm.boosted_on_cpu(v)) {
                     vm.guest_update(now, v, scratch, &mut acc);
                 }
             }

@@ -259,10 +259,21 @@ impl ServedVm {
         let _ = self.region.region().write_host(vcpu, &half);
     }
 
-    pub fn any_boosted(&self) -> bool {
-        self.vcpus
-            .iter()
-            .any(|m| m.applied.is_rt() && !m.original.is_rt())
+    /// vCPU `v` is boosted by us and not halted (its guest may change its slot).
+    pub fn boosted_on_cpu(&self, v: u32) -> bool {
+        let boosted = self
+            .vcpus
+            .get(v as usize)
+            .is_some_and(|m| m.applied.is_rt() && !m.original.is_rt());
+        let halted = self
+            .policy
+            .vcpu_stats(v)
+            .is_some_and(|s| s.status == pvsched_policy::RunStatus::Halted);
+        boosted && !halted
+    }
+
+    pub fn any_boosted_on_cpu(&self) -> bool {
+        (0..self.vcpus.len() as u32).any(|v| self.boosted_on_cpu(v))
     }
 
     /// Restores every thread; returns how many changed.

@@ -18,8 +18,8 @@ use pvsched_vmtest::{wait_until, GuestImage, ImageConfig, Vm, VmConfig};
 
 const SCHED_OTHER: u32 = 0;
 const SCHED_FIFO: u32 = 1;
-/// Default max_rt_priority: a guest FIFO 42 maps to host FIFO 10.
-const CAP: u32 = 10;
+/// Default max_rt_priority: a guest FIFO 42 maps to host FIFO 4.
+const CAP: u32 = 4;
 
 struct Fixture {
     vm: Vm,
@@ -260,7 +260,7 @@ fn guest_fifo_task_boosts_its_vcpu_thread_and_its_exit_unboosts_it() {
             guest_log(&f.vm, &task)
         )
     });
-    let boosted = wait_for("vCPU 1 thread at FIFO 10", Duration::from_secs(2), || {
+    let boosted = wait_for("vCPU 1 thread at FIFO 4", Duration::from_secs(2), || {
         let p = params(tid);
         (p.policy == SCHED_FIFO && p.priority == CAP).then(Instant::now)
     });

@@ -177,6 +177,15 @@ impl GuestView {
         }
     }
 
+    /// Whether the view shows RT work: an RT or deadline task running, a boost request, or
+    /// a pending RT hint.
+    pub fn shows_rt_work(&self) -> bool {
+        self.speaks()
+            && ((!self.idle
+                && (self.policy.is_rt() || self.policy == GuestPolicy::Deadline || self.boost_req))
+                || self.pending.is_some())
+    }
+
     /// Whether the guest may ask for anything: consistent and active.
     pub const fn speaks(&self) -> bool {
         self.consistent && self.active

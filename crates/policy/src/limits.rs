@@ -161,13 +161,17 @@ pub struct VmLimits {
     /// request, proactive). `Fifo` or `Rr`. Default `Rr`: several boosted vCPUs of one VM
     /// sharing a CPU take turns instead of one starving the other.
     pub boost_policy: HostPolicy,
-    /// Priority of such a boost, 1..=99, capped at `max_rt_priority`. Default 8.
+    /// Priority of such a boost, 1..=99, capped at `max_rt_priority`. Default 2.
     pub boost_priority: u8,
-    /// Cap on every RT priority applied, 1..=99. Default 10: above the usual RT boost of
-    /// guests (8) and far below host kernel threads and IRQ threads (50).
+    /// Cap on every RT priority applied, 1..=99. Default 4. vCPU boosts live in a band of
+    /// RT priorities above every CFS task (what a boost is for: not waiting behind host
+    /// hogs) and below the host's own real-time work (audio servers, cyclictest, IRQ
+    /// threads, which run at 5 and above), so that boosting a guest never delays the host's
+    /// RT tasks. Guest RT priorities map 1:1 up to the cap, so their order among the vCPUs
+    /// survives as far as the band allows.
     pub max_rt_priority: u8,
     /// Host FIFO priority for a guest `SCHED_DEADLINE` task, 1..=99, capped at
-    /// `max_rt_priority`. Default 8 (= `boost_priority`).
+    /// `max_rt_priority`. Default 4 (the top of the band).
     pub deadline_priority: u8,
     /// Lowest nice a guest's nice may translate to, -20..=19. Default 0: a guest may lower
     /// its own weight, never raise it above a plain host task.
@@ -186,10 +190,16 @@ pub struct VmLimits {
     pub proactive_wake: bool,
     /// Boost proactively when an interrupt is targeted at the vCPU. Default true.
     pub proactive_irq: bool,
-    /// Boost proactively when the vCPU halts, so that its next wakeup preempts CFS hogs.
-    /// Default false: it keeps halted vCPUs boosted and costs budget for nothing on most
-    /// workloads.
+    /// Keep a vCPU boosted while it halts, if it ran guest RT work (an RT or deadline task,
+    /// a boost request, an RT pending hint) within the last `halt_boost_ns`: the wakeup of
+    /// that work then preempts CFS hogs at once, before any reaction of the host. A halted
+    /// vCPU uses no CPU, so this costs the host nothing until it runs; the guest speaking for
+    /// itself after the wakeup ends it (its RT task takes over, or nothing urgent runs).
+    /// Default true. Guests that run no RT work never get it.
     pub proactive_halt: bool,
+    /// How recent guest RT work must be for a halt boost, and how long a halt boost lasts.
+    /// Default 100 ms.
+    pub halt_boost_ns: u64,
     /// How long a proactive boost lasts unless the guest confirms (or denies) it. Default
     /// 1 ms: long enough for the guest to run its handler and publish why.
     pub proactive_boost_ns: u64,
@@ -222,9 +232,9 @@ impl Default for VmLimits {
         VmLimits {
             allowed: AllowedPolicies::default(),
             boost_policy: HostPolicy::Rr,
-            boost_priority: 8,
-            max_rt_priority: 10,
-            deadline_priority: 8,
+            boost_priority: 2,
+            max_rt_priority: 4,
+            deadline_priority: 4,
             nice_min: 0,
             nice_max: 19,
             honor_critical_sections: true,
@@ -233,7 +243,8 @@ impl Default for VmLimits {
             honor_pending_hint: true,
             proactive_wake: true,
             proactive_irq: true,
-            proactive_halt: false,
+            proactive_halt: true,
+            halt_boost_ns: 100_000_000,
             proactive_boost_ns: 1_000_000,
             max_boost_ns: 50_000_000,
             inconsistent_grace_ns: 2_000_000,
@@ -262,6 +273,8 @@ pub enum LimitsError {
     DebtNice(i8),
     #[error("fairness_window_ns must be > 0")]
     FairnessWindowNs,
+    #[error("halt_boost_ns must be > 0")]
+    HaltBoostNs,
     #[error("max_boost_ns must be > 0")]
     MaxBoostNs,
     #[error("max_rt_priority must be 1..=99, not {0}")]
@@ -314,6 +327,9 @@ impl VmLimits {
         }
         if self.fairness_window_ns == 0 {
             return Err(LimitsError::FairnessWindowNs);
+        }
+        if self.halt_boost_ns == 0 {
+            return Err(LimitsError::HaltBoostNs);
         }
         if self.max_boost_ns == 0 {
             return Err(LimitsError::MaxBoostNs);
@@ -443,7 +459,10 @@ mod tests {
 
     #[test]
     fn cap_prio_keeps_priorities_in_one_to_max() {
-        let limits = VmLimits::default();
+        let limits = VmLimits {
+            max_rt_priority: 10,
+            ..VmLimits::default()
+        };
         assert_eq!(limits.cap_prio(0), 1);
         assert_eq!(limits.cap_prio(5), 5);
         assert_eq!(limits.cap_prio(99), 10);

@@ -118,6 +118,8 @@ struct Vcpu {
     /// `inconsistent_grace_ns` of it keeps the last view (the guest may have been preempted
     /// mid-update); later, the guest asks for nothing.
     last_consistent: Option<u64>,
+    /// `now` of the last guest read showing RT work (for halt boosts).
+    last_rt: Option<u64>,
     throttled_until: Option<u64>,
     target: Target,
     /// `now` since which the vCPU is charged to the budget; `Some` iff charged.
@@ -135,6 +137,7 @@ impl Vcpu {
             burst_ns: 0,
             burst_since: 0,
             last_consistent: None,
+            last_rt: None,
             throttled_until: None,
             target: Target {
                 params: SchedParams::NORMAL,
@@ -258,6 +261,8 @@ impl VmState {
         let mut touched = None;
         if let Some(vcpu) = event.vcpu() {
             if (vcpu as usize) < self.vcpus.len() {
+                // Up to now under the status before this event changes it.
+                account_burst(&mut self.vcpus[vcpu as usize], now);
                 self.apply(vcpu as usize, now, event);
                 touched = Some(vcpu as usize);
             } else {
@@ -413,6 +418,9 @@ impl VmState {
                     return;
                 }
                 let view = GuestView::from_read(guest, consistent);
+                if view.shows_rt_work() {
+                    v.last_rt = Some(now);
+                }
                 v.stats.clamped_inputs += u64::from(view.clamped);
                 self.stats.clamped_inputs_total += u64::from(view.clamped);
                 if let Some(p) = v.proactive {
@@ -433,7 +441,7 @@ impl VmState {
             }
             Event::Blocked { .. } => {
                 v.status = RunStatus::Halted;
-                if limits.proactive_halt {
+                if halt_boost_due(limits, v, now) {
                     self.stats.proactive_boosts_total += 1;
                     start_proactive(limits, v, now, Reason::ProactiveHalt);
                 }
@@ -454,7 +462,7 @@ impl VmState {
                 }
             }
             Event::KvmExit { reason, .. } => {
-                if reason == ExitReason::Hlt && limits.proactive_halt {
+                if reason == ExitReason::Hlt && halt_boost_due(limits, v, now) {
                     self.stats.proactive_boosts_total += 1;
                     start_proactive(limits, v, now, Reason::ProactiveHalt);
                 }
@@ -476,13 +484,7 @@ impl VmState {
             v.throttled_until = None;
         }
 
-        let dt = now.saturating_sub(v.burst_since);
-        v.burst_ns = if v.boost_start.is_some() {
-            v.burst_ns.saturating_add(dt)
-        } else {
-            v.burst_ns.saturating_sub(dt)
-        };
-        v.burst_since = now;
+        account_burst(v, now);
 
         let mut boost = if v.throttled_until.is_some() {
             None
@@ -572,9 +574,33 @@ fn charged_ns(v: &Vcpu, now: u64) -> u64 {
     v.charged_since.map_or(0, |s| now.saturating_sub(s))
 }
 
+/// Brings a vCPU's burst up to `now`: boosted time on a CPU adds, anything else drains.
+/// Halted time is not burst: a halted vCPU uses no CPU whatever its policy.
+fn account_burst(v: &mut Vcpu, now: u64) {
+    let dt = now.saturating_sub(v.burst_since);
+    v.burst_ns = if v.boost_start.is_some() && v.status != RunStatus::Halted {
+        v.burst_ns.saturating_add(dt)
+    } else {
+        v.burst_ns.saturating_sub(dt)
+    };
+    v.burst_since = v.burst_since.max(now);
+}
+
+/// Whether a halting vCPU gets a halt boost: switched on, and guest RT work seen recently.
+fn halt_boost_due(limits: &VmLimits, v: &Vcpu, now: u64) -> bool {
+    limits.proactive_halt
+        && v.last_rt
+            .is_some_and(|t| now.saturating_sub(t) <= limits.halt_boost_ns)
+}
+
 fn start_proactive(limits: &VmLimits, v: &mut Vcpu, now: u64, reason: Reason) {
     v.stats.proactive_boosts += 1;
-    let until = now.saturating_add(limits.proactive_boost_ns);
+    let length = if reason == Reason::ProactiveHalt {
+        limits.halt_boost_ns
+    } else {
+        limits.proactive_boost_ns
+    };
+    let until = now.saturating_add(length);
     let seq = v.guest.speaks().then_some(v.guest.seq);
     v.proactive = Some(match v.proactive {
         // Extend a running boost; keep the guest seq it started from.

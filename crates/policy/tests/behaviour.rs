@@ -9,6 +9,17 @@ use pvsched_policy::{
 
 const MS: u64 = 1_000_000;
 
+/// The limits these rule tests use: defaults with the priorities spelled out, so the rules
+/// are tested apart from the default band.
+fn base() -> VmLimits {
+    VmLimits {
+        boost_priority: 8,
+        max_rt_priority: 10,
+        deadline_priority: 8,
+        ..VmLimits::default()
+    }
+}
+
 fn vm(limits: VmLimits, n: u32) -> VmState {
     VmState::new(limits, n).expect("valid limits")
 }
@@ -39,6 +50,13 @@ fn task(seq: u32, policy: u32, prio: u32, nice: i32) -> GuestHalf {
         policy,
         rt_priority: prio,
         nice,
+        ..half(seq)
+    }
+}
+
+fn idle(seq: u32) -> GuestHalf {
+    GuestHalf {
+        flags: abi::GF_ACTIVE | abi::GF_IDLE,
         ..half(seq)
     }
 }
@@ -95,7 +113,7 @@ fn tick_until(vm: &mut VmState, until: u64) -> Vec<(u64, Decision)> {
 
 #[test]
 fn critical_section_boosts_to_boost_policy_and_priority() {
-    let mut vm = vm(VmLimits::default(), 2);
+    let mut vm = vm(base(), 2);
 
     let out = step(&mut vm, 10, upd(1, cs(2, abi::CS_HARDIRQ)));
 
@@ -110,7 +128,7 @@ fn critical_section_boosts_to_boost_policy_and_priority() {
 fn critical_section_is_ignored_when_not_honored() {
     let limits = VmLimits {
         honor_critical_sections: false,
-        ..VmLimits::default()
+        ..base()
     };
     let mut vm = vm(limits, 1);
 
@@ -125,7 +143,7 @@ fn boost_priority_is_capped_by_max_rt_priority() {
     let limits = VmLimits {
         boost_priority: 50,
         max_rt_priority: 5,
-        ..VmLimits::default()
+        ..base()
     };
     let mut vm = vm(limits, 1);
 
@@ -141,7 +159,7 @@ fn boost_uses_the_other_rt_class_when_boost_policy_is_not_allowed() {
             rr: false,
             ..AllowedPolicies::default()
         },
-        ..VmLimits::default()
+        ..base()
     };
     let mut vm = vm(limits, 1);
 
@@ -154,7 +172,7 @@ fn boost_uses_the_other_rt_class_when_boost_policy_is_not_allowed() {
 fn no_boost_when_no_rt_class_is_allowed() {
     let limits = VmLimits {
         allowed: AllowedPolicies::NO_RT,
-        ..VmLimits::default()
+        ..base()
     };
     let mut vm = vm(limits, 1);
 
@@ -169,7 +187,7 @@ fn no_boost_when_no_rt_class_is_allowed() {
 
 #[test]
 fn guest_fifo_task_translates_one_to_one() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
 
     let out = step(&mut vm, 10, upd(0, task(2, abi::POLICY_FIFO, 3, 0)));
 
@@ -185,7 +203,7 @@ fn guest_fifo_task_translates_one_to_one() {
 
 #[test]
 fn guest_rt_priority_is_capped_at_max_rt_priority() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
 
     let out = step(&mut vm, 10, upd(0, task(2, abi::POLICY_RR, 99, 0)));
 
@@ -199,7 +217,7 @@ fn guest_rr_task_falls_back_to_fifo_when_rr_is_not_allowed() {
             rr: false,
             ..AllowedPolicies::default()
         },
-        ..VmLimits::default()
+        ..base()
     };
     let mut vm = vm(limits, 1);
 
@@ -212,7 +230,7 @@ fn guest_rr_task_falls_back_to_fifo_when_rr_is_not_allowed() {
 fn guest_rt_task_is_ignored_when_guest_rt_not_honored() {
     let limits = VmLimits {
         honor_guest_rt: false,
-        ..VmLimits::default()
+        ..base()
     };
     let mut vm = vm(limits, 1);
 
@@ -223,7 +241,7 @@ fn guest_rt_task_is_ignored_when_guest_rt_not_honored() {
 
 #[test]
 fn guest_normal_nice_is_clamped_into_the_nice_range() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
 
     let raised = step(&mut vm, 10, upd(0, task(2, abi::POLICY_NORMAL, 0, -10)));
     let lowered = step(&mut vm, 20, upd(0, task(4, abi::POLICY_NORMAL, 0, 7)));
@@ -235,7 +253,7 @@ fn guest_normal_nice_is_clamped_into_the_nice_range() {
 
 #[test]
 fn guest_batch_task_maps_to_host_batch_when_allowed() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
 
     let out = step(&mut vm, 10, upd(0, task(2, abi::POLICY_BATCH, 0, 3)));
 
@@ -250,7 +268,7 @@ fn guest_batch_task_maps_to_other_when_batch_is_not_allowed() {
             batch: false,
             ..AllowedPolicies::default()
         },
-        ..VmLimits::default()
+        ..base()
     };
     let mut vm = vm(limits, 1);
 
@@ -261,7 +279,7 @@ fn guest_batch_task_maps_to_other_when_batch_is_not_allowed() {
 
 #[test]
 fn guest_idle_task_maps_to_other_at_nice_max_by_default() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
 
     let out = step(&mut vm, 10, upd(0, task(2, abi::POLICY_IDLE, 0, 0)));
 
@@ -272,7 +290,7 @@ fn guest_idle_task_maps_to_other_at_nice_max_by_default() {
 fn guest_idle_task_maps_to_host_idle_when_allowed() {
     let limits = VmLimits {
         allowed: AllowedPolicies::ALL,
-        ..VmLimits::default()
+        ..base()
     };
     let mut vm = vm(limits, 1);
 
@@ -285,7 +303,7 @@ fn guest_idle_task_maps_to_host_idle_when_allowed() {
 fn guest_deadline_task_maps_to_fifo_at_deadline_priority() {
     let limits = VmLimits {
         deadline_priority: 9,
-        ..VmLimits::default()
+        ..base()
     };
     let mut vm = vm(limits, 1);
 
@@ -297,7 +315,7 @@ fn guest_deadline_task_maps_to_fifo_at_deadline_priority() {
 
 #[test]
 fn unknown_guest_policy_is_treated_as_normal_and_counted() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
 
     let out = step(&mut vm, 10, upd(0, task(2, 77, 50, 4)));
 
@@ -312,7 +330,7 @@ fn unknown_guest_policy_is_treated_as_normal_and_counted() {
 
 #[test]
 fn explicit_boost_request_boosts_when_honored() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
     let mut h = half(2);
     h.flags |= abi::GF_BOOST_REQ;
 
@@ -326,7 +344,7 @@ fn explicit_boost_request_boosts_when_honored() {
 fn explicit_boost_request_is_ignored_when_not_honored() {
     let limits = VmLimits {
         honor_boost_request: false,
-        ..VmLimits::default()
+        ..base()
     };
     let mut vm = vm(limits, 1);
     let mut h = half(2);
@@ -337,7 +355,7 @@ fn explicit_boost_request_is_ignored_when_not_honored() {
 
 #[test]
 fn idle_guest_cpu_task_fields_and_boost_request_are_ignored() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
     let mut h = task(2, abi::POLICY_FIFO, 5, 10);
     h.flags |= abi::GF_IDLE | abi::GF_BOOST_REQ;
 
@@ -348,7 +366,7 @@ fn idle_guest_cpu_task_fields_and_boost_request_are_ignored() {
 
 #[test]
 fn valid_pending_hint_boosts_at_the_hinted_priority_capped() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
     let mut h = half(2);
     h.guest_pending = pending(abi::POLICY_FIFO, 6);
 
@@ -363,7 +381,7 @@ fn valid_pending_hint_boosts_at_the_hinted_priority_capped() {
 
 #[test]
 fn pending_hint_with_reserved_bits_is_ignored_and_counted() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
     let mut h = half(2);
     h.guest_pending = pending(abi::POLICY_FIFO, 6) | (1 << 33);
 
@@ -377,7 +395,7 @@ fn pending_hint_with_reserved_bits_is_ignored_and_counted() {
 fn pending_hint_is_ignored_when_not_honored() {
     let limits = VmLimits {
         honor_pending_hint: false,
-        ..VmLimits::default()
+        ..base()
     };
     let mut vm = vm(limits, 1);
     let mut h = half(2);
@@ -388,7 +406,7 @@ fn pending_hint_is_ignored_when_not_honored() {
 
 #[test]
 fn strongest_reason_is_the_highest_priority() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
     let mut h = task(2, abi::POLICY_FIFO, 9, 0);
     h.cs_flags = abi::CS_SOFTIRQ; // boost at RR 8
 
@@ -400,7 +418,7 @@ fn strongest_reason_is_the_highest_priority() {
 
 #[test]
 fn equal_priority_tie_goes_to_the_critical_section() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
     let mut h = task(2, abi::POLICY_FIFO, 8, 0);
     h.cs_flags = abi::CS_SOFTIRQ;
     h.flags |= abi::GF_BOOST_REQ;
@@ -416,7 +434,7 @@ fn equal_priority_tie_goes_to_the_critical_section() {
 
 #[test]
 fn proactive_wake_boosts_until_a_tick_at_its_deadline() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
 
     let out = step(
         &mut vm,
@@ -440,7 +458,7 @@ fn proactive_wake_boosts_until_a_tick_at_its_deadline() {
 
 #[test]
 fn proactive_irq_boosts_when_an_interrupt_is_targeted() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
 
     let out = step(&mut vm, 100, Event::InterruptTargeted { vcpu: 0 });
 
@@ -449,8 +467,9 @@ fn proactive_irq_boosts_when_an_interrupt_is_targeted() {
 }
 
 #[test]
-fn proactive_halt_is_off_by_default() {
-    let mut vm = vm(VmLimits::default(), 1);
+fn halt_without_recent_guest_rt_work_is_not_boosted() {
+    let mut vm = vm(base(), 1);
+    step(&mut vm, 10, upd(0, task(2, abi::POLICY_NORMAL, 0, 0)));
 
     let a = step(&mut vm, 100, Event::Blocked { vcpu: 0 });
     let b = step(
@@ -466,13 +485,13 @@ fn proactive_halt_is_off_by_default() {
 }
 
 #[test]
-fn proactive_halt_boosts_on_block_and_on_hlt_exit_when_enabled() {
-    let limits = VmLimits {
-        proactive_halt: true,
-        ..VmLimits::default()
-    };
-    let mut blocked = vm(limits.clone(), 1);
-    let mut hlt = vm(limits, 1);
+fn halt_after_recent_guest_rt_work_keeps_the_vcpu_boosted_on_block_and_on_hlt_exit() {
+    let mut blocked = vm(base(), 1);
+    let mut hlt = vm(base(), 1);
+    for vm in [&mut blocked, &mut hlt] {
+        step(vm, 10, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
+        step(vm, 20, upd(0, idle(4)));
+    }
 
     let a = step(&mut blocked, 100, Event::Blocked { vcpu: 0 });
     let b = step(
@@ -489,11 +508,67 @@ fn proactive_halt_boosts_on_block_and_on_hlt_exit_when_enabled() {
 }
 
 #[test]
+fn halt_boost_is_not_given_once_the_rt_work_is_older_than_halt_boost_ns() {
+    let limits = base();
+    let mut vm = vm(limits.clone(), 1);
+    step(&mut vm, 10, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
+    step(&mut vm, 20, upd(0, idle(4)));
+
+    let out = step(
+        &mut vm,
+        11 + limits.halt_boost_ns,
+        Event::Blocked { vcpu: 0 },
+    );
+
+    assert!(out.is_empty());
+}
+
+#[test]
+fn halt_boost_can_be_switched_off() {
+    let limits = VmLimits {
+        proactive_halt: false,
+        ..base()
+    };
+    let mut vm = vm(limits, 1);
+    step(&mut vm, 10, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
+
+    let out = step(&mut vm, 100, Event::Blocked { vcpu: 0 });
+
+    assert!(out.is_empty() || !out[0].params.is_rt());
+}
+
+#[test]
+fn halt_boost_ends_when_the_woken_guest_runs_nothing_urgent() {
+    let mut vm = vm(base(), 1);
+    step(&mut vm, 10, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
+    step(&mut vm, 20, upd(0, idle(4)));
+    step(&mut vm, 30, Event::Blocked { vcpu: 0 });
+
+    let out = step(&mut vm, 40, upd(0, task(6, abi::POLICY_NORMAL, 0, 0)));
+
+    assert_eq!(out[0].params, SchedParams::NORMAL);
+}
+
+#[test]
+fn halted_time_does_not_count_toward_max_boost() {
+    let limits = base();
+    let mut vm = vm(limits.clone(), 1);
+    step(&mut vm, 0, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
+    step(&mut vm, 10 * MS, Event::Blocked { vcpu: 0 });
+
+    // Halted (halt-boosted) for 80 ms: past max_boost in wall time, yet no throttle.
+    let out = step(&mut vm, 90 * MS, Event::Tick);
+
+    assert!(out.is_empty());
+    assert!(target(&vm, 0).0.is_rt());
+}
+
+#[test]
 fn proactive_boosts_can_be_switched_off() {
     let limits = VmLimits {
         proactive_wake: false,
         proactive_irq: false,
-        ..VmLimits::default()
+        ..base()
     };
     let mut vm = vm(limits, 1);
 
@@ -513,7 +588,7 @@ fn proactive_boosts_can_be_switched_off() {
 
 #[test]
 fn proactive_boost_ends_when_the_guest_writes_without_a_reason() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
     step(&mut vm, 10, upd(0, half(2)));
     step(&mut vm, 100, Event::InterruptTargeted { vcpu: 0 });
 
@@ -524,7 +599,7 @@ fn proactive_boost_ends_when_the_guest_writes_without_a_reason() {
 
 #[test]
 fn proactive_boost_survives_a_reread_of_the_stale_guest_half() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
     step(&mut vm, 10, upd(0, half(2)));
     step(&mut vm, 100, Event::InterruptTargeted { vcpu: 0 });
 
@@ -536,7 +611,7 @@ fn proactive_boost_survives_a_reread_of_the_stale_guest_half() {
 
 #[test]
 fn guest_reason_takes_over_from_a_proactive_boost() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
     step(&mut vm, 100, Event::InterruptTargeted { vcpu: 0 });
 
     let confirm = step(&mut vm, 200, upd(0, cs(2, abi::CS_HARDIRQ)));
@@ -554,7 +629,7 @@ fn guest_reason_takes_over_from_a_proactive_boost() {
 
 #[test]
 fn guest_update_without_reasons_unboosts() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
     step(&mut vm, 10, upd(0, cs(2, abi::CS_HARDIRQ)));
 
     let out = step(&mut vm, 20, upd(0, half(4)));
@@ -565,7 +640,7 @@ fn guest_update_without_reasons_unboosts() {
 
 #[test]
 fn clearing_gf_active_drops_every_guest_reason() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
     step(&mut vm, 10, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
     let mut h = task(4, abi::POLICY_FIFO, 5, 0);
     h.flags = abi::GF_BOOST_REQ;
@@ -579,9 +654,9 @@ fn clearing_gf_active_drops_every_guest_reason() {
 #[test]
 fn inconsistent_read_soon_after_a_consistent_one_keeps_the_last_view() {
     // A vCPU preempted in the middle of its update leaves seq odd: no news, not "no request".
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
     step(&mut vm, 10, upd(0, cs(2, abi::CS_HARDIRQ)));
-    let grace = VmLimits::default().inconsistent_grace_ns;
+    let grace = base().inconsistent_grace_ns;
 
     let out = step(
         &mut vm,
@@ -599,9 +674,9 @@ fn inconsistent_read_soon_after_a_consistent_one_keeps_the_last_view() {
 
 #[test]
 fn inconsistent_read_past_the_grace_is_treated_as_no_request() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
     step(&mut vm, 10, upd(0, cs(2, abi::CS_HARDIRQ)));
-    let grace = VmLimits::default().inconsistent_grace_ns;
+    let grace = base().inconsistent_grace_ns;
 
     let out = step(
         &mut vm,
@@ -618,7 +693,7 @@ fn inconsistent_read_past_the_grace_is_treated_as_no_request() {
 
 #[test]
 fn inconsistent_read_with_no_consistent_one_before_is_no_request() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
 
     let out = step(
         &mut vm,
@@ -640,7 +715,7 @@ fn inconsistent_read_with_no_consistent_one_before_is_no_request() {
 fn a_brief_unboost_does_not_restart_the_max_boost_clock() {
     // Boosted 40 ms, unboosted 1 ms, boosted again: the burst is 39 ms, so the throttle
     // comes 11 ms into the second boost, not 50.
-    let limits = VmLimits::default();
+    let limits = base();
     let mut vm = vm(limits.clone(), 1);
     let ms = 1_000_000;
     step(&mut vm, 0, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
@@ -656,7 +731,7 @@ fn a_brief_unboost_does_not_restart_the_max_boost_clock() {
 
 #[test]
 fn unboosted_time_drains_the_burst_one_to_one() {
-    let limits = VmLimits::default();
+    let limits = base();
     let mut vm = vm(limits.clone(), 1);
     let ms = 1_000_000;
     step(&mut vm, 0, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
@@ -669,7 +744,7 @@ fn unboosted_time_drains_the_burst_one_to_one() {
 
 #[test]
 fn tick_at_max_boost_throttles_a_continuous_boost() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
     step(&mut vm, 1_000, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
 
     let before = step(&mut vm, 1_000 + 50 * MS - 1, Event::Tick);
@@ -684,7 +759,7 @@ fn tick_at_max_boost_throttles_a_continuous_boost() {
 
 #[test]
 fn next_deadline_reports_the_throttle_instant_while_boosted() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
 
     step(&mut vm, 1_000, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
 
@@ -693,7 +768,7 @@ fn next_deadline_reports_the_throttle_instant_while_boosted() {
 
 #[test]
 fn changing_boost_reasons_does_not_restart_the_boost_clock() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
     step(&mut vm, 0, upd(0, cs(2, abi::CS_HARDIRQ)));
 
     step(&mut vm, 30 * MS, upd(0, task(4, abi::POLICY_FIFO, 9, 0)));
@@ -703,7 +778,7 @@ fn changing_boost_reasons_does_not_restart_the_boost_clock() {
 
 #[test]
 fn throttle_lasts_throttle_ns_then_a_present_reason_reboosts_with_a_new_clock() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
     step(&mut vm, 0, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
     step(&mut vm, 50 * MS, Event::Tick);
 
@@ -719,7 +794,7 @@ fn throttle_lasts_throttle_ns_then_a_present_reason_reboosts_with_a_new_clock() 
 
 #[test]
 fn throttled_vcpu_keeps_its_guest_nice() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
     let mut h = task(2, abi::POLICY_NORMAL, 0, 4);
     h.flags |= abi::GF_BOOST_REQ;
     step(&mut vm, 0, upd(0, h));
@@ -732,7 +807,7 @@ fn throttled_vcpu_keeps_its_guest_nice() {
 
 #[test]
 fn guest_rt_task_spinning_for_5s_is_never_boosted_longer_than_max_boost() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
     let start = step(&mut vm, 0, upd(0, task(2, abi::POLICY_FIFO, 50, 0)));
 
     let later = tick_until(&mut vm, 5_000 * MS);
@@ -764,7 +839,7 @@ fn debt_limits() -> VmLimits {
         boost_share_permille: 250,
         fairness_window_ns: 10 * MS,
         max_boost_ns: 10_000 * MS,
-        ..VmLimits::default()
+        ..base()
     }
 }
 
@@ -832,7 +907,10 @@ fn halted_boosted_vcpu_is_not_charged() {
         ..debt_limits()
     };
     let mut vm = vm(limits, 2);
+    step(&mut vm, 0, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
+    step(&mut vm, 0, upd(0, idle(4)));
     step(&mut vm, 0, Event::Blocked { vcpu: 0 });
+    assert!(target(&vm, 0).0.is_rt(), "halt-boosted");
 
     step(&mut vm, MS / 2, Event::Tick);
 
@@ -844,7 +922,7 @@ fn halted_boosted_vcpu_is_not_charged() {
 
 #[test]
 fn repeating_the_same_guest_update_emits_nothing() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
     step(&mut vm, 10, upd(0, cs(2, abi::CS_HARDIRQ)));
 
     let out = step(&mut vm, 20, upd(0, cs(2, abi::CS_HARDIRQ)));
@@ -854,7 +932,7 @@ fn repeating_the_same_guest_update_emits_nothing() {
 
 #[test]
 fn critical_section_flags_changing_under_the_same_params_emit_nothing() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
     step(&mut vm, 10, upd(0, cs(2, abi::CS_HARDIRQ)));
 
     let out = step(&mut vm, 20, upd(0, cs(4, abi::CS_SOFTIRQ)));
@@ -866,7 +944,7 @@ fn critical_section_flags_changing_under_the_same_params_emit_nothing() {
 
 #[test]
 fn scheduler_events_without_consequences_emit_nothing() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
 
     let a = step(&mut vm, 10, Event::Running { vcpu: 0 });
     let b = step(&mut vm, 20, Event::Preempted { vcpu: 0 });
@@ -879,7 +957,7 @@ fn scheduler_events_without_consequences_emit_nothing() {
 
 #[test]
 fn out_of_range_vcpu_is_ignored_and_counted() {
-    let mut vm = vm(VmLimits::default(), 2);
+    let mut vm = vm(base(), 2);
 
     let out = step(&mut vm, 10, upd(7, cs(2, abi::CS_NMI)));
     let out2 = step(
@@ -900,7 +978,7 @@ fn out_of_range_vcpu_is_ignored_and_counted() {
 
 #[test]
 fn time_going_backwards_is_handled_at_the_latest_now_and_counted() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
     step(&mut vm, 1_000, upd(0, cs(2, abi::CS_NMI)));
 
     step(&mut vm, 10, Event::Tick);
@@ -912,7 +990,7 @@ fn time_going_backwards_is_handled_at_the_latest_now_and_counted() {
 
 #[test]
 fn host_half_reports_status_flags_params_and_counters() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
     step(&mut vm, 0, Event::Running { vcpu: 0 });
     step(&mut vm, 0, upd(0, cs(2, abi::CS_HARDIRQ)));
     step(&mut vm, 5, Event::Preempted { vcpu: 0 });
@@ -934,7 +1012,7 @@ fn host_half_reports_status_flags_params_and_counters() {
 
 #[test]
 fn critical_section_of_a_running_vcpu_starts_no_boost_until_it_is_preempted() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
     step(&mut vm, 0, Event::Running { vcpu: 0 });
 
     let while_running = step(&mut vm, 10, upd(0, cs(2, abi::CS_HARDIRQ)));
@@ -956,7 +1034,7 @@ fn critical_section_of_a_running_vcpu_starts_no_boost_until_it_is_preempted() {
 
 #[test]
 fn host_half_reports_throttled_and_halted() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
     step(&mut vm, 0, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
     step(&mut vm, 50 * MS, Event::Tick);
     step(&mut vm, 51 * MS, Event::Blocked { vcpu: 0 });
@@ -971,7 +1049,7 @@ fn host_half_reports_throttled_and_halted() {
 
 #[test]
 fn vm_stats_count_events_by_kind() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
     step(&mut vm, 1, Event::Tick);
     step(&mut vm, 2, Event::Tick);
     step(&mut vm, 3, Event::Running { vcpu: 0 });
@@ -986,12 +1064,12 @@ fn vm_stats_count_events_by_kind() {
 
 #[test]
 fn new_limits_take_effect_at_the_next_event() {
-    let mut vm = vm(VmLimits::default(), 2);
+    let mut vm = vm(base(), 2);
     step(&mut vm, 10, upd(0, task(2, abi::POLICY_FIFO, 9, 0)));
 
     vm.set_limits(VmLimits {
         max_rt_priority: 3,
-        ..VmLimits::default()
+        ..base()
     })
     .unwrap();
     let deadline = vm.next_deadline();
@@ -1004,28 +1082,25 @@ fn new_limits_take_effect_at_the_next_event() {
 
 #[test]
 fn invalid_limits_are_refused_and_the_old_ones_kept() {
-    let mut vm = vm(VmLimits::default(), 1);
+    let mut vm = vm(base(), 1);
 
     let err = vm.set_limits(VmLimits {
         max_rt_priority: 0,
-        ..VmLimits::default()
+        ..base()
     });
 
     assert_eq!(err, Err(LimitsError::MaxRtPriority(0)));
-    assert_eq!(vm.limits(), &VmLimits::default());
+    assert_eq!(vm.limits(), &base());
 }
 
 #[test]
 fn vm_needs_between_one_and_max_vcpus() {
+    assert_eq!(VmState::new(base(), 0).err(), Some(LimitsError::NrVcpus(0)));
     assert_eq!(
-        VmState::new(VmLimits::default(), 0).err(),
-        Some(LimitsError::NrVcpus(0))
-    );
-    assert_eq!(
-        VmState::new(VmLimits::default(), 4097).err(),
+        VmState::new(base(), 4097).err(),
         Some(LimitsError::NrVcpus(4097))
     );
-    assert!(VmState::new(VmLimits::default(), 4096).is_ok());
+    assert!(VmState::new(base(), 4096).is_ok());
 }
 
 #[test]
@@ -1033,7 +1108,7 @@ fn nice_range_excluding_zero_applies_at_the_first_event() {
     let limits = VmLimits {
         nice_min: 2,
         nice_max: 10,
-        ..VmLimits::default()
+        ..base()
     };
     let mut vm = vm(limits, 2);
 
@@ -1041,4 +1116,15 @@ fn nice_range_excluding_zero_applies_at_the_first_event() {
 
     assert_eq!(out.len(), 2);
     assert!(out.iter().all(|d| d.params == cfs(HostPolicy::Other, 2)));
+}
+
+#[test]
+fn default_boosts_stay_in_a_band_below_host_rt_work_at_5() {
+    let limits = VmLimits::default();
+    let mut vm = vm(limits.clone(), 1);
+
+    let out = step(&mut vm, 10, upd(0, task(2, abi::POLICY_FIFO, 99, 0)));
+
+    assert_eq!(out[0].params, rt(HostPolicy::Fifo, 4));
+    assert!(limits.boost_priority <= limits.max_rt_priority && limits.max_rt_priority < 5);
 }
