@@ -23,10 +23,12 @@ lint: deps
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-# Unit, property and end-to-end tests (the e2e ones boot a QEMU guest).
+# Unit, property and end-to-end tests (the e2e ones boot QEMU guests).
+# The binaries are built first: the daemon's e2e tests run pvschedctl too.
 test: deps lint
 	$(MAKE) -C guest check-warnings
-	$(CARGO) test --workspace --release -- --test-threads=2
+	$(CARGO) build --workspace --bins --release
+	$(CARGO) test --workspace --release
 
 # Unit and property tests only: no guest boots.
 test-fast:

@@ -1,0 +1,20 @@
+//! pvsched-bench: the end-to-end benchmark. One QEMU guest (the pvsched
+//! module loaded), three host modes interleaved (vanilla, static-rt,
+//! pvsched), an idle and a loaded host; guest and host cyclictest at once,
+//! an audio-like task, a ping-pong and host throughput; a Markdown table,
+//! JSON in the simulator's shape and latency plots.
+//!
+//! See README.md for what is measured and how to read it.
+
+pub mod accel;
+pub mod daemon;
+pub mod foreign;
+pub mod guest;
+pub mod host;
+pub mod model;
+pub mod plot;
+pub mod progress;
+pub mod report;
+pub mod run;
+pub mod sched;
+pub mod stats;

@@ -1,0 +1,174 @@
+//! pvsched-bench: vanilla vs static RT vs pvsched, guest and host latency
+//! under load, measured side by side in one run. See README.md.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use pvsched_bench::accel::AccelChoice;
+use pvsched_bench::model::{Load, Mode};
+use pvsched_bench::run::{self, Settings};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "pvsched-bench",
+    version,
+    about = "Guest and host latency under load for vanilla, static-rt and pvsched, in one run",
+    after_help = "Writes report.md, report.json, <load>-<interval>us.json and .png, raw.json \
+                  and the raw tool outputs into --out. Needs root (RT priorities, sched_setattr \
+                  on QEMU's threads)."
+)]
+struct Cli {
+    /// Output directory [default: bench-results/<timestamp>].
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Repeats of every (load, interval, mode) cell, modes interleaved
+    /// [default: 3; --quick: 2].
+    #[arg(long)]
+    repeat: Option<usize>,
+    /// Seconds per cyclictest measurement [default: 10; --quick: 6].
+    #[arg(long)]
+    duration: Option<u64>,
+    /// cyclictest intervals in µs [default: 500,1000; --quick: 1000].
+    #[arg(long, value_delimiter = ',')]
+    intervals: Option<Vec<u32>>,
+    /// Host loads: idle, loaded [default: idle,loaded].
+    #[arg(long, value_delimiter = ',')]
+    loads: Option<Vec<Load>>,
+    /// Modes: vanilla, static-rt, pvsched.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "vanilla,static-rt,pvsched"
+    )]
+    modes: Vec<Mode>,
+    /// auto (KVM only where a stock guest runs; the reason is printed), tcg or kvm.
+    #[arg(long, default_value = "auto")]
+    accel: AccelChoice,
+    /// Guest vCPUs [default: the host's CPU count].
+    #[arg(long)]
+    smp: Option<u32>,
+    /// Guest memory in MiB.
+    #[arg(long, default_value_t = 512)]
+    memory_mb: u32,
+    /// pvschedd binary (pvschedctl is taken from the same directory)
+    /// [default: pvschedd next to this executable, i.e. target/release/].
+    #[arg(long)]
+    pvschedd: Option<PathBuf>,
+    /// Seconds of the audio-like task per session, 0 for none [default: --duration].
+    #[arg(long)]
+    audio_secs: Option<u64>,
+    /// Seconds of ping-pong per session, 0 for none [default: 3; --quick: 2].
+    #[arg(long)]
+    pingpong_secs: Option<u64>,
+    /// Measure a cyclictest phase again, up to N times, when processes outside
+    /// the bench took more than 10 % of the machine meanwhile (shared
+    /// machines) [default: 2; --quick: 1].
+    #[arg(long, value_name = "N")]
+    retry_disturbed: Option<usize>,
+    /// cyclictest histogram size in µs (later samples count as overflows at the max).
+    #[arg(long, default_value_t = 100_000)]
+    buckets: u32,
+    /// The demo preset: --repeat 2 --duration 6 --intervals 1000 --pingpong-secs 2
+    /// (explicit options still win). A few minutes on 2 cores.
+    #[arg(long)]
+    quick: bool,
+    /// Render the report again from a previous run's raw.json (no guest).
+    #[arg(long, value_name = "RAW_JSON")]
+    from_raw: Option<PathBuf>,
+}
+
+fn settings(cli: Cli) -> Result<Settings, String> {
+    let q = cli.quick;
+    let duration = cli.duration.unwrap_or(if q { 6 } else { 10 });
+    let host_cpus = std::thread::available_parallelism()
+        .map(|n| n.get() as u32)
+        .unwrap_or(1);
+    let s = Settings {
+        out: cli.out.unwrap_or_else(|| {
+            if q {
+                PathBuf::from("bench-results/demo")
+            } else {
+                run::default_out()
+            }
+        }),
+        repeat: cli.repeat.unwrap_or(if q { 2 } else { 3 }),
+        duration,
+        intervals: cli
+            .intervals
+            .unwrap_or_else(|| if q { vec![1000] } else { vec![500, 1000] }),
+        loads: cli.loads.unwrap_or_else(|| vec![Load::Idle, Load::Loaded]),
+        modes: cli.modes,
+        accel: cli.accel,
+        smp: cli.smp.unwrap_or(host_cpus),
+        memory_mb: cli.memory_mb,
+        pvschedd: cli.pvschedd,
+        buckets: cli.buckets,
+        audio_secs: cli.audio_secs.unwrap_or(duration),
+        pingpong_secs: cli.pingpong_secs.unwrap_or(if q { 2 } else { 3 }),
+        retry_disturbed: cli.retry_disturbed.unwrap_or(if q { 1 } else { 2 }),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+    };
+    if s.repeat == 0 || s.duration == 0 || s.intervals.is_empty() || s.loads.is_empty() {
+        return Err("--repeat, --duration, --intervals and --loads must not be empty or 0".into());
+    }
+    if s.modes.is_empty() {
+        return Err("--modes: give at least one mode".into());
+    }
+    if s.intervals.iter().any(|&i| i < 50) {
+        return Err("--intervals: 50 µs at least".into());
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    if !s.modes.iter().all(|m| seen.insert(*m)) {
+        return Err("--modes: a mode is given twice".into());
+    }
+    Ok(s)
+}
+
+fn print_end(report: &pvsched_bench::report::Report, dir: &std::path::Path) {
+    println!("{}", pvsched_bench::report::markdown(report));
+    println!("Report: {}", dir.join("report.md").display());
+    println!("JSON:   {}", dir.join("report.json").display());
+    for p in &report.plots {
+        println!("Plot:   {}", dir.join(p).display());
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Some(raw) = &cli.from_raw {
+        return match run::rerender(raw) {
+            Ok((report, dir)) => {
+                print_end(&report, &dir);
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("pvsched-bench: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
+    let s = match settings(cli) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("pvsched-bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run::run(&s) {
+        Ok((report, ok)) => {
+            let dir = s.out.canonicalize().unwrap_or(s.out.clone());
+            print_end(&report, &dir);
+            if ok {
+                ExitCode::SUCCESS
+            } else {
+                eprintln!("pvsched-bench: some phases failed (see Notes in the report)");
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("pvsched-bench: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

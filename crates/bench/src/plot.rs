@@ -1,0 +1,244 @@
+//! Latency plots: per (load, interval), the complementary CDF of every mode
+//! (log-x latency, log-y fraction of wakeups at least that late), guest and
+//! host side by side. The tail, where the modes differ, gets most of the
+//! picture.
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use plotters::prelude::*;
+
+use crate::stats::Histogram;
+
+/// Font files tried, first found wins (fonts-dejavu-core).
+const FONTS: &[&str] = &[
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+];
+
+/// Registers a TrueType font as "sans-serif" once (plotters' ab_glyph
+/// backend has no font of its own).
+pub fn init_font() -> Result<(), String> {
+    static DONE: OnceLock<Result<(), String>> = OnceLock::new();
+    DONE.get_or_init(|| {
+        for f in FONTS {
+            if let Ok(bytes) = std::fs::read(f) {
+                let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+                return plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
+                    .map_err(|_| format!("{f}: not a usable font"));
+            }
+        }
+        Err(format!(
+            "no font for the plots ({}); install fonts-dejavu-core",
+            FONTS[0]
+        ))
+    })
+    .clone()
+}
+
+/// The colour of each mode, the same in every plot.
+pub fn mode_color(mode: &str) -> RGBColor {
+    match mode {
+        "vanilla" => RGBColor(214, 39, 40),
+        "static-rt" => RGBColor(31, 119, 180),
+        "pvsched" => RGBColor(44, 160, 44),
+        _ => RGBColor(90, 90, 90),
+    }
+}
+
+/// One curve: a mode's histogram.
+pub struct Curve<'a> {
+    pub mode: &'a str,
+    pub hist: &'a Histogram,
+}
+
+/// A CCDF as a staircase: fraction >= x holds until the next bucket.
+fn steps(h: &Histogram) -> Vec<(f64, f64)> {
+    let pts = h.ccdf();
+    let mut out = Vec::with_capacity(pts.len() * 2);
+    for (i, &(x, y)) in pts.iter().enumerate() {
+        if i > 0 {
+            out.push((x, pts[i - 1].1));
+        }
+        out.push((x, y));
+    }
+    // Close the last step at the maximum.
+    if let Some(&(x, y)) = pts.last() {
+        out.push((x * 1.02 + 1.0, y));
+    }
+    out
+}
+
+type Area<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>;
+
+fn panel(
+    area: &Area<'_>,
+    title: &str,
+    curves: &[Curve<'_>],
+    interval_us: u32,
+) -> Result<(), String> {
+    let e = |x: &dyn std::fmt::Display| x.to_string();
+    let xmax = curves
+        .iter()
+        .map(|c| c.hist.max_us)
+        .max()
+        .unwrap_or(10)
+        .max(10) as f64
+        * 1.5;
+    let xmin = curves
+        .iter()
+        .filter_map(|c| c.hist.buckets.keys().next().copied())
+        .min()
+        .unwrap_or(1)
+        .max(1) as f64
+        * 0.8;
+    let ymin = curves
+        .iter()
+        .filter(|c| c.hist.samples > 0)
+        .map(|c| 1.0 / c.hist.samples as f64)
+        .fold(1.0f64, f64::min)
+        * 0.5;
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 24))
+        .margin(12)
+        .x_label_area_size(48)
+        .y_label_area_size(72)
+        .build_cartesian_2d((xmin..xmax).log_scale(), (ymin..1.2f64).log_scale())
+        .map_err(|x| e(&x))?;
+    chart
+        .configure_mesh()
+        .x_desc("latency (µs, log)")
+        .y_desc("fraction of wakeups at least this late")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| {
+            if *y >= 0.01 {
+                format!("{y}")
+            } else {
+                format!("{y:.0e}")
+            }
+        })
+        .label_style(("sans-serif", 15))
+        .axis_desc_style(("sans-serif", 16))
+        .draw()
+        .map_err(|x| e(&x))?;
+    // Reference lines: the interval, and the 1 % level (p99 is where a curve
+    // crosses it).
+    let refc = RGBColor(60, 60, 60);
+    chart
+        .draw_series(DashedLineSeries::new(
+            [(interval_us as f64, ymin), (interval_us as f64, 1.2)],
+            8,
+            6,
+            refc.stroke_width(2),
+        ))
+        .map_err(|x| e(&x))?
+        .label(format!("dashed: interval ({interval_us} µs) and 1 % (p99)"))
+        .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], refc.stroke_width(2)));
+    chart
+        .draw_series(DashedLineSeries::new(
+            [(xmin, 0.01), (xmax, 0.01)],
+            8,
+            6,
+            refc.stroke_width(2),
+        ))
+        .map_err(|x| e(&x))?;
+    for c in curves {
+        if c.hist.samples == 0 {
+            continue;
+        }
+        let color = mode_color(c.mode);
+        let s = c.hist.summary();
+        chart
+            .draw_series(LineSeries::new(steps(c.hist), color.stroke_width(3)))
+            .map_err(|x| e(&x))?
+            .label(format!(
+                "{}: p99 {} µs, max {} µs",
+                c.mode, s.p99_us, s.max_us
+            ))
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(3)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .label_font(("sans-serif", 16))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|x| e(&x))?;
+    Ok(())
+}
+
+/// Writes one PNG: guest on the left, host on the right.
+pub fn latency_ccdf(
+    path: &Path,
+    title: &str,
+    interval_us: u32,
+    guest: &[Curve<'_>],
+    host: &[Curve<'_>],
+) -> Result<(), String> {
+    init_font()?;
+    let e = |x: &dyn std::fmt::Display| format!("{}: {x}", path.display());
+    let root = BitMapBackend::new(path, (1600, 680)).into_drawing_area();
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let (top, body) = root.split_vertically(44);
+    top.titled(title, ("sans-serif", 26)).map_err(|x| e(&x))?;
+    let (left, right) = body.split_horizontally(800);
+    panel(&left, "guest cyclictest", guest, interval_us).map_err(|x| e(&x))?;
+    panel(&right, "host cyclictest", host, interval_us).map_err(|x| e(&x))?;
+    root.present().map_err(|x| e(&x))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_hold_each_fraction_until_the_next_bucket() {
+        let mut h = Histogram::default();
+        h.record(10, 1);
+        h.record(20, 1);
+        let s = steps(&h);
+        assert_eq!(s[0], (10.0, 1.0));
+        assert_eq!(s[1], (20.0, 1.0));
+        assert_eq!(s[2], (20.0, 0.5));
+        assert!(s[3].0 > 20.0 && s[3].1 == 0.5);
+    }
+
+    #[test]
+    fn a_plot_is_written_when_a_font_is_there() {
+        if init_font().is_err() {
+            eprintln!("no DejaVu font here: plot test skipped");
+            return;
+        }
+        // Arrange
+        let mut a = Histogram::default();
+        let mut b = Histogram::default();
+        for us in 1..200 {
+            a.record(us * 10, 200 - us);
+            b.record(us, 200 - us);
+        }
+        let dir = std::env::temp_dir().join(format!("pvsched-bench-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.png");
+
+        // Act
+        let curves = [
+            Curve {
+                mode: "vanilla",
+                hist: &a,
+            },
+            Curve {
+                mode: "pvsched",
+                hist: &b,
+            },
+        ];
+        latency_ccdf(&path, "test", 1000, &curves, &curves).unwrap();
+
+        // Assert
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(&bytes[1..4], b"PNG");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,886 @@
+//! The run: build the image, boot one VM, then for every repeat, load and
+//! mode (interleaved) measure guest and host latency, audio glitches,
+//! ping-pong and host throughput; then write the report.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use pvsched_vmtest::{Accel, Vm, VmConfig};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::accel::{self, AccelChoice, KvmFacts};
+use crate::daemon::{Binaries, Daemon, Locator};
+use crate::foreign;
+use crate::guest::{self, AudioResult, PingPongResult};
+use crate::host::{self, HostCyclictest, Machine};
+use crate::model::{mode_order, LatencyRun, Load, Mode, Results, SessionRun};
+use crate::plot;
+use crate::progress::{human, Progress};
+use crate::report::{self, Meta, Report};
+use crate::sched::{self, Params};
+use crate::stats::Histogram;
+
+/// Share of the machine taken by others above which a repeat is flagged.
+pub const DISTURBED: f64 = 0.10;
+
+/// What to run (the CLI, resolved).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Settings {
+    pub out: PathBuf,
+    pub repeat: usize,
+    /// Seconds per cyclictest measurement.
+    pub duration: u64,
+    pub intervals: Vec<u32>,
+    pub loads: Vec<Load>,
+    pub modes: Vec<Mode>,
+    #[serde(skip, default = "auto")]
+    pub accel: AccelChoice,
+    pub smp: u32,
+    pub memory_mb: u32,
+    pub pvschedd: Option<PathBuf>,
+    /// cyclictest histogram buckets (µs).
+    pub buckets: u32,
+    /// Seconds of audiosim per session (0: none).
+    pub audio_secs: u64,
+    /// Seconds of ping-pong per session (0: none).
+    pub pingpong_secs: u64,
+    /// Measure a cyclictest phase again (up to this many times) when other
+    /// processes took more than 10 % of the machine meanwhile.
+    #[serde(default)]
+    pub retry_disturbed: usize,
+    pub command: String,
+}
+
+fn auto() -> AccelChoice {
+    AccelChoice::Auto
+}
+
+/// Everything `--from-raw` needs to render the report again.
+#[derive(Serialize, Deserialize)]
+pub struct RawFile {
+    pub meta: Meta,
+    pub loads: Vec<Load>,
+    pub intervals: Vec<u32>,
+    pub modes: Vec<Mode>,
+    pub results: Results,
+}
+
+/// Nominal seconds of one (load, mode) session and its phase count.
+fn session_plan(s: &Settings) -> (f64, usize) {
+    let mut secs = s.duration as f64 * s.intervals.len() as f64;
+    let mut phases = s.intervals.len();
+    for extra in [s.audio_secs, s.pingpong_secs] {
+        if extra > 0 {
+            secs += extra as f64;
+            phases += 1;
+        }
+    }
+    (secs, phases)
+}
+
+/// Phases and nominal seconds of the whole run.
+pub fn plan(s: &Settings) -> (usize, f64) {
+    let sessions = s.repeat * s.loads.len() * s.modes.len();
+    let (secs, phases) = session_plan(s);
+    (sessions * phases, sessions as f64 * secs)
+}
+
+fn timestamp(fmt_file: bool) -> String {
+    let mut t: libc::time_t = 0;
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: time(2) and localtime_r(3) with valid pointers.
+    unsafe {
+        libc::time(&mut t);
+        libc::localtime_r(&t, &mut tm);
+    }
+    let (y, mo, d, h, mi, s) = (
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec,
+    );
+    if fmt_file {
+        format!("{y:04}{mo:02}{d:02}-{h:02}{mi:02}{s:02}")
+    } else {
+        format!("{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02}")
+    }
+}
+
+/// `bench-results/<timestamp>`.
+pub fn default_out() -> PathBuf {
+    PathBuf::from("bench-results").join(timestamp(true))
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+fn mkdir(p: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(p).map_err(|e| format!("creating {}: {e}", p.display()))
+}
+
+/// vCPU index -> thread id, from QMP `query-cpus-fast`.
+pub fn parse_query_cpus(reply: &str) -> Result<Vec<(u32, i32)>, String> {
+    let v: Value = serde_json::from_str(reply).map_err(|e| format!("query-cpus-fast: {e}"))?;
+    let list = v
+        .get("return")
+        .and_then(Value::as_array)
+        .ok_or_else(|| format!("query-cpus-fast: no return list in {reply}"))?;
+    let mut out = Vec::new();
+    for c in list {
+        let idx = c.get("cpu-index").and_then(Value::as_u64);
+        let tid = c.get("thread-id").and_then(Value::as_i64);
+        if let (Some(i), Some(t)) = (idx, tid) {
+            out.push((i as u32, t as i32));
+        }
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+enum Applied {
+    Nothing,
+    StaticRt,
+    Daemon(Daemon),
+}
+
+struct Bench<'a> {
+    s: &'a Settings,
+    vm: Vm,
+    vcpus: Vec<(u32, i32)>,
+    /// Every QEMU thread's parameters right after boot: what "restored" means.
+    baseline: BTreeMap<i32, (String, Params)>,
+    bins: Option<Binaries>,
+    run_dir: PathBuf,
+    raw_dir: PathBuf,
+    host_cpus: usize,
+    guest_cpus: u32,
+    results: Results,
+    notes: Vec<String>,
+    errors: usize,
+    progress: Progress,
+    pvsched_broken: Option<String>,
+}
+
+fn first_line(e: &str) -> &str {
+    e.lines().next().unwrap_or(e)
+}
+
+impl Bench<'_> {
+    fn note(&mut self, msg: String) {
+        eprintln!("pvsched-bench: {msg}");
+        self.notes.push(msg);
+    }
+
+    fn error(&mut self, msg: String) {
+        self.errors += 1;
+        self.note(format!("ERROR: {msg}"));
+    }
+
+    /// Puts every QEMU thread back to its boot-time parameters; notes any
+    /// thread that was not there.
+    fn verify_restored(&mut self, after: &str) {
+        let baseline = self.baseline.clone();
+        for (tid, (comm, base)) in baseline {
+            let Ok(now) = sched::get(tid) else {
+                continue; // thread gone (QEMU worker threads come and go)
+            };
+            if now != base {
+                let fixed = sched::set_verified(tid, base);
+                self.note(format!(
+                    "after {after}: thread {tid} ({comm}) was {now}, expected {base}: {}",
+                    match fixed {
+                        Ok(()) => "restored".to_string(),
+                        Err(e) => format!("restoring failed: {e}"),
+                    }
+                ));
+            }
+        }
+    }
+
+    fn apply(&mut self, mode: Mode) -> Result<Applied, String> {
+        match mode {
+            Mode::Vanilla => Ok(Applied::Nothing),
+            Mode::StaticRt => {
+                for &(idx, tid) in &self.vcpus.clone() {
+                    if let Err(e) = sched::set_verified(tid, Params::rr(host::RT_PRIO)) {
+                        self.verify_restored("a failed static-rt setup");
+                        return Err(format!("static-rt: vCPU {idx} thread {tid}: {e}"));
+                    }
+                }
+                Ok(Applied::StaticRt)
+            }
+            Mode::Pvsched => {
+                if let Some(why) = &self.pvsched_broken {
+                    return Err(why.clone());
+                }
+                let bins = self
+                    .bins
+                    .clone()
+                    .ok_or("pvsched mode without pvschedd binaries")?;
+                let region = self
+                    .vm
+                    .region_path()
+                    .ok_or("the VM has no region file")?
+                    .to_path_buf();
+                let run_dir = self.run_dir.clone();
+                let nvcpus = self.vcpus.len();
+                let by_qmp = Locator::Qmp(self.vm.qmp_socket().to_path_buf());
+                let by_pid = Locator::Pid(self.vm.qemu_pid());
+                let start = |how: &Locator| Daemon::start(&bins, &run_dir, &region, how, nvcpus);
+                // pvschedd finds the vCPU threads over QMP, which a starved
+                // QEMU main loop may not answer in time: then once more by
+                // thread names.
+                let started = match start(&by_qmp) {
+                    Ok(d) => Ok(d),
+                    Err(e) => {
+                        self.note(format!(
+                            "pvschedd did not serve the VM found over QMP; \
+                             trying again with `pid = {}` (thread names): {}",
+                            self.vm.qemu_pid(),
+                            first_line(&e)
+                        ));
+                        start(&by_pid)
+                    }
+                };
+                match started {
+                    Ok(d) => Ok(Applied::Daemon(d)),
+                    Err(e) => {
+                        self.pvsched_broken = Some(
+                            "pvsched mode skipped: pvschedd did not serve the VM earlier in this run"
+                                .into(),
+                        );
+                        Err(e)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Undoes `applied`; returns the daemon's last status.
+    fn restore(&mut self, applied: Applied, mode: Mode) -> Option<Value> {
+        let mut status = None;
+        match applied {
+            Applied::Nothing => {}
+            Applied::StaticRt => {
+                for &(idx, tid) in &self.vcpus.clone() {
+                    let base = self
+                        .baseline
+                        .get(&tid)
+                        .map(|b| b.1)
+                        .unwrap_or(Params::NORMAL);
+                    if let Err(e) = sched::set_verified(tid, base) {
+                        self.error(format!("restoring vCPU {idx} thread {tid}: {e}"));
+                    }
+                }
+            }
+            Applied::Daemon(d) => {
+                match d.status() {
+                    Ok(v) => status = Some(v),
+                    Err(e) => self.note(format!("pvschedctl status at the end: {e}")),
+                }
+                if let Err(e) = d.stop() {
+                    self.error(e);
+                }
+            }
+        }
+        self.verify_restored(mode.name());
+        status
+    }
+
+    /// One cyclictest measurement; returns the share of the machine that
+    /// went to others meanwhile.
+    fn latency(
+        &mut self,
+        rep: usize,
+        load: Load,
+        interval: u32,
+        mode: Mode,
+    ) -> Result<f64, String> {
+        let s = self.s;
+        let tag = format!("rep{rep}-{load}-{interval}us-{mode}");
+        self.progress.phase(
+            &format!("{load}/{interval}us/{mode} rep {rep}"),
+            s.duration as f64,
+        );
+        let before = foreign::sample();
+        let host_json = self.raw_dir.join(format!("{tag}-host.json"));
+        let host_run = HostCyclictest::start(
+            interval,
+            s.duration,
+            self.host_cpus,
+            s.buckets,
+            &host_json,
+            &self.raw_dir.join(format!("{tag}-host.log")),
+        )?;
+        let guest_run = self.vm.exec(
+            &guest::cyclictest_cmd(interval, s.duration, self.guest_cpus as usize, s.buckets),
+            Duration::from_secs(s.duration + 60),
+        );
+        let host_hist = host_run.finish();
+        let foreign_cpu = foreign::fraction(&before, &foreign::sample(), self.host_cpus);
+        let (rc, out) = guest_run.map_err(|e| format!("guest cyclictest: {e}"))?;
+        let json = guest::cyclictest_json(&out);
+        if let Ok(j) = &json {
+            let _ = std::fs::write(self.raw_dir.join(format!("{tag}-guest.json")), j);
+        }
+        let json = match json {
+            Ok(j) if rc == 0 => j,
+            other => {
+                return Err(format!(
+                    "guest cyclictest exited {rc} ({}): {}",
+                    other.err().unwrap_or_default(),
+                    out.chars().take(500).collect::<String>()
+                ))
+            }
+        };
+        let guest_hist =
+            Histogram::from_cyclictest_json(&json).map_err(|e| format!("guest cyclictest: {e}"))?;
+        let host_hist = host_hist?;
+        let per_thread = s.duration * 1_000_000 / u64::from(interval);
+        eprintln!(
+            "    guest p99 {} us max {} us | host p99 {} us max {} us | other load {:.0} %",
+            guest_hist.percentile(0.99),
+            guest_hist.max_us,
+            host_hist.percentile(0.99),
+            host_hist.max_us,
+            foreign_cpu * 100.0
+        );
+        self.results
+            .latency
+            .entry((load, interval, mode))
+            .or_default()
+            .push(LatencyRun {
+                rep,
+                guest: guest_hist,
+                host: host_hist,
+                guest_expected: per_thread * u64::from(self.guest_cpus),
+                host_expected: per_thread * self.host_cpus as u64,
+                foreign_cpu,
+            });
+        Ok(foreign_cpu)
+    }
+
+    /// [`Self::latency`], measured again (up to `--retry-disturbed` times)
+    /// while others took more than [`DISTURBED`] of the machine.
+    fn latency_undisturbed(&mut self, rep: usize, load: Load, interval: u32, mode: Mode) {
+        let tag = format!("rep{rep}-{load}-{interval}us-{mode}");
+        let mut tries = 0;
+        loop {
+            match self.latency(rep, load, interval, mode) {
+                Err(e) => {
+                    self.error(format!("{tag}: {e}"));
+                    return;
+                }
+                Ok(f) if f > DISTURBED && tries < self.s.retry_disturbed => {
+                    tries += 1;
+                    if let Some(v) = self.results.latency.get_mut(&(load, interval, mode)) {
+                        v.pop();
+                    }
+                    self.note(format!(
+                        "{tag}: {:.0} % of the CPUs went to processes outside the bench: \
+                         measured again ({tries} of {})",
+                        f * 100.0,
+                        self.s.retry_disturbed
+                    ));
+                    self.progress.add(self.s.duration as f64);
+                }
+                Ok(f) if f > DISTURBED => {
+                    self.note(format!(
+                        "{tag}: {:.0} % of the CPUs went to processes outside the bench \
+                         (other jobs on this machine, or steal): this repeat is disturbed",
+                        f * 100.0
+                    ));
+                    return;
+                }
+                Ok(_) => return,
+            }
+        }
+    }
+
+    fn audio(&mut self, rep: usize, load: Load, mode: Mode) -> Result<AudioResult, String> {
+        let secs = self.s.audio_secs;
+        self.progress
+            .phase(&format!("{load}/audio/{mode} rep {rep}"), secs as f64);
+        let out = self
+            .vm
+            .exec_ok(&guest::audiosim_cmd(secs), Duration::from_secs(secs + 60))
+            .map_err(|e| format!("audiosim: {e}"))?;
+        let r: AudioResult = guest::parse_line("audiosim", &out)?;
+        eprintln!(
+            "    audio: {} glitches in {} periods, worst delay {} us",
+            r.glitches, r.periods, r.late_max_us
+        );
+        Ok(r)
+    }
+
+    fn pingpong(&mut self, rep: usize, load: Load, mode: Mode) -> Result<PingPongResult, String> {
+        let secs = self.s.pingpong_secs;
+        self.progress
+            .phase(&format!("{load}/ping-pong/{mode} rep {rep}"), secs as f64);
+        let out = self
+            .vm
+            .exec_ok(
+                &guest::pingpong_cmd(secs, self.guest_cpus),
+                Duration::from_secs(secs + 60),
+            )
+            .map_err(|e| format!("pingpong: {e}"))?;
+        let r: PingPongResult = guest::parse_line("pingpong", &out)?;
+        eprintln!(
+            "    ping-pong: {} round trips, p50 {:.0} us, p99 {:.0} us",
+            r.round_trips, r.p50_us, r.p99_us
+        );
+        Ok(r)
+    }
+
+    /// One (repeat, load, mode) session: load on, mode on, every phase,
+    /// mode off (verified), load off.
+    fn session(&mut self, rep: usize, load: Load, mode: Mode) {
+        let s = self.s;
+        let (nominal, _) = session_plan(s);
+        if mode == Mode::Pvsched && self.pvsched_broken.is_some() {
+            self.skip_session(rep, load, mode);
+            return;
+        }
+        let tag = format!("rep{rep}-{load}-{mode}");
+        let stress = if load == Load::Loaded {
+            let mut args = host::load_args(self.host_cpus);
+            // A bound in case the bench dies without stopping it.
+            args.push("--timeout".into());
+            args.push(format!("{}s", (nominal * 3.0) as u64 + 300));
+            match host::Load::start(
+                &args,
+                &self.run_dir.join("stress"),
+                &self.raw_dir.join(format!("{tag}-stress.yaml")),
+                &self.raw_dir.join(format!("{tag}-stress.log")),
+            ) {
+                Ok(l) => {
+                    std::thread::sleep(Duration::from_secs(1));
+                    Some(l)
+                }
+                Err(e) => {
+                    self.error(format!("{tag}: host load: {e}"));
+                    return;
+                }
+            }
+        } else {
+            None
+        };
+        let mut run = SessionRun {
+            rep,
+            ..Default::default()
+        };
+        match self.apply(mode) {
+            Err(e) => {
+                self.error(format!("{tag}: {e}"));
+                self.skip_session(rep, load, mode);
+            }
+            Ok(applied) => {
+                for &interval in &s.intervals {
+                    self.latency_undisturbed(rep, load, interval, mode);
+                }
+                if s.audio_secs > 0 {
+                    match self.audio(rep, load, mode) {
+                        Ok(a) => run.audio = Some(a),
+                        Err(e) => self.error(format!("{tag}: {e}")),
+                    }
+                }
+                if s.pingpong_secs > 0 {
+                    match self.pingpong(rep, load, mode) {
+                        Ok(p) => run.pingpong = Some(p),
+                        Err(e) => self.error(format!("{tag}: {e}")),
+                    }
+                }
+                run.daemon_status = self.restore(applied, mode);
+            }
+        }
+        if let Some(l) = stress {
+            match l.stop() {
+                Ok(rates) => run.load = rates,
+                Err(e) => self.error(format!("{tag}: stopping the host load: {e}")),
+            }
+        }
+        self.results
+            .sessions
+            .entry((load, mode))
+            .or_default()
+            .push(run);
+    }
+
+    /// Counts the phases of a session that cannot run.
+    fn skip_session(&mut self, rep: usize, load: Load, mode: Mode) {
+        let s = self.s;
+        for &interval in &s.intervals {
+            self.progress.skip(
+                &format!("{load}/{interval}us/{mode} rep {rep}"),
+                s.duration as f64,
+            );
+        }
+        if s.audio_secs > 0 {
+            self.progress.skip(
+                &format!("{load}/audio/{mode} rep {rep}"),
+                s.audio_secs as f64,
+            );
+        }
+        if s.pingpong_secs > 0 {
+            self.progress.skip(
+                &format!("{load}/ping-pong/{mode} rep {rep}"),
+                s.pingpong_secs as f64,
+            );
+        }
+    }
+
+    /// Whether the guest still runs commands (three tries: a loaded TCG
+    /// guest can be slow to answer).
+    fn vm_alive(&mut self) -> bool {
+        for attempt in 1..=3 {
+            match self.vm.exec("true", Duration::from_secs(60)) {
+                Ok((0, _)) => return true,
+                Ok((rc, out)) => {
+                    self.note(format!("guest check {attempt}: `true` exited {rc}: {out}"))
+                }
+                Err(e) => self.note(format!(
+                    "guest check {attempt}: {}",
+                    first_line(&e.to_string())
+                )),
+            }
+        }
+        false
+    }
+}
+
+fn boot(s: &Settings, image: pvsched_vmtest::GuestImage) -> Result<(Vm, String, Accel), String> {
+    let decision = accel::decide(s.accel, &KvmFacts::probe());
+    let cfg = |a: Accel| {
+        VmConfig::new(image.clone())
+            .name("bench")
+            .smp(s.smp)
+            .memory_mb(s.memory_mb)
+            .accel(a)
+    };
+    match Vm::boot(cfg(decision.accel)) {
+        Ok(vm) => Ok((vm, decision.reason, decision.accel)),
+        Err(e) if s.accel == AccelChoice::Auto && decision.accel == Accel::Kvm => {
+            let reason = format!(
+                "TCG: the KVM probe (booting the guest with -accel kvm) failed: {}",
+                first_line(&e.to_string())
+            );
+            eprintln!("pvsched-bench: {reason}");
+            let vm = Vm::boot(cfg(Accel::Tcg)).map_err(|e| format!("booting the guest: {e}"))?;
+            Ok((vm, reason, Accel::Tcg))
+        }
+        Err(e) => Err(format!("booting the guest ({}): {e}", decision.reason)),
+    }
+}
+
+/// Runs the whole bench; returns the report and whether every phase worked.
+pub fn run(s: &Settings) -> Result<(Report, bool), String> {
+    let started = timestamp(false);
+    let t0 = Instant::now();
+    mkdir(&s.out)?;
+    let out = s
+        .out
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", s.out.display()))?;
+    let run_dir = out.join("run");
+    let raw_dir = out.join("raw");
+    mkdir(&run_dir)?;
+    mkdir(&raw_dir)?;
+
+    // Preflight: fail before a long boot, with what to do.
+    for (tool, needed) in [
+        ("cyclictest", true),
+        ("qemu-system-x86_64", true),
+        ("stress-ng", s.loads.contains(&Load::Loaded)),
+    ] {
+        if needed && which(tool).is_none() {
+            return Err(format!(
+                "{tool} not found: run scripts/install-deps.sh (or `make deps`)"
+            ));
+        }
+    }
+    let bins = if s.modes.contains(&Mode::Pvsched) {
+        Some(Binaries::locate(s.pvschedd.as_deref())?)
+    } else {
+        None
+    };
+    plot::init_font()?;
+
+    let (phases, nominal) = plan(s);
+    eprintln!(
+        "pvsched-bench: {} repeats x loads [{}] x intervals [{}] x modes [{}]: {phases} phases, \
+         {} of measurement (about {} with overheads); results in {}",
+        s.repeat,
+        s.loads
+            .iter()
+            .map(|l| l.name())
+            .collect::<Vec<_>>()
+            .join(","),
+        s.intervals
+            .iter()
+            .map(|i| format!("{i}us"))
+            .collect::<Vec<_>>()
+            .join(","),
+        s.modes
+            .iter()
+            .map(|m| m.name())
+            .collect::<Vec<_>>()
+            .join(","),
+        human(nominal),
+        human(nominal * 1.6 + 20.0),
+        out.display()
+    );
+
+    let machine = Machine::probe(&pvsched_vmtest::workspace_root());
+    eprintln!("pvsched-bench: building the guest image (cached after the first run)");
+    let cache = pvsched_vmtest::cache_root().with_file_name("pvsched-bench");
+    let image = guest::build_image(&cache)?;
+    eprintln!("pvsched-bench: booting the guest ({} vCPUs)", s.smp);
+    let (vm, accel_reason, accel) = boot(s, image)?;
+    eprintln!("pvsched-bench: accelerator: {accel_reason}");
+    let guest_cpus = vm.guest_cpus().max(1);
+    let (rc, insmod_out) = vm.insmod("").map_err(|e| format!("insmod: {e}"))?;
+    let guest_module = if rc == 0 {
+        "loaded".to_string()
+    } else {
+        format!("NOT loaded ({})", first_line(insmod_out.trim()))
+    };
+    if rc != 0 && s.modes.contains(&Mode::Pvsched) {
+        return Err(format!(
+            "the guest module did not load, so the pvsched mode cannot work: {insmod_out}"
+        ));
+    }
+    let vcpus = match vm
+        .qmp(r#"{"execute":"query-cpus-fast"}"#)
+        .map_err(|e| e.to_string())
+        .and_then(|r| parse_query_cpus(&r))
+    {
+        Ok(v) if !v.is_empty() => v,
+        other => {
+            eprintln!("pvsched-bench: QMP query-cpus-fast: {other:?}; using thread names");
+            vm.vcpu_threads()
+                .map_err(|e| format!("vCPU threads: {e}"))?
+                .into_iter()
+                .map(|(i, t)| (i, t as i32))
+                .collect()
+        }
+    };
+    if vcpus.is_empty() {
+        return Err("found no vCPU threads".into());
+    }
+    let mut baseline = BTreeMap::new();
+    for (tid, comm) in sched::threads(vm.qemu_pid()).map_err(|e| format!("QEMU threads: {e}"))? {
+        if let Ok(p) = sched::get(tid) {
+            baseline.insert(tid, (comm, p));
+        }
+    }
+    eprintln!(
+        "pvsched-bench: guest up: {} vCPUs (threads {}), kernel {}, pvsched.ko {}",
+        guest_cpus,
+        vcpus
+            .iter()
+            .map(|(i, t)| format!("{i}:{t}"))
+            .collect::<Vec<_>>()
+            .join(" "),
+        vm.kernel_release(),
+        guest_module
+    );
+    // Warm up: the first run after boot pays for TCG's translations.
+    eprintln!("pvsched-bench: warm-up (3 s guest cyclictest, not counted)");
+    let _ = vm.exec(
+        &guest::cyclictest_cmd(1000, 3, guest_cpus as usize, 1000),
+        Duration::from_secs(60),
+    );
+
+    let mut b = Bench {
+        s,
+        guest_cpus,
+        host_cpus: machine.cpus,
+        vm,
+        vcpus,
+        baseline,
+        bins,
+        run_dir,
+        raw_dir,
+        results: Results::default(),
+        notes: Vec::new(),
+        errors: 0,
+        progress: Progress::new(phases, nominal),
+        pvsched_broken: None,
+    };
+    if machine.cpus != guest_cpus as usize {
+        b.notes.push(format!(
+            "guest has {guest_cpus} vCPUs on {} host CPUs",
+            machine.cpus
+        ));
+    }
+    'outer: for rep in 1..=s.repeat {
+        for (li, &load) in s.loads.iter().enumerate() {
+            for mode in mode_order(&s.modes, rep - 1, li) {
+                let errors = b.errors;
+                b.session(rep, load, mode);
+                if b.errors > errors && !b.vm_alive() {
+                    b.error("the guest stopped answering: run aborted".into());
+                    break 'outer;
+                }
+            }
+        }
+    }
+
+    let meta = Meta {
+        command: s.command.clone(),
+        started,
+        wall_s: t0.elapsed().as_secs_f64(),
+        repeat: s.repeat,
+        duration_s: s.duration,
+        accel: match accel {
+            Accel::Tcg => "tcg".into(),
+            Accel::Kvm => "kvm".into(),
+        },
+        accel_reason,
+        guest_cpus,
+        guest_kernel: b.vm.kernel_release().to_string(),
+        guest_module,
+        load_cmd: format!("stress-ng {}", host::load_args(machine.cpus).join(" ")),
+        machine,
+        notes: b.notes.clone(),
+    };
+    let raw = RawFile {
+        meta,
+        loads: s.loads.clone(),
+        intervals: s.intervals.clone(),
+        modes: s.modes.clone(),
+        results: b.results,
+    };
+    let ok = b.errors == 0;
+    drop(b.vm);
+    let report = render(&out, &raw)?;
+    Ok((report, ok))
+}
+
+/// Writes raw.json, report.json, one JSON per scenario, the plots and
+/// report.md into `out`.
+pub fn render(out: &Path, raw: &RawFile) -> Result<Report, String> {
+    let write = |name: &str, text: &str| {
+        let p = out.join(name);
+        std::fs::write(&p, text).map_err(|e| format!("writing {}: {e}", p.display()))
+    };
+    write("raw.json", &json(raw))?;
+    let mut report = report::build(
+        &raw.results,
+        raw.meta.clone(),
+        &raw.loads,
+        &raw.intervals,
+        &raw.modes,
+    );
+    for sc in &report.scenarios {
+        write(&format!("{}-{}us.json", sc.load, sc.interval_us), &json(sc))?;
+    }
+    for &load in &raw.loads {
+        for &interval in &raw.intervals {
+            let hists: Vec<(Mode, Histogram, Histogram)> = raw
+                .modes
+                .iter()
+                .filter(|m| raw.results.latency.contains_key(&(load, interval, **m)))
+                .map(|&m| {
+                    let (g, h) = report::merged(&raw.results, load, interval, m);
+                    (m, g, h)
+                })
+                .collect();
+            if hists.is_empty() {
+                continue;
+            }
+            let guest: Vec<plot::Curve> = hists
+                .iter()
+                .map(|(m, g, _)| plot::Curve {
+                    mode: m.name(),
+                    hist: g,
+                })
+                .collect();
+            let host: Vec<plot::Curve> = hists
+                .iter()
+                .map(|(m, _, h)| plot::Curve {
+                    mode: m.name(),
+                    hist: h,
+                })
+                .collect();
+            let name = format!("{load}-{interval}us.png");
+            let title = format!(
+                "cyclictest latency, host {load}, interval {interval} µs ({}, {} x {} s per mode)",
+                raw.meta.accel.to_uppercase(),
+                raw.meta.repeat,
+                raw.meta.duration_s
+            );
+            plot::latency_ccdf(&out.join(&name), &title, interval, &guest, &host)?;
+            report.plots.push(name);
+        }
+    }
+    write("report.json", &json(&report))?;
+    write("report.md", &report::markdown(&report))?;
+    Ok(report)
+}
+
+/// Pretty JSON for any of the report types.
+fn json<T: Serialize>(v: &T) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+}
+
+/// Re-renders a report from a previous run's raw.json (into its directory).
+pub fn rerender(raw_path: &Path) -> Result<(Report, PathBuf), String> {
+    let text = std::fs::read_to_string(raw_path)
+        .map_err(|e| format!("reading {}: {e}", raw_path.display()))?;
+    let raw: RawFile =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", raw_path.display()))?;
+    let dir = raw_path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    Ok((render(&dir, &raw)?, dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> Settings {
+        Settings {
+            out: "x".into(),
+            repeat: 3,
+            duration: 10,
+            intervals: vec![500, 1000],
+            loads: vec![Load::Idle, Load::Loaded],
+            modes: Mode::ALL.to_vec(),
+            accel: AccelChoice::Auto,
+            smp: 2,
+            memory_mb: 512,
+            pvschedd: None,
+            buckets: 100_000,
+            audio_secs: 10,
+            pingpong_secs: 3,
+            retry_disturbed: 2,
+            command: String::new(),
+        }
+    }
+
+    #[test]
+    fn plan_counts_every_phase_of_every_session() {
+        // 3 repeats x 2 loads x 3 modes = 18 sessions of 2 cyclictest + audio + ping-pong.
+        let (phases, secs) = plan(&settings());
+        assert_eq!(phases, 18 * 4);
+        assert_eq!(secs, 18.0 * 33.0);
+    }
+
+    #[test]
+    fn query_cpus_fast_gives_index_and_thread() {
+        let reply = r#"{"return": [{"thread-id": 812, "cpu-index": 1, "qom-path": "/machine/unattached/device[1]"}, {"thread-id": 811, "cpu-index": 0}]}"#;
+        assert_eq!(parse_query_cpus(reply).unwrap(), vec![(0, 811), (1, 812)]);
+        assert!(parse_query_cpus(r#"{"error": {}}"#).is_err());
+    }
+}

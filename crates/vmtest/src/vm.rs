@@ -1,0 +1,877 @@
+//! A QEMU guest with a pvsched region, driven over its serial console.
+
+use std::fs::{self, File};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use pvsched_abi::{Header, Region, RegionFile};
+
+use crate::error::{io_err, path_ctx, Error, Result};
+use crate::image::{which, GuestImage, GUEST_MODULE_PATH, INSTALL_HINT};
+use crate::spawn::spawn_tied;
+
+/// Printed by the guest's init once it serves commands.
+const READY: &str = "__PVS_READY__";
+/// Longest command line the console accepts (the tty line buffer is 4 KiB).
+pub const MAX_COMMAND_LEN: usize = 3500;
+/// Extra time the host waits beyond a command's own timeout (TCG is slow).
+const GRACE: Duration = Duration::from_secs(30);
+/// Console silence after which [`Vm::exec`] sends XON (see `kick_console`).
+const KICK_AFTER: Duration = Duration::from_secs(2);
+
+/// How QEMU runs the guest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Accel {
+    /// `-accel tcg -cpu max`: works everywhere, the default.
+    Tcg,
+    /// `-accel kvm -cpu host`: for hosts with working KVM (not this CI's).
+    Kvm,
+}
+
+/// The shared region given to the guest as ivshmem-plain BAR2.
+#[derive(Clone, Debug)]
+pub enum RegionSetup {
+    /// No ivshmem device.
+    None,
+    /// A fresh region file in the VM's directory, initialised as the host
+    /// daemon would (`Region::init_header`).
+    Fresh { slot_count: u32, host_features: u64 },
+    /// A region file whose host line is `header`, written raw (bad magic,
+    /// other majors, bad geometry...); the rest is zero.
+    RawHeader { slot_count: u32, header: Header },
+    /// An existing file (e.g. one pvschedd created); never removed by the VM.
+    Existing(PathBuf),
+}
+
+/// Everything [`Vm::boot`] needs.
+#[derive(Clone, Debug)]
+pub struct VmConfig {
+    /// Guest name (`-name`, thread names); made unique per VM.
+    pub name: String,
+    pub image: GuestImage,
+    pub smp: u32,
+    pub memory_mb: u32,
+    pub accel: Accel,
+    pub region: RegionSetup,
+    /// Mode of a region file the VM creates.
+    pub region_mode: u32,
+    pub boot_timeout: Duration,
+    /// Appended to `console=ttyS0 panic=-1 quiet`.
+    pub append: String,
+    /// Further QEMU arguments.
+    pub extra_args: Vec<String>,
+    /// The QEMU binary; default `qemu-system-x86_64` from `$PATH`.
+    pub qemu: Option<PathBuf>,
+}
+
+impl VmConfig {
+    /// Two vCPUs, 512 MiB, TCG, a fresh region with one slot per vCPU and
+    /// every feature offered.
+    pub fn new(image: GuestImage) -> Self {
+        Self {
+            name: "pvs".into(),
+            image,
+            smp: 2,
+            memory_mb: 512,
+            accel: Accel::Tcg,
+            region: RegionSetup::Fresh {
+                slot_count: 2,
+                host_features: pvsched_abi::F_ALL,
+            },
+            region_mode: 0o600,
+            boot_timeout: Duration::from_secs(90),
+            append: String::new(),
+            extra_args: Vec::new(),
+            qemu: None,
+        }
+    }
+
+    pub fn name(mut self, name: &str) -> Self {
+        self.name = name.to_string();
+        self
+    }
+
+    /// Sets the vCPU count (and the slot count of a `Fresh` region to match).
+    pub fn smp(mut self, smp: u32) -> Self {
+        self.smp = smp;
+        if let RegionSetup::Fresh { slot_count, .. } = &mut self.region {
+            *slot_count = smp;
+        }
+        self
+    }
+
+    pub fn memory_mb(mut self, mb: u32) -> Self {
+        self.memory_mb = mb;
+        self
+    }
+
+    pub fn accel(mut self, accel: Accel) -> Self {
+        self.accel = accel;
+        self
+    }
+
+    pub fn region(mut self, region: RegionSetup) -> Self {
+        self.region = region;
+        self
+    }
+
+    pub fn boot_timeout(mut self, timeout: Duration) -> Self {
+        self.boot_timeout = timeout;
+        self
+    }
+
+    pub fn append(mut self, args: &str) -> Self {
+        self.append = args.to_string();
+        self
+    }
+
+    pub fn extra_args<I: IntoIterator<Item = S>, S: Into<String>>(mut self, args: I) -> Self {
+        self.extra_args.extend(args.into_iter().map(Into::into));
+        self
+    }
+}
+
+/// A process started in the guest with [`Vm::spawn`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GuestProcess {
+    pub pid: u32,
+    /// Guest file with its stdout and stderr.
+    pub log: String,
+}
+
+#[derive(Default)]
+struct ConsoleBuf {
+    data: Vec<u8>,
+    eof: bool,
+}
+
+struct Console {
+    buf: Mutex<ConsoleBuf>,
+    cond: Condvar,
+}
+
+impl Console {
+    fn tail(&self, bytes: usize) -> String {
+        let buf = self.buf.lock().unwrap_or_else(|e| e.into_inner());
+        let start = buf.data.len().saturating_sub(bytes);
+        String::from_utf8_lossy(&buf.data[start..]).replace('\r', "")
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8], from: usize) -> Option<usize> {
+    if from >= hay.len() || needle.is_empty() {
+        return None;
+    }
+    hay[from..]
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .map(|p| p + from)
+}
+
+/// The last `bytes` (or fewer) of `text`, cut at a character boundary.
+fn tail_of(text: &str, bytes: usize) -> &str {
+    let mut start = text.len().saturating_sub(bytes);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..]
+}
+
+static VM_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A running guest. Dropping it kills QEMU (by its PID) and removes the VM's
+/// temporary directory (set `PVSCHED_VMTEST_KEEP=1` to keep it for a look).
+pub struct Vm {
+    name: String,
+    dir: PathBuf,
+    child: Mutex<Child>,
+    pid: u32,
+    stdin: Mutex<ChildStdin>,
+    console: Arc<Console>,
+    reader: Option<JoinHandle<()>>,
+    next_id: AtomicU64,
+    kicks: AtomicU64,
+    /// Serializes commands: one in flight on the console at a time.
+    exec_lock: Mutex<()>,
+    region: Option<RegionFile>,
+    region_path: Option<PathBuf>,
+    qmp_path: PathBuf,
+    nr_cpus: u32,
+    kernel_release: String,
+}
+
+impl std::fmt::Debug for Vm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Vm")
+            .field("name", &self.name)
+            .field("pid", &self.pid)
+            .field("dir", &self.dir)
+            .finish()
+    }
+}
+
+fn unique_dir(name: &str) -> Result<(PathBuf, u64)> {
+    let n = VM_COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let dir = std::env::temp_dir().join(format!(
+        "pvsched-vmtest-{name}-{}-{n}-{:x}",
+        std::process::id(),
+        nanos & 0xffff_ffff
+    ));
+    fs::create_dir(&dir).map_err(io_err(path_ctx("creating", &dir)))?;
+    Ok((dir, n))
+}
+
+fn prepare_region(
+    setup: &RegionSetup,
+    dir: &Path,
+    mode: u32,
+) -> Result<Option<(PathBuf, RegionFile)>> {
+    match setup {
+        RegionSetup::None => Ok(None),
+        RegionSetup::Fresh {
+            slot_count,
+            host_features,
+        } => {
+            let path = dir.join("region");
+            let mut file = RegionFile::create(&path, *slot_count, mode)?;
+            file.region_mut().init_header(*slot_count, *host_features)?;
+            Ok(Some((path, file)))
+        }
+        RegionSetup::RawHeader { slot_count, header } => {
+            let path = dir.join("region");
+            let file = RegionFile::create(&path, *slot_count, mode)?;
+            file.region().write_header(header);
+            Ok(Some((path, file)))
+        }
+        RegionSetup::Existing(path) => {
+            let file = RegionFile::open(path)?;
+            Ok(Some((path.clone(), file)))
+        }
+    }
+}
+
+impl Vm {
+    /// Starts QEMU and waits until the guest serves commands.
+    pub fn boot(cfg: VmConfig) -> Result<Self> {
+        let qemu = match &cfg.qemu {
+            Some(q) => q.clone(),
+            None => which("qemu-system-x86_64").ok_or_else(|| Error::Missing {
+                what: "qemu-system-x86_64".into(),
+                hint: INSTALL_HINT.into(),
+            })?,
+        };
+        let (dir, n) = unique_dir(&cfg.name)?;
+        let name = format!("{}-{}-{n}", cfg.name, std::process::id());
+        let region = match prepare_region(&cfg.region, &dir, cfg.region_mode) {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+        };
+        let qmp_path = dir.join("qmp.sock");
+        let stderr_path = dir.join("qemu.stderr");
+        let stderr =
+            File::create(&stderr_path).map_err(io_err(path_ctx("creating", &stderr_path)))?;
+
+        let mut cmd = Command::new(&qemu);
+        match cfg.accel {
+            Accel::Tcg => cmd.args(["-accel", "tcg", "-cpu", "max"]),
+            Accel::Kvm => cmd.args(["-accel", "kvm", "-cpu", "host"]),
+        };
+        cmd.arg("-smp")
+            .arg(cfg.smp.to_string())
+            .arg("-m")
+            .arg(cfg.memory_mb.to_string())
+            .args(["-nographic", "-no-reboot", "-nic", "none"])
+            // ttyS0: the command channel (stdio); ttyS1: the kernel console,
+            // into a host file that survives a hung or crashed guest.
+            .args(["-serial", "mon:stdio", "-serial"])
+            .arg(format!("file:{}", dir.join("kernel.log").display()))
+            .arg("-name")
+            .arg(format!("{name},debug-threads=on"))
+            .arg("-kernel")
+            .arg(&cfg.image.kernel)
+            .arg("-initrd")
+            .arg(&cfg.image.initramfs)
+            .arg("-append")
+            .arg(format!("console=ttyS1 panic=-1 quiet {}", cfg.append).trim_end())
+            .arg("-qmp")
+            .arg(format!("unix:{},server=on,wait=off", qmp_path.display()));
+        if let Some((path, file)) = &region {
+            cmd.arg("-object")
+                .arg(format!(
+                    "memory-backend-file,id=pvs,share=on,mem-path={},size={}",
+                    path.display(),
+                    file.len()
+                ))
+                .args(["-device", "ivshmem-plain,memdev=pvs"]);
+        }
+        cmd.args(&cfg.extra_args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(stderr));
+        fs::write(dir.join("qemu.cmdline"), format!("{cmd:?}\n"))
+            .map_err(io_err("writing qemu.cmdline"))?;
+
+        let log_path = dir.join("console.log");
+        let mut log = File::create(&log_path).map_err(io_err(path_ctx("creating", &log_path)))?;
+        let mut child = match spawn_tied(cmd) {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = fs::remove_dir_all(&dir);
+                return Err(Error::Io {
+                    context: format!("starting {}", qemu.display()),
+                    source: e,
+                });
+            }
+        };
+        let pid = child.id();
+        let stdin = child.stdin.take().expect("piped stdin");
+        let mut stdout = child.stdout.take().expect("piped stdout");
+        let console = Arc::new(Console {
+            buf: Mutex::new(ConsoleBuf::default()),
+            cond: Condvar::new(),
+        });
+        let c2 = Arc::clone(&console);
+        let reader = std::thread::Builder::new()
+            .name(format!("vmtest-console-{name}"))
+            .spawn(move || {
+                let mut chunk = [0u8; 8192];
+                loop {
+                    let n = match stdout.read(&mut chunk) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => n,
+                    };
+                    let _ = log.write_all(&chunk[..n]);
+                    let mut buf = c2.buf.lock().unwrap_or_else(|e| e.into_inner());
+                    buf.data.extend_from_slice(&chunk[..n]);
+                    c2.cond.notify_all();
+                }
+                let mut buf = c2.buf.lock().unwrap_or_else(|e| e.into_inner());
+                buf.eof = true;
+                c2.cond.notify_all();
+            })
+            .map_err(io_err("starting the console reader"));
+        let reader = match reader {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let _ = fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+        };
+
+        let (region_path, region) = match region {
+            Some((p, f)) => (Some(p), Some(f)),
+            None => (None, None),
+        };
+        let mut vm = Vm {
+            name,
+            dir,
+            child: Mutex::new(child),
+            pid,
+            stdin: Mutex::new(stdin),
+            console,
+            reader: Some(reader),
+            next_id: AtomicU64::new(1),
+            kicks: AtomicU64::new(0),
+            exec_lock: Mutex::new(()),
+            region,
+            region_path,
+            qmp_path,
+            nr_cpus: 0,
+            kernel_release: String::new(),
+        };
+        let line = vm.wait_ready(cfg.boot_timeout)?;
+        let mut words = line.split_whitespace().skip(1);
+        vm.nr_cpus = words.next().and_then(|w| w.parse().ok()).unwrap_or(0);
+        vm.kernel_release = words.next().unwrap_or("").to_string();
+        Ok(vm)
+    }
+
+    /// Waits for the ready line and returns it; drops the console up to it.
+    fn wait_ready(&self, timeout: Duration) -> Result<String> {
+        let deadline = Instant::now() + timeout;
+        let mut buf = self.console.buf.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(at) = find(&buf.data, READY.as_bytes(), 0) {
+                if let Some(nl) = find(&buf.data, b"\n", at) {
+                    let line = String::from_utf8_lossy(&buf.data[at..nl])
+                        .trim()
+                        .to_string();
+                    buf.data.drain(..=nl);
+                    return Ok(line);
+                }
+            }
+            if buf.eof {
+                drop(buf);
+                return Err(self.exited_error());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                drop(buf);
+                return Err(Error::BootTimeout {
+                    vm: self.name.clone(),
+                    timeout,
+                    console: self.console.tail(4000),
+                });
+            }
+            buf = self
+                .console
+                .cond
+                .wait_timeout(buf, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    fn exited_error(&self) -> Error {
+        let status = {
+            let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
+            // The console closed: QEMU is exiting; give it a moment.
+            let deadline = Instant::now() + Duration::from_secs(2);
+            loop {
+                match child.try_wait() {
+                    Ok(Some(s)) => break s.to_string(),
+                    Ok(None) if Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(20))
+                    }
+                    Ok(None) => break "still running, console closed".to_string(),
+                    Err(e) => break format!("unknown: {e}"),
+                }
+            }
+        };
+        Error::QemuExited {
+            vm: self.name.clone(),
+            status,
+            stderr: fs::read_to_string(self.dir.join("qemu.stderr")).unwrap_or_default(),
+            console: format!(
+                "{}\nkernel log tail:\n{}",
+                self.console.tail(4000),
+                tail_of(&self.kernel_log(), 3000)
+            ),
+        }
+    }
+
+    /// Runs `cmd` with `/bin/sh -c` in the guest; returns its exit status and
+    /// its output (stdout and stderr). The guest kills it after `timeout`
+    /// (rounded up to whole seconds), which returns [`Error::CommandTimeout`].
+    /// One line of printable ASCII, at most [`MAX_COMMAND_LEN`] bytes.
+    pub fn exec(&self, cmd: &str, timeout: Duration) -> Result<(i32, String)> {
+        if let Some(c) = cmd.chars().find(|c| c.is_control() && *c != '\t') {
+            return Err(Error::BadCommand {
+                command: cmd.to_string(),
+                reason: format!("control character {c:?}"),
+            });
+        }
+        if cmd.len() > MAX_COMMAND_LEN || cmd.trim().is_empty() {
+            return Err(Error::BadCommand {
+                command: cmd.to_string(),
+                reason: format!("empty or longer than {MAX_COMMAND_LEN} bytes"),
+            });
+        }
+        let _serial = self.exec_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let secs = timeout.as_secs() + u64::from(timeout.subsec_nanos() > 0);
+        let secs = secs.max(1);
+        let begin = format!("__PVS_BEGIN_{id}__ ");
+        let end = format!("\n__PVS_END_{id}__ ");
+        let start = Instant::now();
+        {
+            let mut stdin = self.stdin.lock().unwrap_or_else(|e| e.into_inner());
+            stdin
+                .write_all(format!("{id} {secs} {cmd}\n").as_bytes())
+                .and_then(|_| stdin.flush())
+                .map_err(|_| self.exited_error())?;
+        }
+        let deadline = start + Duration::from_secs(secs) + GRACE;
+        let mut buf = self.console.buf.lock().unwrap_or_else(|e| e.into_inner());
+        let mut scanned = 0usize;
+        let (mut seen_len, mut seen_at) = (buf.data.len(), Instant::now());
+        loop {
+            let from = scanned.saturating_sub(end.len() + 8);
+            if let Some(e) = find(&buf.data, end.as_bytes(), from) {
+                if let Some(nl) = find(&buf.data, b"\n", e + end.len()) {
+                    // Begin line: "<marker> <uptime>"; end line: "<marker> <rc> <uptime>".
+                    let text = |a: usize, b: usize| {
+                        String::from_utf8_lossy(&buf.data[a..b]).replace('\r', "")
+                    };
+                    let end_fields = text(e + end.len(), nl);
+                    let mut end_fields = end_fields.split_whitespace();
+                    let rc_text = end_fields.next().unwrap_or("").to_string();
+                    let end_up = end_fields.next().unwrap_or("?").to_string();
+                    let (out_start, begin_up) = match find(&buf.data[..e], begin.as_bytes(), 0) {
+                        Some(b) => {
+                            let line_end = find(&buf.data[..e + 1], b"\n", b).unwrap_or(e);
+                            (
+                                line_end + 1,
+                                text(b + begin.len(), line_end).trim().to_string(),
+                            )
+                        }
+                        None => (0, "?".to_string()),
+                    };
+                    let output = text(out_start.min(e), e);
+                    buf.data.drain(..=nl);
+                    drop(buf);
+                    let rc: i32 = rc_text.parse().map_err(|_| {
+                        Error::Other(format!(
+                            "VM {}: bad exit status {rc_text:?} for {cmd}",
+                            self.name
+                        ))
+                    })?;
+                    if rc == 137 && start.elapsed() >= Duration::from_secs(secs) {
+                        return Err(Error::CommandTimeout {
+                            vm: self.name.clone(),
+                            command: cmd.to_string(),
+                            timeout,
+                            console: format!(
+                                "{output}[killed in the guest; guest uptime {begin_up} -> {end_up}, \
+                                 host wait {:?}]",
+                                start.elapsed()
+                            ),
+                        });
+                    }
+                    return Ok((rc, output));
+                }
+            }
+            scanned = buf.data.len();
+            if buf.eof {
+                drop(buf);
+                return Err(self.exited_error());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                drop(buf);
+                return Err(Error::CommandTimeout {
+                    vm: self.name.clone(),
+                    command: cmd.to_string(),
+                    timeout,
+                    console: format!(
+                        "{}[no end marker; {} console kicks so far]\nkernel log tail:\n{}",
+                        self.console.tail(4000),
+                        self.kicks.load(Ordering::Relaxed),
+                        tail_of(&self.kernel_log(), 3000)
+                    ),
+                });
+            }
+            if buf.data.len() != seen_len {
+                (seen_len, seen_at) = (buf.data.len(), now);
+            } else if now.duration_since(seen_at) >= KICK_AFTER {
+                drop(buf);
+                if std::env::var_os("PVSCHED_VMTEST_DEBUG").is_some() {
+                    eprintln!(
+                        "pvsched-vmtest: VM {}: console silent {:?} into `{cmd}`: XON",
+                        self.name,
+                        start.elapsed()
+                    );
+                }
+                self.kick_console();
+                seen_at = Instant::now();
+                buf = self.console.buf.lock().unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            let wait = (deadline - now).min(KICK_AFTER);
+            buf = self
+                .console
+                .cond
+                .wait_timeout(buf, wait)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Sends XON (^Q) to the guest's console. The guest's tty swallows it (and
+    /// restarts output if something had stopped it); the receive interrupt
+    /// also makes the 8250 driver look at its transmitter. Under TCG on a busy
+    /// host the guest's serial output was seen to stall now and then with
+    /// bytes pending, until the next byte came in: a silent console while a
+    /// command runs gets one of these every couple of seconds.
+    fn kick_console(&self) {
+        self.kicks.fetch_add(1, Ordering::Relaxed);
+        let mut stdin = self.stdin.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = stdin.write_all(&[0x11]).and_then(|_| stdin.flush());
+    }
+
+    /// XON bytes sent so far to restart a silent console.
+    pub fn console_kicks(&self) -> u64 {
+        self.kicks.load(Ordering::Relaxed)
+    }
+
+    /// Like [`Vm::exec`], but a non-zero exit status is an error too.
+    pub fn exec_ok(&self, cmd: &str, timeout: Duration) -> Result<String> {
+        let (rc, out) = self.exec(cmd, timeout)?;
+        if rc != 0 {
+            return Err(Error::Command {
+                command: format!("(guest {}) {cmd}", self.name),
+                status: format!("exit status {rc}"),
+                output: out,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Starts `cmd` in the background in the guest (output to a log file in
+    /// the guest's /tmp) and returns its PID.
+    pub fn spawn(&self, cmd: &str) -> Result<GuestProcess> {
+        let n = self.next_id.load(Ordering::Relaxed);
+        let log = format!("/tmp/spawn-{n}.log");
+        let out = self.exec_ok(
+            &format!("( {cmd} ) </dev/null >{log} 2>&1 & echo $!"),
+            Duration::from_secs(30),
+        )?;
+        let pid = out
+            .trim()
+            .lines()
+            .last()
+            .and_then(|l| l.trim().parse().ok())
+            .ok_or_else(|| Error::Other(format!("spawn {cmd}: no PID in {out:?}")))?;
+        Ok(GuestProcess { pid, log })
+    }
+
+    /// Whether a guest process still runs (zombies count as gone).
+    pub fn is_running(&self, pid: u32) -> Result<bool> {
+        let (_, out) = self.exec(
+            &format!("cat /proc/{pid}/stat 2>/dev/null"),
+            Duration::from_secs(20),
+        )?;
+        let state = out
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.chars().next());
+        Ok(matches!(state, Some(s) if s != 'Z' && s != 'X'))
+    }
+
+    /// Waits until a guest process is gone; returns false on timeout.
+    pub fn wait_gone(&self, pid: u32, timeout: Duration) -> Result<bool> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if !self.is_running(pid)? {
+                return Ok(true);
+            }
+            if Instant::now() >= deadline {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The guest kernel's console output so far (ttyS1, written by QEMU to
+    /// `kernel.log` in the VM's directory): every message from the end of
+    /// boot on (`dmesg -n 8`), and a panic or an oops even when the guest no
+    /// longer answers.
+    pub fn kernel_log(&self) -> String {
+        fs::read_to_string(self.dir.join("kernel.log")).unwrap_or_default()
+    }
+
+    /// The guest kernel log (`dmesg`).
+    pub fn dmesg(&self) -> Result<String> {
+        self.exec_ok("dmesg", Duration::from_secs(30))
+    }
+
+    /// `insmod` of the image's pvsched.ko with `params`; returns status and output.
+    pub fn insmod(&self, params: &str) -> Result<(i32, String)> {
+        self.exec(
+            &format!("insmod {GUEST_MODULE_PATH} {params}"),
+            Duration::from_secs(60),
+        )
+    }
+
+    /// `rmmod pvsched`; returns status and output.
+    pub fn rmmod(&self) -> Result<(i32, String)> {
+        self.exec("rmmod pvsched", Duration::from_secs(60))
+    }
+
+    /// QEMU's PID on the host.
+    pub fn qemu_pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The QMP socket (`-qmp unix:...,server=on,wait=off`).
+    pub fn qmp_socket(&self) -> &Path {
+        &self.qmp_path
+    }
+
+    /// The region file, if the VM has one.
+    pub fn region_path(&self) -> Option<&Path> {
+        self.region_path.as_deref()
+    }
+
+    /// The host's mapping of the region file, if the VM has one.
+    pub fn region(&self) -> Option<&Region> {
+        self.region.as_ref().map(|f| f.region())
+    }
+
+    /// The VM's temporary directory (console.log, qemu.stderr, qemu.cmdline).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The name given to QEMU (`-name`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// CPUs the guest reported when it became ready (`nproc`).
+    pub fn guest_cpus(&self) -> u32 {
+        self.nr_cpus
+    }
+
+    /// `uname -r` of the guest.
+    pub fn kernel_release(&self) -> &str {
+        &self.kernel_release
+    }
+
+    /// The last `bytes` of console output the harness has not consumed.
+    pub fn console_tail(&self, bytes: usize) -> String {
+        self.console.tail(bytes)
+    }
+
+    /// vCPU threads of QEMU on the host, by thread name (`CPU <n>/TCG` or
+    /// `CPU <n>/KVM`, from `debug-threads=on`): (vCPU index, thread id).
+    pub fn vcpu_threads(&self) -> Result<Vec<(u32, u32)>> {
+        let task_dir = PathBuf::from(format!("/proc/{}/task", self.pid));
+        let mut out = Vec::new();
+        for entry in fs::read_dir(&task_dir).map_err(io_err(path_ctx("reading", &task_dir)))? {
+            let Ok(entry) = entry else { continue };
+            let Ok(tid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(comm) = fs::read_to_string(entry.path().join("comm")) else {
+                continue;
+            };
+            let comm = comm.trim();
+            if let Some(rest) = comm.strip_prefix("CPU ") {
+                if let Some((idx, kind)) = rest.split_once('/') {
+                    if (kind == "TCG" || kind == "KVM") && idx.parse::<u32>().is_ok() {
+                        out.push((idx.parse().unwrap_or(0), tid));
+                    }
+                }
+            }
+        }
+        out.sort_unstable();
+        Ok(out)
+    }
+
+    /// Sends one QMP command (a JSON object such as
+    /// `{"execute":"query-cpus-fast"}`) and returns the raw JSON reply line.
+    pub fn qmp(&self, command: &str) -> Result<String> {
+        let err = |what: &str, e: std::io::Error| Error::Qmp(format!("{what}: {e}"));
+        let stream = UnixStream::connect(&self.qmp_path).map_err(|e| err("connect", e))?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .map_err(|e| err("timeout", e))?;
+        let mut writer = stream.try_clone().map_err(|e| err("clone", e))?;
+        let mut reader = BufReader::new(stream);
+        let read_reply = |reader: &mut BufReader<UnixStream>| -> Result<String> {
+            loop {
+                let mut line = String::new();
+                let n = reader.read_line(&mut line).map_err(|e| err("read", e))?;
+                if n == 0 {
+                    return Err(Error::Qmp("connection closed".into()));
+                }
+                if line.contains("\"return\"") || line.contains("\"error\"") {
+                    return Ok(line.trim().to_string());
+                }
+                // Greeting ("QMP") and events: skip.
+            }
+        };
+        writer
+            .write_all(b"{\"execute\":\"qmp_capabilities\"}\n")
+            .map_err(|e| err("write", e))?;
+        let caps = read_reply(&mut reader)?;
+        if caps.contains("\"error\"") {
+            return Err(Error::Qmp(caps));
+        }
+        writer
+            .write_all(format!("{}\n", command.trim()).as_bytes())
+            .map_err(|e| err("write", e))?;
+        read_reply(&mut reader)
+    }
+
+    /// Asks the guest to power off (`poweroff -f`: the module's shutdown hook
+    /// runs) and waits for QEMU to exit.
+    pub fn poweroff(&self, timeout: Duration) -> Result<ExitStatus> {
+        {
+            let mut stdin = self.stdin.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = stdin
+                .write_all(b"0 30 poweroff -f\n")
+                .and_then(|_| stdin.flush());
+        }
+        self.wait_exit(timeout)
+    }
+
+    /// Waits for QEMU to exit on its own.
+    pub fn wait_exit(&self, timeout: Duration) -> Result<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let status = {
+                let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
+                child.try_wait().map_err(io_err("waiting for QEMU"))?
+            };
+            if let Some(s) = status {
+                return Ok(s);
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Other(format!(
+                    "VM {}: QEMU still running after {timeout:?}",
+                    self.name
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        {
+            let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
+            if let Ok(None) = child.try_wait() {
+                // SAFETY: plain kill(2) of our own child, which we have not
+                // reaped yet, so the PID cannot have been reused.
+                unsafe {
+                    libc::kill(self.pid as libc::pid_t, libc::SIGKILL);
+                }
+            }
+            let _ = child.wait();
+        }
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+        if std::env::var_os("PVSCHED_VMTEST_KEEP").is_some() {
+            eprintln!("pvsched-vmtest: kept {}", self.dir.display());
+        } else {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vm_can_be_shared_between_threads() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<Vm>();
+    }
+
+    #[test]
+    fn find_locates_needles() {
+        assert_eq!(find(b"abcabc", b"bc", 0), Some(1));
+        assert_eq!(find(b"abcabc", b"bc", 2), Some(4));
+        assert_eq!(find(b"abc", b"x", 0), None);
+        assert_eq!(find(b"abc", b"a", 3), None);
+    }
+}

@@ -1,0 +1,773 @@
+//! End-to-end checks of the guest module (guest/pvsched.ko) in a QEMU guest,
+//! asserted from the host by reading the region file.
+//!
+//! Three guests at most: "live" (a bound module, shared by the checks that
+//! read slots; each check leaves the module loaded), "scratch" (headers the
+//! module must refuse, and a region with fewer slots than CPUs; each check
+//! rewrites the header and unloads the module at the end), and one that is
+//! powered off. A missing QEMU, kernel or busybox FAILS these tests with what
+//! to install; they never skip.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Mutex, MutexGuard, Once, OnceLock};
+use std::time::{Duration, Instant};
+
+use pvsched_abi as abi;
+use pvsched_abi::{GuestHalf, Header, HostHalf, Region, RegionFile};
+use pvsched_vmtest::{wait_until, workspace_root, GuestImage, RegionSetup, Vm, VmConfig};
+
+/// Timeout of a guest command, and of waiting for something to show in a slot.
+/// Generous: on a 2-core host loaded by other builds a TCG guest can run ten
+/// times slower than usual; a passing run never waits for them.
+const T: Duration = Duration::from_secs(60);
+const WAIT: Duration = Duration::from_secs(60);
+const POLL: Duration = Duration::from_millis(5);
+
+fn image() -> GuestImage {
+    static IMAGE: OnceLock<Result<GuestImage, String>> = OnceLock::new();
+    IMAGE
+        .get_or_init(|| GuestImage::build_default().map_err(|e| e.to_string()))
+        .clone()
+        .unwrap_or_else(|e| panic!("cannot build the guest image: {e}"))
+}
+
+/// A VM shared by several tests: booted on first use, one test at a time,
+/// dropped (QEMU killed, temp dir removed) when the test process exits.
+struct Shared {
+    vm: OnceLock<Mutex<Option<Result<Vm, String>>>>,
+}
+
+impl Shared {
+    const fn new() -> Self {
+        Self {
+            vm: OnceLock::new(),
+        }
+    }
+
+    fn lock(&'static self, boot: impl FnOnce() -> Result<Vm, String>) -> VmGuard {
+        register_cleanup();
+        let cell = self.vm.get_or_init(|| Mutex::new(Some(boot())));
+        // A test that failed while holding the VM poisons the lock; the VM is
+        // still usable for the others.
+        let guard = cell.lock().unwrap_or_else(|e| e.into_inner());
+        VmGuard { guard }
+    }
+
+    fn drop_vm(&self) {
+        if let Some(cell) = self.vm.get() {
+            let mut guard = match cell.try_lock() {
+                Ok(g) => g,
+                Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => return,
+            };
+            guard.take();
+        }
+    }
+}
+
+struct VmGuard {
+    guard: MutexGuard<'static, Option<Result<Vm, String>>>,
+}
+
+impl VmGuard {
+    fn vm(&self) -> &Vm {
+        match self.guard.as_ref() {
+            Some(Ok(vm)) => vm,
+            Some(Err(e)) => panic!("the shared guest did not boot: {e}"),
+            None => panic!("the shared guest is gone"),
+        }
+    }
+}
+
+static LIVE: Shared = Shared::new();
+static SCRATCH: Shared = Shared::new();
+
+extern "C" fn cleanup() {
+    LIVE.drop_vm();
+    SCRATCH.drop_vm();
+}
+
+fn register_cleanup() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registers a plain extern "C" function, run at exit.
+        unsafe {
+            libc::atexit(cleanup);
+        }
+    });
+}
+
+/// The live guest, with pvsched loaded and bound.
+fn live() -> VmGuard {
+    let g = LIVE.lock(|| {
+        let vm = Vm::boot(VmConfig::new(image()).name("live").smp(2)).map_err(|e| e.to_string())?;
+        Ok(vm)
+    });
+    let vm = g.vm();
+    if !loaded(vm) {
+        let (rc, out) = vm.insmod("").expect("insmod");
+        assert_eq!(rc, 0, "insmod failed: {out}");
+    }
+    g
+}
+
+/// The scratch guest: a 4-page region the tests fill with any header; the
+/// module is not loaded between tests.
+fn scratch() -> VmGuard {
+    let g = SCRATCH.lock(|| {
+        Vm::boot(
+            VmConfig::new(image())
+                .name("scratch")
+                .smp(2)
+                .region(RegionSetup::RawHeader {
+                    slot_count: 60,
+                    header: Header::default(),
+                }),
+        )
+        .map_err(|e| e.to_string())
+    });
+    if loaded(g.vm()) {
+        g.vm().rmmod().expect("rmmod");
+    }
+    g
+}
+
+/// Kills a guest process when dropped, also when a check fails, so that one
+/// failure does not leave a spinner (or an open /dev/pvsched) to the next test.
+struct Reap<'a> {
+    vm: &'a Vm,
+    pid: u32,
+}
+
+impl Drop for Reap<'_> {
+    fn drop(&mut self) {
+        let _ = self
+            .vm
+            .exec(&format!("kill -9 {} 2>/dev/null", self.pid), T);
+    }
+}
+
+fn reap(vm: &Vm, pid: u32) -> Reap<'_> {
+    Reap { vm, pid }
+}
+
+fn loaded(vm: &Vm) -> bool {
+    vm.exec("test -d /sys/module/pvsched", T).expect("exec").0 == 0
+}
+
+fn region(vm: &Vm) -> &Region {
+    vm.region().expect("the VM has a region")
+}
+
+/// A consistent copy of slot `i`. A vCPU thread the host deschedules in the
+/// middle of a publish leaves `seq` odd for a while: retry for a few seconds.
+fn slot(vm: &Vm, i: u32) -> GuestHalf {
+    let mut last = None;
+    wait_until(Duration::from_secs(10), POLL, || {
+        match region(vm).read_guest(i) {
+            Ok(g) => Some(g),
+            Err(e) => {
+                last = Some(e);
+                None
+            }
+        }
+    })
+    .unwrap_or_else(|| panic!("slot {i}: {last:?}"))
+}
+
+/// Polls slot `i` until `pred` holds; panics with the last copy otherwise.
+fn wait_slot(
+    vm: &Vm,
+    i: u32,
+    what: &str,
+    timeout: Duration,
+    pred: impl Fn(&GuestHalf) -> bool,
+) -> GuestHalf {
+    let mut last = None;
+    wait_until(timeout, POLL, || {
+        let g = region(vm).read_guest(i).ok()?;
+        last = Some(g);
+        pred(&g).then_some(g)
+    })
+    .unwrap_or_else(|| panic!("slot {i}: {what} not seen in {timeout:?}; last: {last:?}"))
+}
+
+/// Dmesg lines since the last call (the ring buffer is cleared each time).
+fn new_dmesg(vm: &Vm) -> String {
+    vm.exec_ok("dmesg -c", T).expect("dmesg")
+}
+
+fn is_rt(g: &GuestHalf, prio: u32) -> bool {
+    g.policy == abi::POLICY_FIFO && g.rt_priority == prio
+}
+
+// ---------------------------------------------------------------- build
+
+/// `make W=1` of the DKMS tree (which `make -C guest dkms-tree` assembles with
+/// the ABI header) prints no warning.
+#[test]
+fn module_builds_with_w1_and_no_warnings() {
+    let root = workspace_root();
+    let tmp = std::env::temp_dir().join(format!("pvsched-w1-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let tree = tmp.join("tree");
+    let run = |cmd: &mut Command| {
+        let out = cmd.output().expect("running make");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{cmd:?} failed:\n{text}");
+        text
+    };
+    run(Command::new("make")
+        .arg("-C")
+        .arg(root.join("guest"))
+        .arg("dkms-tree")
+        .arg(format!("DKMS_TREE={}", tree.display())));
+    assert!(
+        tree.join("abi/pvsched_abi.h").exists(),
+        "DKMS tree lacks the ABI header"
+    );
+    assert!(tree.join("dkms.conf").exists(), "DKMS tree lacks dkms.conf");
+    let log = run(Command::new("make").arg("-C").arg(&tree).arg("W=1"));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|l| l.to_lowercase().contains("warning"))
+        .collect();
+    assert!(
+        warnings.is_empty(),
+        "W=1 build warns:\n{}",
+        warnings.join("\n")
+    );
+    assert!(
+        log.contains("pvsched.ko"),
+        "no pvsched.ko in the build log:\n{log}"
+    );
+}
+
+// ---------------------------------------------------------------- live guest
+
+#[test]
+fn bind_writes_the_guest_line_and_marks_slots_active() {
+    let g = live();
+    let vm = g.vm();
+    let h = region(vm).header();
+    assert_eq!(
+        h.guest_generation, h.generation,
+        "guest bound to another generation: {h:?}"
+    );
+    assert_ne!(h.guest_generation, 0);
+    assert_eq!(
+        h.guest_features,
+        abi::F_ALL,
+        "offered F_ALL, module supports all: {h:?}"
+    );
+    assert_eq!(h.guest_abi_minor, u32::from(abi::ABI_MINOR));
+    assert_eq!(h.guest_nr_cpus, 2);
+    for i in 0..2 {
+        let s = slot(vm, i);
+        assert_ne!(s.flags & abi::GF_ACTIVE, 0, "slot {i} not active: {s:?}");
+        assert_eq!(s.flags & !abi::GF_ALL, 0, "slot {i} reserved flags: {s:?}");
+        assert_eq!(s.seq % 2, 0);
+    }
+    let status = vm
+        .exec_ok("cat /sys/kernel/debug/pvsched/status", T)
+        .unwrap();
+    assert!(status.contains("generation="), "{status}");
+    assert!(status.contains("sched_switch"), "{status}");
+}
+
+#[test]
+fn rt_task_on_cpu1_shows_fifo_42_in_slot1_while_it_runs() {
+    let g = live();
+    let vm = g.vm();
+    let p = vm.spawn("rtspin -c 1 -P fifo -p 42 -t 4").unwrap();
+    let _reap_p = reap(vm, p.pid);
+    let seen = wait_slot(vm, 1, "SCHED_FIFO 42", WAIT, |s| is_rt(s, 42));
+    assert_ne!(seen.flags & abi::GF_ACTIVE, 0);
+    assert_eq!(
+        seen.flags & abi::GF_IDLE,
+        0,
+        "running an RT task, not idle: {seen:?}"
+    );
+    // It spins on CPU 1 only: slot 0 never shows it.
+    let s0 = slot(vm, 0);
+    assert!(!is_rt(&s0, 42), "slot 0 shows the CPU 1 task: {s0:?}");
+    assert!(vm.wait_gone(p.pid, WAIT).unwrap(), "rtspin did not end");
+    let after = wait_slot(vm, 1, "not FIFO 42 after exit", WAIT, |s| !is_rt(s, 42));
+    assert_ne!(after.flags & abi::GF_ACTIVE, 0);
+    let log = vm.exec_ok(&format!("cat {}", p.log), T).unwrap();
+    assert!(log.contains("rtspin: ready"), "rtspin log: {log}");
+}
+
+#[test]
+fn interrupt_activity_moves_the_cpus_cs_counters() {
+    let g = live();
+    let vm = g.vm();
+    let before = [slot(vm, 0), slot(vm, 1)];
+    // Timer interrupts and their softirqs on CPU 1 (and whatever the console
+    // does on CPU 0): a task on CPU 1 sleeping in short steps.
+    vm.exec_ok(
+        "taskset -c 1 sh -c 'for i in 1 2 3 4 5 6 7 8 9 10; do usleep 20000; done'",
+        T,
+    )
+    .unwrap();
+    let after = wait_slot(vm, 1, "hardirq and softirq counts grow", WAIT, |s| {
+        s.hardirq_count > before[1].hardirq_count && s.softirq_count > before[1].softirq_count
+    });
+    assert!(
+        after.switch_count > before[1].switch_count,
+        "{before:?} -> {after:?}"
+    );
+    assert!(after.update_ns > before[1].update_ns);
+    let s0 = wait_slot(vm, 0, "CPU 0 hardirq count grows", WAIT, |s| {
+        s.hardirq_count > before[0].hardirq_count
+    });
+    // Not stuck in a critical section: once the CPU is quiet, cs_flags is 0.
+    for i in 0..2 {
+        wait_slot(vm, i, "cs_flags 0 while quiet", WAIT, |s| s.cs_flags == 0);
+    }
+    // Best effort: while CPU 1 takes interrupts, the host may catch it inside
+    // one (TCG makes handlers slow enough to see). Reported, not asserted.
+    let p = vm
+        .spawn("taskset -c 1 sh -c 'for i in $(seq 200); do usleep 1000; done'")
+        .unwrap();
+    let _reap_p = reap(vm, p.pid);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let (mut samples, mut hard, mut soft) = (0u32, 0u32, 0u32);
+    while Instant::now() < deadline {
+        if let Ok(s) = region(vm).read_guest(1) {
+            samples += 1;
+            hard += u32::from(s.cs_flags & abi::CS_HARDIRQ != 0);
+            soft += u32::from(s.cs_flags & abi::CS_SOFTIRQ != 0);
+        }
+    }
+    eprintln!(
+        "cs_flags samples on CPU 1: {samples}, HARDIRQ in {hard}, SOFTIRQ in {soft}; \
+         CPU 0 hardirqs {} -> {}",
+        before[0].hardirq_count, s0.hardirq_count
+    );
+    vm.wait_gone(p.pid, WAIT).unwrap();
+}
+
+/// Runs `boostreq` on CPU 1 at SCHED_FIFO 10 (so that no normal task preempts
+/// it: leaving the CPU ends a request) and checks that the request is seen on
+/// slot 1, counted once, and ended the way `mode` says. After the release,
+/// boostreq spins (ioctl, close) or sleeps (sleep) for 600 s, so "still
+/// running" is a fact, not a race; the test kills it.
+fn boost_case(vm: &Vm, mode: &str) {
+    let count0 = slot(vm, 1).boost_req_count;
+    let p = vm
+        .spawn(&format!("boostreq -c 1 -p 10 -t 0.8 -r {mode} -a 600"))
+        .unwrap();
+    let _reap_p = reap(vm, p.pid);
+    let on = wait_slot(vm, 1, &format!("BOOST_REQ ({mode})"), WAIT, |s| {
+        s.flags & abi::GF_BOOST_REQ != 0
+    });
+    assert_eq!(
+        on.boost_req_count,
+        count0 + 1,
+        "one grant counted ({mode}): {on:?}"
+    );
+    assert!(is_rt(&on, 10), "granted to the FIFO 10 task: {on:?}");
+    match mode {
+        // Released while it keeps running on CPU 1: the slot shows both.
+        "ioctl" | "close" => {
+            wait_slot(
+                vm,
+                1,
+                &format!("released, still running ({mode})"),
+                WAIT,
+                |s| s.flags & abi::GF_BOOST_REQ == 0 && is_rt(s, 10),
+            );
+        }
+        // Left the CPU (sleeping): cleared, the process still exists.
+        "sleep" => {
+            wait_slot(vm, 1, "cleared by sleeping", WAIT, |s| {
+                s.flags & abi::GF_BOOST_REQ == 0
+            });
+            assert!(vm.is_running(p.pid).unwrap(), "boostreq should be asleep");
+            let log = vm.exec_ok(&format!("cat {}", p.log), T).unwrap();
+            assert!(
+                !log.contains("boostreq: done"),
+                "boostreq ended early: {log}"
+            );
+        }
+        "exit" => {
+            wait_slot(vm, 1, "cleared by exit", WAIT, |s| {
+                s.flags & abi::GF_BOOST_REQ == 0
+            });
+            assert!(vm.wait_gone(p.pid, WAIT).unwrap(), "boostreq did not exit");
+            let log = vm.exec_ok(&format!("cat {}", p.log), T).unwrap();
+            assert!(
+                log.contains("boostreq: done cpu=1 release=exit"),
+                "boostreq: {log}"
+            );
+        }
+        _ => unreachable!(),
+    }
+    vm.exec(&format!("kill -9 {} 2>/dev/null", p.pid), T)
+        .unwrap();
+    assert!(vm.wait_gone(p.pid, WAIT).unwrap(), "boostreq not killed");
+    let after = slot(vm, 1);
+    assert_eq!(after.flags & abi::GF_BOOST_REQ, 0, "{after:?}");
+    assert_eq!(
+        after.boost_req_count,
+        count0 + 1,
+        "no second grant ({mode})"
+    );
+}
+
+#[test]
+fn boost_request_appears_and_clears_as_documented() {
+    let g = live();
+    let vm = g.vm();
+    for mode in ["ioctl", "close", "sleep", "exit"] {
+        boost_case(vm, mode);
+    }
+    let (rc, _) = vm.exec("test -c /dev/pvsched", T).unwrap();
+    assert_eq!(rc, 0, "/dev/pvsched missing");
+}
+
+#[test]
+fn host_half_is_shown_in_debugfs() {
+    let g = live();
+    let vm = g.vm();
+    let host = HostHalf {
+        status: abi::HS_PREEMPTED,
+        flags: abi::HF_BOOSTED | abi::HF_OVERLOADED,
+        policy: abi::HOST_POLICY_RR,
+        rt_priority: 8,
+        nice: -5,
+        boost_count: 11,
+        throttle_count: 3,
+        preempt_count: 7,
+        boosted_ns: 123456,
+        ..HostHalf::default()
+    };
+    region(vm).write_host(1, &host).unwrap();
+    let status = vm
+        .exec_ok("cat /sys/kernel/debug/pvsched/status", T)
+        .unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("cpu1 "))
+        .unwrap_or_else(|| panic!("no cpu1 line:\n{status}"));
+    for want in [
+        "host_status=preempted",
+        "boosted=1",
+        "throttled=0",
+        "overloaded=1",
+        "host_policy=2",
+        "host_prio=8",
+        "host_nice=-5",
+        "boosts=11",
+        "throttles=3",
+        "preempts=7",
+        "boosted_ns=123456",
+    ] {
+        assert!(line.contains(want), "missing {want} in {line}");
+    }
+    region(vm).write_host(1, &HostHalf::default()).unwrap();
+}
+
+/// rmmod while an RT task runs on CPU 1: every slot inactive, guest
+/// generation 0; loading again binds again.
+#[test]
+fn rmmod_leaves_every_slot_inactive_and_generation_zero() {
+    let g = live();
+    let vm = g.vm();
+    let p = vm.spawn("rtspin -c 1 -P fifo -p 30 -t 3").unwrap();
+    let _reap_p = reap(vm, p.pid);
+    wait_slot(vm, 1, "FIFO 30", WAIT, |s| is_rt(s, 30));
+    new_dmesg(vm);
+    let (rc, out) = vm.rmmod().unwrap();
+    assert_eq!(rc, 0, "rmmod: {out}");
+    let h = region(vm).header();
+    assert_eq!(h.guest_generation, 0, "{h:?}");
+    assert_eq!(h.guest_features, 0, "{h:?}");
+    for i in 0..h.slot_count {
+        let s = slot(vm, i);
+        assert_eq!(s.flags & abi::GF_ACTIVE, 0, "slot {i} still active: {s:?}");
+        assert_eq!(s.flags, 0, "slot {i}: {s:?}");
+        assert_eq!(s.cs_flags, 0, "slot {i}: {s:?}");
+        assert_eq!(s.seq % 2, 0, "slot {i} left mid-write: {s:?}");
+        assert_eq!(region(vm).guest_pending(i).unwrap(), 0);
+    }
+    let log = new_dmesg(vm);
+    assert!(log.contains("unbound: all slots inactive"), "dmesg: {log}");
+    // Nothing writes after unload.
+    let snapshot = region(vm).to_bytes();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        snapshot == region(vm).to_bytes(),
+        "region changed after rmmod"
+    );
+    vm.wait_gone(p.pid, WAIT).unwrap();
+    let (rc, out) = vm.insmod("").unwrap();
+    assert_eq!(rc, 0, "insmod again: {out}");
+    let h = region(vm).header();
+    assert_eq!(h.guest_generation, h.generation);
+    wait_slot(vm, 1, "active again", T, |s| s.flags & abi::GF_ACTIVE != 0);
+}
+
+/// `key=<number>` from the debugfs line of `cpu`.
+fn status_field(status: &str, cpu: u32, key: &str) -> u64 {
+    let line = status
+        .lines()
+        .find(|l| l.starts_with(&format!("cpu{cpu} ")))
+        .unwrap_or_else(|| panic!("no cpu{cpu} line:\n{status}"));
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {line}"))
+}
+
+/// An RT task woken from CPU 0 onto a busy CPU 1 gets a pending hint in slot
+/// 1 (written by CPU 0), which CPU 1 clears when it switches to the task.
+/// (Onto an idle CPU the kernel queues the wakeup on that CPU itself, which
+/// then runs the task at once: no hint needed, none written.)
+#[test]
+fn rt_wakeup_onto_a_busy_cpu_raises_a_pending_hint_that_is_cleared() {
+    let g = live();
+    let vm = g.vm();
+    let status = || {
+        vm.exec_ok("cat /sys/kernel/debug/pvsched/status", T)
+            .unwrap()
+    };
+    let s0 = status();
+    let (raised0, cleared0) = (
+        status_field(&s0, 0, "hints_raised"),
+        status_field(&s0, 1, "hints_cleared"),
+    );
+    let hog = vm.spawn("rtspin -c 1 -P other -t 6").unwrap();
+    let _reap_hog = reap(vm, hog.pid);
+    let reader = vm
+        .spawn("rm -f /tmp/hint; mkfifo /tmp/hint; chrt -f 50 taskset -c 1 cat /tmp/hint")
+        .unwrap();
+    let _reap_reader = reap(vm, reader.pid);
+    vm.exec_ok(
+        "sleep 0.5; taskset -c 0 sh -c 'for i in $(seq 100); do echo x; usleep 5000; done > /tmp/hint'",
+        Duration::from_secs(60),
+    )
+    .unwrap();
+    vm.wait_gone(reader.pid, T).unwrap();
+    vm.wait_gone(hog.pid, T).unwrap();
+    let s1 = status();
+    let raised = status_field(&s1, 0, "hints_raised") - raised0;
+    let cleared = status_field(&s1, 1, "hints_cleared") - cleared0;
+    assert!(raised > 0, "CPU 0 raised no hint for CPU 1:\n{s1}");
+    assert!(cleared > 0, "CPU 1 cleared no hint:\n{s1}");
+    for i in 0..2 {
+        let word = wait_until(T, POLL, || {
+            let w = region(vm).guest_pending(i).ok()?;
+            (w == 0).then_some(w)
+        });
+        assert_eq!(word, Some(0), "slot {i} pending hint left set");
+    }
+    eprintln!("pending hints: {raised} raised by CPU 0, {cleared} cleared by CPU 1");
+}
+
+/// pvschedd restarting re-initializes the region (new generation, slots and
+/// guest line zeroed): the module notices within a couple of seconds and binds
+/// to the new generation.
+#[test]
+fn host_reinitialization_is_followed_by_a_new_binding() {
+    let g = live();
+    let vm = g.vm();
+    let old = region(vm).header().generation;
+    new_dmesg(vm);
+    let mut file = RegionFile::open(vm.region_path().unwrap()).unwrap();
+    let gen = file.region_mut().init_header(2, abi::F_ALL).unwrap();
+    assert_eq!(gen, old + 1);
+    let h = wait_until(WAIT, POLL, || {
+        let h = region(vm).header();
+        (h.guest_generation == gen).then_some(h)
+    })
+    .unwrap_or_else(|| panic!("no binding to generation {gen}: {:?}", region(vm).header()));
+    assert_eq!(h.guest_features, abi::F_ALL);
+    for i in 0..2 {
+        wait_slot(vm, i, "active after rebinding", T, |s| {
+            s.flags & abi::GF_ACTIVE != 0
+        });
+    }
+    let log = new_dmesg(vm);
+    let want = format!("host reinitialized the region (generation {old} -> {gen}): binding again");
+    assert!(log.contains(&want), "want {want:?} in dmesg:\n{log}");
+    assert!(
+        log.contains(&format!("bound: ABI 1.0, generation {gen}")),
+        "{log}"
+    );
+}
+
+// ---------------------------------------------------------------- scratch guest
+
+/// Writes `header` (host line) raw, zeroes the rest; insmod must refuse with
+/// exactly one line containing `expect`, and change no byte of the region.
+fn refusal_case(header: Header, expect: &str) {
+    let g = scratch();
+    let vm = g.vm();
+    let r = region(vm);
+    r.load_bytes(&vec![0u8; r.len()]).unwrap();
+    r.write_header(&header);
+    // Something recognisable in the slots: the module must not touch it.
+    r.write_guest(
+        0,
+        &GuestHalf {
+            flags: abi::GF_ACTIVE,
+            policy: 7,
+            ..GuestHalf::default()
+        },
+    )
+    .unwrap();
+    let before = r.to_bytes();
+    new_dmesg(vm);
+    let (rc, out) = vm.insmod("").unwrap();
+    assert_eq!(
+        rc, 0,
+        "insmod of a module that refuses its device still loads: {out}"
+    );
+    let log = new_dmesg(vm);
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("pvsched") && !l.contains("taint") && !l.contains("verification"))
+        .collect();
+    assert_eq!(lines.len(), 1, "exactly one pvsched line expected:\n{log}");
+    assert!(
+        lines[0].contains(expect),
+        "want {expect:?} in {:?}",
+        lines[0]
+    );
+    assert!(lines[0].contains("refusing region:"), "{:?}", lines[0]);
+    assert!(
+        before == r.to_bytes(),
+        "the module wrote to a refused region"
+    );
+    assert!(
+        vm.exec("test -e /dev/pvsched", T).unwrap().0 != 0,
+        "/dev/pvsched exists for a refused region"
+    );
+    let (rc, out) = vm.rmmod().unwrap();
+    assert_eq!(rc, 0, "rmmod: {out}");
+    assert!(before == r.to_bytes(), "rmmod wrote to a refused region");
+}
+
+fn good_header(slot_count: u32) -> Header {
+    Header {
+        magic: abi::MAGIC,
+        abi_major: abi::ABI_MAJOR,
+        abi_minor: abi::ABI_MINOR,
+        header_size: abi::HEADER_SIZE as u16,
+        slot_size: abi::SLOT_SIZE as u16,
+        slot_count,
+        host_features: abi::F_ALL,
+        generation: 9,
+        ..Header::default()
+    }
+}
+
+#[test]
+fn wrong_magic_is_refused_with_one_line_and_no_writes() {
+    refusal_case(
+        Header {
+            magic: 0x1122_3344_5566_7788,
+            ..good_header(2)
+        },
+        "refusing region: bad magic 0x1122334455667788 (expected 0x0044454843535650)",
+    );
+}
+
+#[test]
+fn unsupported_major_is_refused_with_one_line_and_no_writes() {
+    refusal_case(
+        Header {
+            abi_major: 7,
+            ..good_header(2)
+        },
+        "refusing region: unsupported ABI major 7 (supported 1)",
+    );
+}
+
+#[test]
+fn bad_geometry_is_refused_with_one_line_and_no_writes() {
+    // 5000 slots cannot fit a 16 KiB BAR (and exceed PVSCHED_MAX_SLOTS).
+    refusal_case(
+        good_header(5000),
+        "refusing region: bad geometry: header_size 128 slot_size 256 slot_count 5000 in a 16384-byte BAR2",
+    );
+}
+
+/// One slot for two CPUs: CPU 0 is served, CPU 1 is not (warned once), and a
+/// boost request from CPU 1 fails with ENXIO.
+#[test]
+fn fewer_slots_than_cpus_serves_the_cpus_that_have_one() {
+    let g = scratch();
+    let vm = g.vm();
+    let r = region(vm);
+    r.load_bytes(&vec![0u8; r.len()]).unwrap();
+    r.write_header(&good_header(1));
+    new_dmesg(vm);
+    let (rc, out) = vm.insmod("").unwrap();
+    assert_eq!(rc, 0, "insmod: {out}");
+    let log = new_dmesg(vm);
+    let warn: Vec<&str> = log.lines().filter(|l| l.contains("not served")).collect();
+    assert_eq!(warn.len(), 1, "one warning expected:\n{log}");
+    assert!(
+        warn[0].contains("region has 1 slots for 2 CPUs: CPUs 1 and above are not served"),
+        "{}",
+        warn[0]
+    );
+    assert!(
+        log.contains("bound: ABI 1.0, generation 9, 1 slots for 2 CPUs"),
+        "{log}"
+    );
+    let h = r.header();
+    assert_eq!(h.guest_generation, 9);
+    assert_eq!(h.guest_nr_cpus, 2);
+    let s0 = slot(vm, 0);
+    assert_ne!(s0.flags & abi::GF_ACTIVE, 0, "{s0:?}");
+    // Bytes beyond slot 0 stay zero: slot 1 is outside the region's geometry.
+    let bytes = r.to_bytes();
+    let slot1 = abi::HEADER_SIZE + abi::SLOT_SIZE;
+    assert!(
+        bytes[slot1..].iter().all(|b| *b == 0),
+        "the module wrote past slot 0"
+    );
+    let out = vm.exec("boostreq -c 1 -t 0 -r ioctl -a 0", T).unwrap();
+    assert_ne!(out.0, 0, "boost on an unserved CPU must fail: {}", out.1);
+    assert!(
+        out.1.contains("No such device or address"),
+        "ENXIO expected: {}",
+        out.1
+    );
+    let (rc, out) = vm.rmmod().unwrap();
+    assert_eq!(rc, 0, "rmmod: {out}");
+    assert_eq!(r.header().guest_generation, 0);
+    assert_eq!(slot(vm, 0).flags, 0);
+}
+
+// ---------------------------------------------------------------- own guest
+
+/// The PCI shutdown hook leaves the slots inactive when the guest powers off.
+#[test]
+fn poweroff_leaves_every_slot_inactive() {
+    let vm = Vm::boot(VmConfig::new(image()).name("poweroff").smp(2)).expect("boot");
+    let (rc, out) = vm.insmod("").unwrap();
+    assert_eq!(rc, 0, "insmod: {out}");
+    wait_slot(&vm, 1, "active", T, |s| s.flags & abi::GF_ACTIVE != 0);
+    vm.poweroff(Duration::from_secs(60)).expect("poweroff");
+    let h = region(&vm).header();
+    assert_eq!(h.guest_generation, 0, "{h:?}");
+    for i in 0..2 {
+        assert_eq!(slot(&vm, i).flags, 0, "slot {i} after poweroff");
+    }
+    let path: PathBuf = vm.region_path().unwrap().to_path_buf();
+    drop(vm);
+    if std::env::var_os("PVSCHED_VMTEST_KEEP").is_none() {
+        assert!(!path.exists(), "the VM's region file outlived it");
+    }
+}

@@ -1,0 +1,98 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * pvsched guest driver: state shared by its source files.
+ */
+#ifndef PVSCHED_DRV_H
+#define PVSCHED_DRV_H
+
+#include <linux/pci.h>
+#include <linux/percpu.h>
+#include <linux/sched.h>
+#include <linux/types.h>
+
+#include "pvsched_abi.h"
+
+/* Features this module implements. */
+#define PVSCHED_SUPPORTED_FEATURES	PVSCHED_F_ALL
+
+/*
+ * Private state of one CPU. Only that CPU writes it, with interrupts off, so
+ * only an NMI can interrupt an update; @busy tells it to keep its hands off
+ * the slot (the next publish carries whatever it would have written).
+ *
+ * The slot is a copy of this state: pvsched_publish() writes it with the
+ * seqcount protocol of pvsched_abi.h.
+ */
+struct pvsched_cpu {
+	struct pvsched_slot *slot;	/* NULL: this CPU has no slot */
+	bool active;			/* the CPU serves its slot */
+	bool busy;			/* an update is in progress */
+	u32 seq;			/* last even seq written */
+	u32 flags;			/* PVSCHED_GF_* but ACTIVE */
+	u32 policy;
+	u32 rt_priority;
+	s32 nice;
+	u32 hardirq_depth;
+	u32 softirq_depth;
+	u64 hardirq_count;
+	u64 softirq_count;
+	u64 switch_count;
+	u64 boost_req_count;
+	u64 hints_raised;		/* pending hints set in other slots */
+	u64 hints_cleared;		/* pending hints this CPU satisfied */
+	/* Task holding an explicit boost request; only ever the running one. */
+	struct task_struct *boost_task;
+};
+
+DECLARE_PER_CPU(struct pvsched_cpu, pvsched_cpu);
+
+/* The bound region. One at most; written only under the driver's mutex. */
+struct pvsched_region {
+	struct pci_dev *pdev;		/* device whose BAR2 we hold */
+	bool bound;			/* slots in use, probes registered */
+	resource_size_t bar_start;
+	resource_size_t bar_len;
+	void *base;			/* memremap()ed BAR2, write-back */
+	u64 map_len;
+	u32 header_size;
+	u32 slot_size;
+	u32 slot_count;
+	u64 generation;
+	u64 host_features;
+	u64 features;			/* accepted: offered & supported */
+	int cpuhp_state;
+	unsigned int nr_tracepoints;	/* probes registered */
+};
+
+extern struct pvsched_region pvsched_region;
+
+static inline struct pvsched_header *pvsched_header(void)
+{
+	return pvsched_region.base;
+}
+
+static inline struct pvsched_slot *pvsched_slot(u32 index)
+{
+	return pvsched_region.base + pvsched_region.header_size +
+	       (size_t)index * pvsched_region.slot_size;
+}
+
+/* pvsched_probes.c */
+int pvsched_probes_register(u64 features);
+void pvsched_probes_unregister(void);
+int pvsched_cpu_online(unsigned int cpu);
+int pvsched_cpu_offline(unsigned int cpu);
+int pvsched_boost(bool on);
+bool pvsched_read_guest(const struct pvsched_slot *slot,
+			struct pvsched_guest_half *out);
+bool pvsched_read_host(const struct pvsched_slot *slot,
+		       struct pvsched_host_half *out);
+const char *pvsched_tracepoint_name(unsigned int i, bool *registered);
+
+/* pvsched_user.c */
+int pvsched_misc_register(void);
+void pvsched_misc_deregister(void);
+void pvsched_debugfs_create(void);
+void pvsched_debugfs_remove(void);
+
+#endif /* PVSCHED_DRV_H */

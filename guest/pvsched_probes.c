@@ -1,0 +1,613 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * pvsched: per-CPU state, its publication into the shared slot, and the
+ * tracepoint probes that keep it current.
+ *
+ * Every probe runs on the CPU whose state it changes, does a few stores and
+ * returns: no locks, no allocation, no sleeping. Interrupts are off while the
+ * private state is changed and copied into the slot, so a hardirq cannot nest
+ * inside a publish; an NMI that finds an update in progress leaves the slot
+ * alone and the next publish carries its news.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/atomic.h>
+#include <linux/interrupt.h>
+#include <linux/compiler.h>
+#include <linux/irqflags.h>
+#include <linux/kernel.h>
+#include <linux/percpu.h>
+#include <linux/sched.h>
+#include <linux/sched/clock.h>
+#include <linux/smp.h>
+#include <linux/string.h>
+#include <linux/tracepoint.h>
+
+#include <trace/events/irq.h>
+#include <trace/events/sched.h>
+#ifdef CONFIG_X86
+#include <asm/hardirq.h>
+#include <asm/trace/irq_vectors.h>
+#include <trace/events/nmi.h>
+#endif
+
+#include "pvsched_drv.h"
+
+DEFINE_PER_CPU(struct pvsched_cpu, pvsched_cpu);
+
+static u64 pvsched_nmi_count(void)
+{
+#ifdef CONFIG_X86
+	return this_cpu_read(irq_stat.__nmi_count);
+#else
+	return 0;
+#endif
+}
+
+/* Copy the private state of this CPU into its slot (seqcount writer). */
+static void pvsched_publish(struct pvsched_cpu *pc)
+{
+	struct pvsched_guest_half *g = &pc->slot->guest;
+	u32 flags = 0, cs = 0;
+
+	if (pc->active) {
+		flags = PVSCHED_GF_ACTIVE | pc->flags;
+		if (pc->hardirq_depth)
+			cs |= PVSCHED_CS_HARDIRQ;
+		if (pc->softirq_depth)
+			cs |= PVSCHED_CS_SOFTIRQ;
+	}
+
+	WRITE_ONCE(g->seq, pc->seq + 1);
+	smp_wmb();	/* odd seq before the fields: pairs with the host's read */
+	WRITE_ONCE(g->flags, flags);
+	WRITE_ONCE(g->cs_flags, cs);
+	WRITE_ONCE(g->policy, pc->policy);
+	WRITE_ONCE(g->rt_priority, pc->rt_priority);
+	WRITE_ONCE(g->nice, pc->nice);
+	WRITE_ONCE(g->update_ns, local_clock());
+	WRITE_ONCE(g->hardirq_count, pc->hardirq_count);
+	WRITE_ONCE(g->softirq_count, pc->softirq_count);
+	WRITE_ONCE(g->nmi_count, pvsched_nmi_count());
+	WRITE_ONCE(g->switch_count, pc->switch_count);
+	WRITE_ONCE(g->boost_req_count, pc->boost_req_count);
+	smp_wmb();	/* fields before the even seq */
+	pc->seq += 2;
+	WRITE_ONCE(g->seq, pc->seq);
+}
+
+/*
+ * Start an update of this CPU's state: interrupts off, NMIs told to keep out.
+ * Returns NULL, with interrupts restored, when the CPU serves no slot.
+ */
+static __always_inline struct pvsched_cpu *pvsched_begin(unsigned long *irqfl)
+{
+	struct pvsched_cpu *pc;
+
+	local_irq_save(*irqfl);
+	pc = this_cpu_ptr(&pvsched_cpu);
+	if (!pc->active) {
+		local_irq_restore(*irqfl);
+		return NULL;
+	}
+	WRITE_ONCE(pc->busy, true);
+	barrier();
+	return pc;
+}
+
+static __always_inline void pvsched_end(struct pvsched_cpu *pc,
+					unsigned long irqfl)
+{
+	pvsched_publish(pc);
+	barrier();
+	WRITE_ONCE(pc->busy, false);
+	local_irq_restore(irqfl);
+}
+
+static u32 pvsched_task_policy(const struct task_struct *p)
+{
+	switch (p->policy) {
+	case SCHED_FIFO:
+		return PVSCHED_POLICY_FIFO;
+	case SCHED_RR:
+		return PVSCHED_POLICY_RR;
+	case SCHED_BATCH:
+		return PVSCHED_POLICY_BATCH;
+	case SCHED_IDLE:
+		return PVSCHED_POLICY_IDLE;
+	case SCHED_DEADLINE:
+		return PVSCHED_POLICY_DEADLINE;
+	default:
+		return PVSCHED_POLICY_NORMAL;
+	}
+}
+
+/* RT priority a pending hint compares: FIFO/RR priority, 0 for the rest. */
+static u32 pvsched_task_urgency(const struct task_struct *p)
+{
+	if (p->policy == SCHED_FIFO || p->policy == SCHED_RR)
+		return min_t(u32, p->rt_priority, 99);
+	return 0;
+}
+
+/*
+ * Record what @p (the task running on this CPU) is. Called at every context
+ * switch, and again from interrupt, softirq, NMI and ioctl probes: a policy
+ * change of the running task (sched_setscheduler() has no tracepoint) thus
+ * shows within a tick instead of at its next context switch.
+ */
+static void pvsched_set_task(struct pvsched_cpu *pc, struct task_struct *p)
+{
+	pc->policy = pvsched_task_policy(p);
+	pc->rt_priority = pvsched_task_urgency(p);
+	pc->nice = task_nice(p);
+	if (is_idle_task(p))
+		pc->flags |= PVSCHED_GF_IDLE;
+	else
+		pc->flags &= ~PVSCHED_GF_IDLE;
+}
+
+static bool pvsched_pending_on(void)
+{
+	return pvsched_region.features & PVSCHED_F_PENDING_HINT;
+}
+
+/* The owner of a slot drops a pending hint its next task satisfies. */
+static void pvsched_pending_switch(struct pvsched_cpu *pc,
+				   struct task_struct *next)
+{
+	u64 *word = &pc->slot->guest.guest_pending;
+	u64 old = READ_ONCE(*word);
+
+	if (!old)
+		return;
+	if (!is_idle_task(next) && (old & PVSCHED_PENDING_VALID) &&
+	    !(old & PVSCHED_PENDING_RESERVED) &&
+	    pvsched_task_urgency(next) < (old & PVSCHED_PENDING_PRIO_MASK))
+		return;
+	/* A waker may have raised it meanwhile: then keep the new hint. */
+	if (cmpxchg64(word, old, 0) == old)
+		pc->hints_cleared++;
+}
+
+static void pvsched_probe_sched_switch(void *data, bool preempt,
+				       struct task_struct *prev,
+				       struct task_struct *next,
+				       unsigned int prev_state)
+{
+	struct pvsched_cpu *pc;
+	unsigned long irqfl;
+
+	pc = pvsched_begin(&irqfl);
+	if (!pc)
+		return;
+	/* A boost request lasts while its task runs: prev is leaving. */
+	pc->boost_task = NULL;
+	pc->flags &= ~PVSCHED_GF_BOOST_REQ;
+	pvsched_set_task(pc, next);
+	pc->switch_count++;
+	/*
+	 * No hardirq or softirq handler runs across a context switch. Resetting
+	 * the depths heals a pairing the registration order could not keep.
+	 */
+	pc->hardirq_depth = 0;
+	pc->softirq_depth = 0;
+	if (pvsched_pending_on())
+		pvsched_pending_switch(pc, next);
+	pvsched_end(pc, irqfl);
+}
+
+/*
+ * A real-time task woken onto another CPU: tell the host that CPU has urgent
+ * work, in case it is preempted on the host and cannot say so itself.
+ */
+static void pvsched_probe_sched_wakeup(void *data, struct task_struct *p)
+{
+	struct pvsched_cpu *pc;
+	u32 prio = pvsched_task_urgency(p);
+	u64 word, old, cur;
+	int cpu;
+
+	if (!prio)
+		return;
+	cpu = task_cpu(p);
+	if (cpu == raw_smp_processor_id())
+		return;
+	pc = per_cpu_ptr(&pvsched_cpu, cpu);
+	if (!READ_ONCE(pc->active))
+		return;
+	word = PVSCHED_PENDING_VALID | prio |
+	       ((u64)pvsched_task_policy(p) << PVSCHED_PENDING_POLICY_SHIFT);
+	old = READ_ONCE(pc->slot->guest.guest_pending);
+	for (;;) {
+		if ((old & PVSCHED_PENDING_VALID) &&
+		    !(old & PVSCHED_PENDING_RESERVED) &&
+		    (old & PVSCHED_PENDING_PRIO_MASK) >= prio)
+			return;
+		cur = cmpxchg64(&pc->slot->guest.guest_pending, old, word);
+		if (cur == old) {
+			/* Interrupts are off: only this CPU touches its counter. */
+			this_cpu_inc(pvsched_cpu.hints_raised);
+			return;
+		}
+		old = cur;
+	}
+}
+
+static void pvsched_hardirq_enter(void)
+{
+	struct pvsched_cpu *pc;
+	unsigned long irqfl;
+
+	pc = pvsched_begin(&irqfl);
+	if (!pc)
+		return;
+	pc->hardirq_depth++;
+	pc->hardirq_count++;
+	pvsched_set_task(pc, current);
+	pvsched_end(pc, irqfl);
+}
+
+static void pvsched_hardirq_exit(void)
+{
+	struct pvsched_cpu *pc;
+	unsigned long irqfl;
+
+	pc = pvsched_begin(&irqfl);
+	if (!pc)
+		return;
+	if (pc->hardirq_depth)
+		pc->hardirq_depth--;
+	pvsched_set_task(pc, current);
+	pvsched_end(pc, irqfl);
+}
+
+static void pvsched_probe_irq_entry(void *data, int irq,
+				    struct irqaction *action)
+{
+	pvsched_hardirq_enter();
+}
+
+static void pvsched_probe_irq_exit(void *data, int irq,
+				   struct irqaction *action, int ret)
+{
+	pvsched_hardirq_exit();
+}
+
+static void pvsched_probe_vector_entry(void *data, int vector)
+{
+	pvsched_hardirq_enter();
+}
+
+static void pvsched_probe_vector_exit(void *data, int vector)
+{
+	pvsched_hardirq_exit();
+}
+
+static void pvsched_probe_softirq_entry(void *data, unsigned int vec_nr)
+{
+	struct pvsched_cpu *pc;
+	unsigned long irqfl;
+
+	pc = pvsched_begin(&irqfl);
+	if (!pc)
+		return;
+	pc->softirq_depth++;
+	pc->softirq_count++;
+	pvsched_set_task(pc, current);
+	pvsched_end(pc, irqfl);
+}
+
+static void pvsched_probe_softirq_exit(void *data, unsigned int vec_nr)
+{
+	struct pvsched_cpu *pc;
+	unsigned long irqfl;
+
+	pc = pvsched_begin(&irqfl);
+	if (!pc)
+		return;
+	if (pc->softirq_depth)
+		pc->softirq_depth--;
+	pvsched_set_task(pc, current);
+	pvsched_end(pc, irqfl);
+}
+
+/*
+ * nmi:nmi_handler fires after each NMI handler ran; there is no NMI entry or
+ * exit tracepoint, so PVSCHED_CS_NMI stays clear. Publish the NMI count,
+ * unless the NMI interrupted an update of this CPU's state.
+ */
+static void pvsched_probe_nmi(void *data, void *handler, s64 delta_ns,
+			      int handled)
+{
+	struct pvsched_cpu *pc = this_cpu_ptr(&pvsched_cpu);
+
+	if (!READ_ONCE(pc->active) || READ_ONCE(pc->busy))
+		return;
+	WRITE_ONCE(pc->busy, true);
+	barrier();
+	pvsched_set_task(pc, current);
+	pvsched_publish(pc);
+	barrier();
+	WRITE_ONCE(pc->busy, false);
+}
+
+/*
+ * Tracepoints are found by name (the module needs no exported tracepoint
+ * symbols) and registered through void pointers. Exits come before entries:
+ * a handler running while the probes are registered then shows up as an exit
+ * without an entry, which the depth counters ignore, never as an entry that
+ * no exit ends.
+ */
+struct pvsched_tp {
+	const char *name;
+	void *probe;
+	u64 needs;			/* feature the probe serves, 0: always */
+	struct tracepoint *tp;
+	bool registered;
+};
+
+#define PVSCHED_TP(_name, _probe, _needs) \
+	{ .name = _name, .probe = (void *)(_probe), .needs = (_needs) }
+
+#define PVSCHED_TP_VECTOR_EXIT(_v) \
+	PVSCHED_TP(#_v "_exit", pvsched_probe_vector_exit, 0)
+#define PVSCHED_TP_VECTOR_ENTRY(_v) \
+	PVSCHED_TP(#_v "_entry", pvsched_probe_vector_entry, 0)
+
+static struct pvsched_tp pvsched_tps[] = {
+	PVSCHED_TP("irq_handler_exit", pvsched_probe_irq_exit, 0),
+	PVSCHED_TP("softirq_exit", pvsched_probe_softirq_exit, 0),
+#ifdef CONFIG_X86
+	PVSCHED_TP_VECTOR_EXIT(local_timer),
+	PVSCHED_TP_VECTOR_EXIT(reschedule),
+	PVSCHED_TP_VECTOR_EXIT(call_function),
+	PVSCHED_TP_VECTOR_EXIT(call_function_single),
+	PVSCHED_TP_VECTOR_EXIT(irq_work),
+	PVSCHED_TP_VECTOR_EXIT(x86_platform_ipi),
+	PVSCHED_TP_VECTOR_EXIT(spurious_apic),
+	PVSCHED_TP_VECTOR_EXIT(error_apic),
+	PVSCHED_TP_VECTOR_EXIT(thermal_apic),
+	PVSCHED_TP_VECTOR_EXIT(threshold_apic),
+	PVSCHED_TP_VECTOR_EXIT(deferred_error_apic),
+#endif
+	PVSCHED_TP("irq_handler_entry", pvsched_probe_irq_entry, 0),
+	PVSCHED_TP("softirq_entry", pvsched_probe_softirq_entry, 0),
+#ifdef CONFIG_X86
+	PVSCHED_TP_VECTOR_ENTRY(local_timer),
+	PVSCHED_TP_VECTOR_ENTRY(reschedule),
+	PVSCHED_TP_VECTOR_ENTRY(call_function),
+	PVSCHED_TP_VECTOR_ENTRY(call_function_single),
+	PVSCHED_TP_VECTOR_ENTRY(irq_work),
+	PVSCHED_TP_VECTOR_ENTRY(x86_platform_ipi),
+	PVSCHED_TP_VECTOR_ENTRY(spurious_apic),
+	PVSCHED_TP_VECTOR_ENTRY(error_apic),
+	PVSCHED_TP_VECTOR_ENTRY(thermal_apic),
+	PVSCHED_TP_VECTOR_ENTRY(threshold_apic),
+	PVSCHED_TP_VECTOR_ENTRY(deferred_error_apic),
+	PVSCHED_TP("nmi_handler", pvsched_probe_nmi, 0),
+#endif
+	PVSCHED_TP("sched_switch", pvsched_probe_sched_switch, 0),
+	PVSCHED_TP("sched_wakeup", pvsched_probe_sched_wakeup,
+		   PVSCHED_F_PENDING_HINT),
+	PVSCHED_TP("sched_wakeup_new", pvsched_probe_sched_wakeup,
+		   PVSCHED_F_PENDING_HINT),
+};
+
+/*
+ * The probes go through void pointers; have the compiler check each one
+ * against the tracepoint prototype of the kernel this module is built for.
+ * Never called, and dropped by the compiler.
+ */
+static void __maybe_unused pvsched_check_probe_types(void)
+{
+	register_trace_sched_switch(pvsched_probe_sched_switch, NULL);
+	register_trace_sched_wakeup(pvsched_probe_sched_wakeup, NULL);
+	register_trace_sched_wakeup_new(pvsched_probe_sched_wakeup, NULL);
+	register_trace_irq_handler_entry(pvsched_probe_irq_entry, NULL);
+	register_trace_irq_handler_exit(pvsched_probe_irq_exit, NULL);
+	register_trace_softirq_entry(pvsched_probe_softirq_entry, NULL);
+	register_trace_softirq_exit(pvsched_probe_softirq_exit, NULL);
+#ifdef CONFIG_X86
+	register_trace_local_timer_entry(pvsched_probe_vector_entry, NULL);
+	register_trace_local_timer_exit(pvsched_probe_vector_exit, NULL);
+	register_trace_nmi_handler(pvsched_probe_nmi, NULL);
+#endif
+}
+
+static void pvsched_find_tp(struct tracepoint *tp, void *priv)
+{
+	unsigned int i;
+
+	for (i = 0; i < ARRAY_SIZE(pvsched_tps); i++)
+		if (!pvsched_tps[i].tp && !strcmp(tp->name, pvsched_tps[i].name))
+			pvsched_tps[i].tp = tp;
+}
+
+void pvsched_probes_unregister(void)
+{
+	unsigned int i = ARRAY_SIZE(pvsched_tps);
+	bool any = false;
+
+	while (i--) {
+		struct pvsched_tp *t = &pvsched_tps[i];
+
+		if (!t->registered)
+			continue;
+		WARN_ON_ONCE(tracepoint_probe_unregister(t->tp, t->probe, NULL));
+		t->registered = false;
+		any = true;
+	}
+	if (any)
+		tracepoint_synchronize_unregister();
+	pvsched_region.nr_tracepoints = 0;
+}
+
+int pvsched_probes_register(u64 features)
+{
+	unsigned int i;
+	int ret;
+
+	for (i = 0; i < ARRAY_SIZE(pvsched_tps); i++)
+		pvsched_tps[i].tp = NULL;
+	for_each_kernel_tracepoint(pvsched_find_tp, NULL);
+
+	for (i = 0; i < ARRAY_SIZE(pvsched_tps); i++) {
+		struct pvsched_tp *t = &pvsched_tps[i];
+
+		if (!strcmp(t->name, "sched_switch") && !t->tp) {
+			pr_err("tracepoint sched_switch not found\n");
+			ret = -ENOENT;
+			goto fail;
+		}
+		if (!t->tp || (t->needs && !(features & t->needs)))
+			continue;
+		ret = tracepoint_probe_register(t->tp, t->probe, NULL);
+		if (ret) {
+			pr_err("cannot register a probe on %s: %d\n", t->name,
+			       ret);
+			goto fail;
+		}
+		t->registered = true;
+		pvsched_region.nr_tracepoints++;
+	}
+	return 0;
+fail:
+	pvsched_probes_unregister();
+	return ret;
+}
+
+const char *pvsched_tracepoint_name(unsigned int i, bool *registered)
+{
+	if (i >= ARRAY_SIZE(pvsched_tps))
+		return NULL;
+	*registered = pvsched_tps[i].registered;
+	return pvsched_tps[i].name;
+}
+
+/*
+ * CPU hotplug callbacks (CPUHP_AP_ONLINE_DYN): they run on @cpu itself, also
+ * for every online CPU when the region is bound and unbound.
+ */
+int pvsched_cpu_online(unsigned int cpu)
+{
+	struct pvsched_cpu *pc = per_cpu_ptr(&pvsched_cpu, cpu);
+	unsigned long irqfl;
+
+	if (!pc->slot)
+		return 0;
+	local_irq_save(irqfl);
+	WRITE_ONCE(pc->busy, true);
+	barrier();
+	pc->seq = (READ_ONCE(pc->slot->guest.seq) + 1) & ~1U;
+	pc->flags = 0;
+	pc->hardirq_depth = 0;
+	pc->softirq_depth = 0;
+	pc->boost_task = NULL;
+	pvsched_set_task(pc, current);
+	WRITE_ONCE(pc->slot->guest.guest_pending, 0);
+	WRITE_ONCE(pc->active, true);
+	pvsched_publish(pc);
+	barrier();
+	WRITE_ONCE(pc->busy, false);
+	local_irq_restore(irqfl);
+	return 0;
+}
+
+int pvsched_cpu_offline(unsigned int cpu)
+{
+	struct pvsched_cpu *pc = per_cpu_ptr(&pvsched_cpu, cpu);
+	unsigned long irqfl;
+
+	if (!pc->slot)
+		return 0;
+	local_irq_save(irqfl);
+	WRITE_ONCE(pc->busy, true);
+	barrier();
+	WRITE_ONCE(pc->active, false);
+	pc->flags = 0;
+	pc->hardirq_depth = 0;
+	pc->softirq_depth = 0;
+	pc->boost_task = NULL;
+	pvsched_publish(pc);
+	WRITE_ONCE(pc->slot->guest.guest_pending, 0);
+	barrier();
+	WRITE_ONCE(pc->busy, false);
+	local_irq_restore(irqfl);
+	return 0;
+}
+
+/* PVSCHED_IOC_BOOST for the current task on its current CPU. */
+int pvsched_boost(bool on)
+{
+	struct pvsched_cpu *pc;
+	unsigned long irqfl;
+
+	if (!(READ_ONCE(pvsched_region.features) & PVSCHED_F_BOOST_REQUEST))
+		return -EOPNOTSUPP;
+	pc = pvsched_begin(&irqfl);
+	if (!pc)
+		return -ENXIO;
+	pvsched_set_task(pc, current);
+	if (on) {
+		if (pc->boost_task != current) {
+			pc->boost_task = current;
+			pc->flags |= PVSCHED_GF_BOOST_REQ;
+			pc->boost_req_count++;
+		}
+	} else if (pc->boost_task == current) {
+		pc->boost_task = NULL;
+		pc->flags &= ~PVSCHED_GF_BOOST_REQ;
+	}
+	pvsched_end(pc, irqfl);
+	return 0;
+}
+
+/* Seqcount readers with bounded retries, for debugfs. */
+bool pvsched_read_guest(const struct pvsched_slot *slot,
+			struct pvsched_guest_half *out)
+{
+	const struct pvsched_guest_half *g = &slot->guest;
+	unsigned int i;
+	u32 seq;
+
+	for (i = 0; i < PVSCHED_READ_RETRIES; i++) {
+		seq = READ_ONCE(g->seq);
+		if (seq & 1) {
+			cpu_relax();
+			continue;
+		}
+		smp_rmb();	/* seq before the fields */
+		memcpy(out, g, sizeof(*out));
+		smp_rmb();	/* fields before seq again */
+		if (READ_ONCE(g->seq) == seq) {
+			out->seq = seq;
+			return true;
+		}
+	}
+	return false;
+}
+
+bool pvsched_read_host(const struct pvsched_slot *slot,
+		       struct pvsched_host_half *out)
+{
+	const struct pvsched_host_half *h = &slot->host;
+	unsigned int i;
+	u32 seq;
+
+	for (i = 0; i < PVSCHED_READ_RETRIES; i++) {
+		seq = READ_ONCE(h->seq);
+		if (seq & 1) {
+			cpu_relax();
+			continue;
+		}
+		smp_rmb();	/* seq before the fields */
+		memcpy(out, h, sizeof(*out));
+		smp_rmb();	/* fields before seq again */
+		if (READ_ONCE(h->seq) == seq) {
+			out->seq = seq;
+			return true;
+		}
+	}
+	return false;
+}
