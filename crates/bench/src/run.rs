@@ -241,8 +241,17 @@ impl Bench<'_> {
                 let started = match start(&by_qmp) {
                     Ok(d) => Ok(d),
                     Err(e) => {
+                        // Is QEMU's QMP answering at all? (For the report.)
+                        let t = Instant::now();
+                        let probe = match self.vm.qmp(r#"{"execute":"query-cpus-fast"}"#) {
+                            Ok(_) => format!("the bench's own QMP query took {:?}", t.elapsed()),
+                            Err(q) => format!(
+                                "the bench's own QMP query failed after {:?}: {q}",
+                                t.elapsed()
+                            ),
+                        };
                         self.note(format!(
-                            "pvschedd did not serve the VM found over QMP; \
+                            "pvschedd did not serve the VM found over QMP ({probe}); \
                              trying again with `pid = {}` (thread names): {}",
                             self.vm.qemu_pid(),
                             first_line(&e)

@@ -35,7 +35,7 @@ pub use image::{
     GUEST_MODULE_PATH, INSTALL_HINT,
 };
 pub use spawn::spawn_tied;
-pub use vm::{Accel, GuestProcess, RegionSetup, Vm, VmConfig, MAX_COMMAND_LEN};
+pub use vm::{Accel, GuestProcess, RegionSetup, Vm, VmConfig, BASE_APPEND, MAX_COMMAND_LEN};
 
 /// Polls `probe` every `interval` until it returns `Some` or `timeout` passes.
 pub fn wait_until<T>(
