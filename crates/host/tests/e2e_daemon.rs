@@ -53,15 +53,29 @@ fn boot(image: &GuestImage) -> Vm {
     vm
 }
 
+static FIXTURE: OnceLock<Mutex<Fixture>> = OnceLock::new();
+
+/// Statics are never dropped: at exit, stop the shared guest (our own QEMU, by
+/// PID) and remove its directory.
+extern "C" fn stop_shared_guest() {
+    if let Some(f) = FIXTURE.get().and_then(|m| m.try_lock().ok()) {
+        // SAFETY: SIGKILL to the QEMU process this test binary started.
+        unsafe { libc::kill(f.vm.qemu_pid() as i32, libc::SIGKILL) };
+        let _ = std::fs::remove_dir_all(f.vm.dir());
+    }
+}
+
 fn fixture() -> MutexGuard<'static, Fixture> {
-    static F: OnceLock<Mutex<Fixture>> = OnceLock::new();
-    F.get_or_init(|| {
-        let image = image();
-        let vm = boot(&image);
-        Mutex::new(Fixture { vm, image })
-    })
-    .lock()
-    .unwrap_or_else(|poisoned| poisoned.into_inner())
+    FIXTURE
+        .get_or_init(|| {
+            let image = image();
+            let vm = boot(&image);
+            // SAFETY: registers a plain extern "C" function, run at exit.
+            unsafe { libc::atexit(stop_shared_guest) };
+            Mutex::new(Fixture { vm, image })
+        })
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// A pvschedd child with its own state file, socket and log.
