@@ -230,6 +230,15 @@ impl Bench<'_> {
                     .region_path()
                     .ok_or("the VM has no region file")?
                     .to_path_buf();
+                if !region.exists() {
+                    let why = format!(
+                        "the VM's region file {} is gone (its directory was removed by \
+                         another process): pvschedd cannot serve this VM",
+                        region.display()
+                    );
+                    self.pvsched_broken = Some(why.clone());
+                    return Err(why);
+                }
                 let run_dir = self.run_dir.clone();
                 let nvcpus = self.vcpus.len();
                 let by_qmp = Locator::Qmp(self.vm.qmp_socket().to_path_buf());
@@ -647,6 +656,27 @@ pub fn run(s: &Settings) -> Result<(Report, bool), String> {
         out.display()
     );
 
+    // The VM's directory (region file, QMP socket) goes under a directory of
+    // our own, not /tmp: on a shared machine a cleanup of /tmp/pvsched-*
+    // by someone else would pull the region from under pvschedd.
+    let private_tmp = PathBuf::from(format!("/var/tmp/pvsched-bench-{}", std::process::id()));
+    mkdir(&private_tmp)?;
+    std::env::set_var("TMPDIR", &private_tmp);
+    let result = run_in(s, &out, run_dir, raw_dir, started, t0, bins);
+    let _ = std::fs::remove_dir_all(&private_tmp);
+    result
+}
+
+fn run_in(
+    s: &Settings,
+    out: &Path,
+    run_dir: PathBuf,
+    raw_dir: PathBuf,
+    started: String,
+    t0: Instant,
+    bins: Option<Binaries>,
+) -> Result<(Report, bool), String> {
+    let (phases, nominal) = plan(s);
     let machine = Machine::probe(&pvsched_vmtest::workspace_root());
     eprintln!("pvsched-bench: building the guest image (cached after the first run)");
     let cache = pvsched_vmtest::cache_root().with_file_name("pvsched-bench");
@@ -770,7 +800,7 @@ pub fn run(s: &Settings) -> Result<(Report, bool), String> {
     };
     let ok = b.errors == 0;
     drop(b.vm);
-    let report = render(&out, &raw)?;
+    let report = render(out, &raw)?;
     Ok((report, ok))
 }
 
