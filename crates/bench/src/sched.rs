@@ -1,24 +1,9 @@
 //! Scheduling parameters of host threads (QEMU's vCPU threads):
-//! `sched_setattr` / `sched_getattr` on thread ids.
+//! `sched_setattr` / `sched_getattr` on thread ids (the syscalls live in
+//! `pvsched_host::sched`).
 
 use std::fmt;
 use std::io;
-
-/// `struct sched_attr` (include/uapi/linux/sched/types.h), version 1.
-#[repr(C)]
-#[derive(Default, Debug, Clone, Copy)]
-struct SchedAttr {
-    size: u32,
-    sched_policy: u32,
-    sched_flags: u64,
-    sched_nice: i32,
-    sched_priority: u32,
-    sched_runtime: u64,
-    sched_deadline: u64,
-    sched_period: u64,
-    sched_util_min: u32,
-    sched_util_max: u32,
-}
 
 /// A thread's policy, RT priority and nice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,52 +56,28 @@ impl fmt::Display for Params {
     }
 }
 
-/// Reads a thread's parameters with `sched_getattr(2)`.
+/// Reads a thread's parameters (`sched_getattr(2)`, through pvschedd's own wrapper).
 pub fn get(tid: i32) -> io::Result<Params> {
-    let mut attr = SchedAttr::default();
-    let size = std::mem::size_of::<SchedAttr>() as u32;
-    // SAFETY: the kernel writes at most `size` bytes into `attr`.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_sched_getattr,
-            tid as libc::pid_t,
-            &mut attr as *mut SchedAttr,
-            size,
-            0u32,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let t = pvsched_host::sched::get_params(tid)?;
     Ok(Params {
-        policy: attr.sched_policy,
-        priority: attr.sched_priority,
-        nice: attr.sched_nice,
+        policy: t.policy,
+        priority: t.priority,
+        nice: t.nice,
     })
 }
 
-/// Applies `p` to a thread with `sched_setattr(2)`.
+/// Applies `p` to a thread (`sched_setattr(2)`), no flags: as `chrt` would.
 pub fn set(tid: i32, p: Params) -> io::Result<()> {
-    let attr = SchedAttr {
-        size: std::mem::size_of::<SchedAttr>() as u32,
-        sched_policy: p.policy,
-        sched_nice: p.nice,
-        sched_priority: p.priority,
-        ..Default::default()
+    let t = pvsched_host::sched::ThreadParams {
+        policy: p.policy,
+        priority: p.priority,
+        nice: p.nice,
+        flags: 0,
+        runtime: 0,
+        deadline: 0,
+        period: 0,
     };
-    // SAFETY: `attr` is a valid sched_attr of the size it declares.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_sched_setattr,
-            tid as libc::pid_t,
-            &attr as *const SchedAttr,
-            0u32,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    pvsched_host::sched::set_params(tid, &t)
 }
 
 /// Sets `p` and reads it back; an error if the kernel kept something else.
@@ -154,11 +115,6 @@ pub fn threads(pid: u32) -> io::Result<Vec<(i32, String)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sched_attr_has_the_kernel_layout() {
-        assert_eq!(std::mem::size_of::<SchedAttr>(), 56);
-    }
 
     #[test]
     fn own_thread_reads_back_as_normal() {
