@@ -55,6 +55,11 @@ struct Cli {
     /// [default: pvschedd next to this executable, i.e. target/release/].
     #[arg(long)]
     pvschedd: Option<PathBuf>,
+    /// TOML file with `[daemon]` and `[defaults]` settings for pvschedd in
+    /// the pvsched mode (to compare a tuning; the report records it)
+    /// [default: pvschedd's defaults].
+    #[arg(long, value_name = "TOML")]
+    pvschedd_config: Option<PathBuf>,
     /// Seconds of the audio-like task per session, 0 for none [default: --duration].
     #[arg(long)]
     audio_secs: Option<u64>,
@@ -103,6 +108,10 @@ fn settings(cli: Cli) -> Result<Settings, String> {
         smp: cli.smp.unwrap_or(host_cpus),
         memory_mb: cli.memory_mb,
         pvschedd: cli.pvschedd,
+        pvschedd_overlay: match &cli.pvschedd_config {
+            Some(p) => pvsched_bench::daemon::read_overlay(p)?,
+            None => toml::Table::new(),
+        },
         buckets: cli.buckets,
         audio_secs: cli.audio_secs.unwrap_or(duration),
         pingpong_secs: cli.pingpong_secs.unwrap_or(if q { 2 } else { 3 }),

@@ -31,6 +31,10 @@ pub struct Meta {
     pub guest_kernel: String,
     pub guest_module: String,
     pub load_cmd: String,
+    /// pvschedd settings over its defaults (`--pvschedd-config`), as TOML;
+    /// empty: the defaults.
+    #[serde(default)]
+    pub pvschedd_settings: String,
     pub machine: Machine,
     pub notes: Vec<String>,
 }
@@ -464,6 +468,15 @@ pub fn markdown(r: &Report) -> String {
         m.guest_cpus, m.guest_kernel, m.guest_module
     );
     let _ = writeln!(o, "Host load (\"loaded\"): `{}`  ", m.load_cmd);
+    if m.pvschedd_settings.trim().is_empty() {
+        let _ = writeln!(o, "pvschedd: default configuration  ");
+    } else {
+        let _ = writeln!(
+            o,
+            "pvschedd: defaults plus `{}`  ",
+            m.pvschedd_settings.trim().replace('\n', "; ")
+        );
+    }
     let _ = writeln!(
         o,
         "Each cell: {} repeats x {} s, modes interleaved (rotated per repeat); guest and host \

@@ -40,6 +40,9 @@ pub struct Settings {
     pub smp: u32,
     pub memory_mb: u32,
     pub pvschedd: Option<PathBuf>,
+    /// `[daemon]` / `[defaults]` settings over pvschedd's defaults
+    /// (`--pvschedd-config`); empty: the defaults.
+    pub pvschedd_overlay: toml::Table,
     /// cyclictest histogram buckets (µs).
     pub buckets: u32,
     /// Seconds of audiosim per session (0: none).
@@ -243,7 +246,9 @@ impl Bench<'_> {
                 let nvcpus = self.vcpus.len();
                 let by_qmp = Locator::Qmp(self.vm.qmp_socket().to_path_buf());
                 let by_pid = Locator::Pid(self.vm.qemu_pid());
-                let start = |how: &Locator| Daemon::start(&bins, &run_dir, &region, how, nvcpus);
+                let overlay = &self.s.pvschedd_overlay;
+                let start =
+                    |how: &Locator| Daemon::start(&bins, &run_dir, &region, how, nvcpus, overlay);
                 // pvschedd finds the vCPU threads over QMP, which a starved
                 // QEMU main loop may not answer in time: then once more by
                 // thread names.
@@ -788,6 +793,7 @@ fn run_in(
         guest_kernel: b.vm.kernel_release().to_string(),
         guest_module,
         load_cmd: format!("stress-ng {}", host::load_args(machine.cpus).join(" ")),
+        pvschedd_settings: s.pvschedd_overlay.to_string(),
         machine,
         notes: b.notes.clone(),
     };
@@ -900,6 +906,7 @@ mod tests {
             smp: 2,
             memory_mb: 512,
             pvschedd: None,
+            pvschedd_overlay: toml::Table::new(),
             buckets: 100_000,
             audio_secs: 10,
             pingpong_secs: 3,

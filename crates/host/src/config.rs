@@ -65,6 +65,11 @@ pub struct DaemonConfig {
     /// Also boost VMM threads on the guest's latency path (TCG: QEMU's main
     /// loop delivers guest timers) while any vCPU of the VM is boosted.
     pub boost_latency_path: bool,
+    /// Let the BPF source queue the records that cannot change a decision
+    /// now (e.g. those of a boosted vCPU that is re-read on a timer anyway)
+    /// without waking the daemon; they are read at its next wakeup. Each
+    /// wakeup saved is a context switch (and an IPI) on a host CPU.
+    pub lazy_events: bool,
 }
 
 impl Default for DaemonConfig {
@@ -81,6 +86,7 @@ impl Default for DaemonConfig {
             priority: 5,
             mlock: true,
             boost_latency_path: true,
+            lazy_events: true,
         }
     }
 }

@@ -88,6 +88,12 @@ pub struct Daemon {
     started: Instant,
     next_scan: u64,
     next_recheck: u64,
+    /// Absolute expiry the timerfd is set to (0: not yet): it is only
+    /// reprogrammed when the next deadline moves, a syscall (and, in a VM, a
+    /// timer-device exit) saved on most wakeups.
+    armed_ns: u64,
+    /// Host events of one drain, reused.
+    batch: Vec<HostEvent>,
     overloaded: bool,
     disc_rx: Receiver<DiscoveryMsg>,
     disc_fd: Arc<EventFd>,
@@ -107,6 +113,22 @@ pub enum DaemonError {
     Io(#[from] std::io::Error),
     #[error(transparent)]
     State(#[from] statefile::StateFileError),
+}
+
+/// The `wire::LAZY_*` class of a host event.
+fn lazy_class(ev: &HostEvent) -> u32 {
+    use crate::events::wire::*;
+    match ev {
+        HostEvent::SwitchIn { .. } => LAZY_SWITCH_IN,
+        HostEvent::SwitchOut { runnable: true, .. } => LAZY_PREEMPTED,
+        HostEvent::SwitchOut {
+            runnable: false, ..
+        } => LAZY_BLOCKED,
+        HostEvent::Waking { .. } => LAZY_WAKING,
+        HostEvent::KvmExit { .. } => LAZY_KVM_EXIT,
+        HostEvent::KvmHaltWakeup { .. } => LAZY_KVM_WAKEUP,
+        HostEvent::KvmIrq { .. } => 0,
+    }
 }
 
 fn os(op: &'static str) -> impl FnOnce(nix::Error) -> DaemonError {
@@ -143,6 +165,8 @@ impl Daemon {
             recording: None,
             started: Instant::now(),
             next_scan: 0,
+            armed_ns: 0,
+            batch: Vec::with_capacity(256),
             next_recheck: u64::MAX,
             overloaded: false,
             disc_rx,
@@ -190,6 +214,12 @@ impl Daemon {
                     TOKEN_SOURCE => self.drain_source(),
                     TOKEN_TIMER => {
                         let _ = timer.wait();
+                        // Expired: the next arm() must set it again.
+                        self.armed_ns = 0;
+                        // Records submitted without a wakeup come first.
+                        if self.source.is_bpf() {
+                            self.drain_source();
+                        }
                         self.on_timer(monotonic_ns());
                     }
                     TOKEN_SIGNAL => {
@@ -234,6 +264,10 @@ impl Daemon {
             next = next.min(p);
         }
         let next = next.max(1);
+        if next == self.armed_ns {
+            return Ok(());
+        }
+        self.armed_ns = next;
         let ts = TimeSpec::new((next / 1_000_000_000) as i64, (next % 1_000_000_000) as i64);
         timer
             .set(
@@ -244,18 +278,15 @@ impl Daemon {
     }
 
     fn drain_source(&mut self) {
-        let mut batch: Vec<HostEvent> = Vec::new();
+        let mut batch = std::mem::take(&mut self.batch);
         self.source.consume(&mut |ev| batch.push(ev));
-        for ev in batch {
+        for ev in batch.drain(..) {
             self.on_host_event(ev);
         }
-        self.metrics
-            .dropped_events
-            .set(self.source.dropped_events() as i64);
+        self.batch = batch;
     }
 
     fn on_host_event(&mut self, ev: HostEvent) {
-        let now = monotonic_ns();
         let (vm_id, vcpu, ts, tid) = ev.ids();
         let Some(vm) = self.vms.get_mut(vm_id as usize).and_then(Option::as_mut) else {
             return;
@@ -263,6 +294,13 @@ impl Daemon {
         if vcpu >= vm.policy.nr_vcpus() {
             return;
         }
+        // A record queued without a wakeup is read late: the policy gets the
+        // time it happened (its accounting), the reaction metric skips it.
+        let lazy = vm
+            .vcpus
+            .get(vcpu as usize)
+            .is_some_and(|m| m.lazy & lazy_class(&ev) != 0);
+        let now = ts.min(monotonic_ns());
         let mut acc = std::mem::take(&mut self.decisions);
         acc.clear();
         let scratch = &mut self.scratch;
@@ -318,7 +356,7 @@ impl Daemon {
             });
         }
         self.decisions = acc;
-        self.apply(vm_id, Some(ts), now);
+        self.apply(vm_id, (!lazy).then_some(ts), now);
     }
 
     /// Applies the pending decisions of VM `vm_id`.
@@ -407,6 +445,26 @@ impl Daemon {
         decisions.clear();
         self.decisions = decisions;
         self.update_recheck(now);
+        self.sync_lazy(vm_id);
+    }
+
+    /// Tells the event source which records of VM `vm_id`'s vCPUs need not
+    /// wake us, after the daemon's view of them changed.
+    fn sync_lazy(&mut self, vm_id: u32) {
+        if !self.cfg.config.daemon.lazy_events || !self.source.supports_lazy() {
+            return;
+        }
+        let Some(vm) = self.vms.get_mut(vm_id as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        for v in 0..vm.vcpus.len() {
+            let bits = vm.lazy_bits(v as u32);
+            let m = &mut vm.vcpus[v];
+            if m.lazy != bits {
+                m.lazy = bits;
+                self.source.set_lazy(m.handle.tid as u32, bits);
+            }
+        }
     }
 
     fn update_recheck(&mut self, now: u64) {
@@ -440,6 +498,10 @@ impl Daemon {
         }
         if scan {
             self.next_scan = now + self.cfg.config.daemon.scan_interval_us * 1000;
+            // A map read (syscall): once per scan, not per drain.
+            self.metrics
+                .dropped_events
+                .set(self.source.dropped_events() as i64);
         }
         let ids: Vec<u32> = self.vms.iter().flatten().map(|vm| vm.id).collect();
         for id in ids {

@@ -202,7 +202,20 @@ pub mod wire {
     /// `enum pvs_stat`: indexes of the per-CPU `stats` array.
     pub const STAT_DROPPED: u32 = 0;
     pub const STAT_EMITTED: u32 = 1;
-    pub const STAT_NR: u32 = 2;
+    pub const STAT_LAZY: u32 = 2;
+    pub const STAT_NR: u32 = 3;
+
+    /// `enum pvs_lazy`: bits of a `lazy` array element.
+    pub const LAZY_SWITCH_IN: u32 = 1 << 0;
+    pub const LAZY_PREEMPTED: u32 = 1 << 1;
+    pub const LAZY_BLOCKED: u32 = 1 << 2;
+    pub const LAZY_WAKING: u32 = 1 << 3;
+    pub const LAZY_KVM_EXIT: u32 = 1 << 4;
+    pub const LAZY_KVM_WAKEUP: u32 = 1 << 5;
+    pub const LAZY_ALL: u32 = (1 << 6) - 1;
+
+    /// Size of `struct pvs_vcpu`, the `tracked` map's value.
+    pub const VCPU_SIZE: usize = 16;
 
     /// kvm_exit reasons (arch/x86/include/uapi/asm/{vmx,svm}.h).
     pub const KVM_ISA_VMX: u32 = 1;
@@ -426,7 +439,10 @@ impl SourceOptions {
     pub fn from_config(d: &crate::config::DaemonConfig) -> Self {
         SourceOptions {
             kind: d.event_source,
-            bpf: BpfOptions::default(),
+            bpf: BpfOptions {
+                lazy_wakeup: d.lazy_events,
+                ..BpfOptions::default()
+            },
             poll: PollOptions {
                 interval: Duration::from_micros(d.poll_interval_us.max(1)),
             },
@@ -560,6 +576,19 @@ impl EventSource {
         if let EventSource::Bpf(s) = self {
             s.untrack_vmm(tgid);
         }
+    }
+
+    /// Which records of `tid` need not wake the daemon (`wire::LAZY_*`);
+    /// the polling source has no wakeups to save.
+    pub fn set_lazy(&mut self, tid: u32, bits: u32) {
+        if let EventSource::Bpf(s) = self {
+            s.set_lazy(tid, bits);
+        }
+    }
+
+    /// Whether [`EventSource::set_lazy`] does anything.
+    pub fn supports_lazy(&self) -> bool {
+        matches!(self, EventSource::Bpf(_))
     }
 
     /// Events lost (ring buffer full, or undecodable), since the start.
@@ -767,9 +796,19 @@ mod tests {
         assert_eq!(offset_of!(t::pvs_event, vcpu), wire::OFF_VCPU);
         assert_eq!(offset_of!(t::pvs_event, cpu), wire::OFF_CPU);
         assert_eq!(offset_of!(t::pvs_event, arg), wire::OFF_ARG);
-        assert_eq!(size_of::<t::pvs_vcpu>(), 8);
+        assert_eq!(size_of::<t::pvs_vcpu>(), wire::VCPU_SIZE);
         assert_eq!(offset_of!(t::pvs_vcpu, vm), 0);
         assert_eq!(offset_of!(t::pvs_vcpu, vcpu), 4);
+        assert_eq!(offset_of!(t::pvs_vcpu, lazy_slot), 8);
+
+        let l = |x: t::pvs_lazy| x.0;
+        assert_eq!(l(t::pvs_lazy::PVS_LAZY_SWITCH_IN), wire::LAZY_SWITCH_IN);
+        assert_eq!(l(t::pvs_lazy::PVS_LAZY_PREEMPTED), wire::LAZY_PREEMPTED);
+        assert_eq!(l(t::pvs_lazy::PVS_LAZY_BLOCKED), wire::LAZY_BLOCKED);
+        assert_eq!(l(t::pvs_lazy::PVS_LAZY_WAKING), wire::LAZY_WAKING);
+        assert_eq!(l(t::pvs_lazy::PVS_LAZY_KVM_EXIT), wire::LAZY_KVM_EXIT);
+        assert_eq!(l(t::pvs_lazy::PVS_LAZY_KVM_WAKEUP), wire::LAZY_KVM_WAKEUP);
+        assert_eq!(l(t::pvs_lazy::PVS_LAZY_ALL), wire::LAZY_ALL);
 
         let k = |x: t::pvs_event_kind| x.0;
         assert_eq!(k(t::pvs_event_kind::PVS_EV_SWITCH_OUT), wire::EV_SWITCH_OUT);
@@ -797,6 +836,7 @@ mod tests {
 
         assert_eq!(t::pvs_stat::PVS_STAT_DROPPED.0, wire::STAT_DROPPED);
         assert_eq!(t::pvs_stat::PVS_STAT_EMITTED.0, wire::STAT_EMITTED);
+        assert_eq!(t::pvs_stat::PVS_STAT_LAZY.0, wire::STAT_LAZY);
         assert_eq!(t::pvs_stat::PVS_STAT_NR.0, wire::STAT_NR);
     }
 

@@ -47,6 +47,8 @@ pub struct Managed {
     pub original: ThreadParams,
     /// Parameters in force now (as last set, or the original).
     pub applied: ThreadParams,
+    /// The event source's lazy bits for this thread, as last set.
+    pub lazy: u32,
 }
 
 impl Managed {
@@ -63,6 +65,7 @@ impl Managed {
             handle,
             original,
             applied: original,
+            lazy: 0,
         })
     }
 
@@ -270,6 +273,43 @@ impl ServedVm {
             .vcpu_stats(v)
             .is_some_and(|s| s.status == pvsched_policy::RunStatus::Halted);
         boosted && !halted
+    }
+
+    /// Which records of vCPU `v` need not wake the daemon
+    /// (`events::wire::LAZY_*`). A boosted vCPU that may run is re-read on
+    /// the recheck timer, which drains the queue: nothing it does needs a
+    /// wakeup. A boosted halted one: only getting a CPU (the rechecks start
+    /// again). An unboosted one: its switch-ins and halts (a decision to
+    /// boost follows a wakeup, a preemption, an interrupt or a slot read),
+    /// and its wakeups or preemptions too when the limits make nothing of them.
+    pub fn lazy_bits(&self, v: u32) -> u32 {
+        use crate::events::wire::*;
+        let boosted = self
+            .vcpus
+            .get(v as usize)
+            .is_some_and(|m| m.applied.is_rt() && !m.original.is_rt());
+        if !boosted {
+            let l = self.policy.limits();
+            let mut bits = LAZY_SWITCH_IN | LAZY_BLOCKED | LAZY_KVM_WAKEUP;
+            // A wakeup matters for a proactive boost, or for the guest's
+            // pending hint, read then.
+            if !l.proactive_wake && !l.honor_pending_hint {
+                bits |= LAZY_WAKING;
+            }
+            if !(l.honor_critical_sections
+                || l.honor_guest_rt
+                || l.honor_boost_request
+                || l.honor_pending_hint)
+            {
+                // Nothing the guest says can start a boost on a preemption.
+                bits |= LAZY_PREEMPTED;
+            }
+            bits
+        } else if self.boosted_on_cpu(v) {
+            LAZY_ALL
+        } else {
+            LAZY_ALL & !LAZY_SWITCH_IN
+        }
     }
 
     pub fn any_boosted_on_cpu(&self) -> bool {

@@ -408,6 +408,91 @@ fn tunables_switch_events_off() {
     );
 }
 
+/// Whether the source's descriptor becomes readable within `ms`.
+fn readable_within(src: &BpfSource, ms: i32) -> bool {
+    let mut pfd = libc::pollfd {
+        fd: src.fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, for the duration of the call.
+    unsafe { libc::poll(&mut pfd, 1, ms) > 0 }
+}
+
+/// Records of a class the reader marked lazy are queued without waking it
+/// and come with the next read; clearing the bits makes them wake it again.
+#[test]
+fn lazy_records_wait_for_the_next_read() {
+    if !can_bpf() {
+        return;
+    }
+    use pvsched_host::events::wire::{LAZY_ALL, LAZY_BLOCKED, LAZY_SWITCH_IN, LAZY_WAKING};
+    // Arrange: a tracked thread, every record of it lazy.
+    let mut src = load(BpfOptions::default());
+    let (tx, rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (again_tx, again_rx) = mpsc::channel::<()>();
+    let h = thread::spawn(move || {
+        tx.send(gettid()).unwrap();
+        go_rx.recv().unwrap();
+        for _ in 0..5 {
+            thread::sleep(Duration::from_millis(1));
+        }
+        tx.send(0).unwrap();
+        again_rx.recv().unwrap();
+        thread::sleep(Duration::from_millis(1));
+    });
+    let tid = rx.recv().unwrap();
+    src.try_track(tid, 4, 1).unwrap();
+    src.set_lazy(tid, LAZY_ALL);
+    let lazy_before = src.lazy_events();
+
+    // Act 1: it sleeps and wakes five times.
+    go_tx.send(()).unwrap();
+    assert_eq!(rx.recv().unwrap(), 0);
+    wait_blocked(tid);
+    let woke_reader = readable_within(&src, 200);
+    let mut queued = Vec::new();
+    src.consume(|e| queued.push(e));
+
+    // Assert 1: no wakeup, yet every record is there at the next read.
+    assert!(!woke_reader, "lazy records woke the reader");
+    let mine: Vec<_> = queued.iter().filter(|e| tid_of(e) == tid as i32).collect();
+    let blocked = mine
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                HostEvent::SwitchOut {
+                    runnable: false,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert!(blocked >= 5, "{mine:?}");
+    assert!(src.lazy_events() - lazy_before >= mine.len() as u64);
+
+    // Act 2: only switch-ins and halts lazy; it is woken once more.
+    src.set_lazy(tid, LAZY_SWITCH_IN | LAZY_BLOCKED);
+    const { assert!(LAZY_WAKING & (LAZY_SWITCH_IN | LAZY_BLOCKED) == 0) };
+    again_tx.send(()).unwrap();
+
+    // Assert 2: the waking wakes the reader.
+    assert!(
+        readable_within(&src, 2000),
+        "a non-lazy record did not wake the reader"
+    );
+    h.join().unwrap();
+    let evs = collect(&mut src, Duration::from_millis(200), |_| false);
+    assert!(
+        evs.iter()
+            .any(|e| tid_of(e) == tid as i32 && matches!(e, HostEvent::Waking { .. })),
+        "{evs:?}"
+    );
+    src.untrack(tid);
+}
+
 /// The KVM programs, run in the kernel with tracepoint arguments by
 /// BPF_PROG_TEST_RUN in this thread (no KVM guest runs here).
 #[test]

@@ -75,17 +75,42 @@ struct pvs_event {
 
 #define PVS_EVENT_SIZE 40
 
-/* Value of the `tracked` hash map, keyed by thread id (u32). */
+/*
+ * Value of the `tracked` hash map, keyed by thread id (u32). lazy_slot
+ * indexes the `lazy` array: that vCPU's enum pvs_lazy bits.
+ */
 struct pvs_vcpu {
 	__u32 vm;
 	__u32 vcpu;
+	__u32 lazy_slot;
+	__u32 reserved;
+};
+
+/*
+ * Bits of a `lazy` array element (u32 per tracked vCPU, written by the
+ * daemon through an mmap, read by the programs): records of a class whose
+ * bit is set are queued without waking the daemon, which reads them at its
+ * next wakeup (another record, its timer). The daemon sets them for what
+ * cannot change its decision now, e.g. every record of a boosted vCPU it
+ * already re-reads on a timer. 0 (the initial value): every record wakes it.
+ */
+enum pvs_lazy {
+	PVS_LAZY_SWITCH_IN = 1u << 0,	/* SWITCH_IN */
+	PVS_LAZY_PREEMPTED = 1u << 1,	/* SWITCH_OUT, runnable */
+	PVS_LAZY_BLOCKED = 1u << 2,	/* SWITCH_OUT, blocked */
+	PVS_LAZY_WAKING = 1u << 3,	/* WAKING */
+	PVS_LAZY_KVM_EXIT = 1u << 4,	/* KVM_EXIT (HLT and PAUSE) */
+	PVS_LAZY_KVM_WAKEUP = 1u << 5,	/* KVM_WAKEUP */
+	PVS_LAZY_ALL = (1u << 6) - 1,	/* KVM_IRQ always wakes: its target
+					 * vCPU is not the current thread */
 };
 
 /* Index of the per-CPU `stats` array (u64 per CPU). */
 enum pvs_stat {
 	PVS_STAT_DROPPED = 0,	/* ring buffer full: event lost */
 	PVS_STAT_EMITTED = 1,	/* events submitted */
-	PVS_STAT_NR = 2,
+	PVS_STAT_LAZY = 2,	/* of those, submitted without a wakeup */
+	PVS_STAT_NR = 3,
 };
 
 /* kvm_exit reasons we keep (arch/x86/include/uapi/asm/{vmx,svm}.h). */
@@ -104,6 +129,6 @@ _Static_assert(__builtin_offsetof(struct pvs_event, vm) == 20, "vm");
 _Static_assert(__builtin_offsetof(struct pvs_event, vcpu) == 24, "vcpu");
 _Static_assert(__builtin_offsetof(struct pvs_event, cpu) == 28, "cpu");
 _Static_assert(__builtin_offsetof(struct pvs_event, arg) == 32, "arg");
-_Static_assert(sizeof(struct pvs_vcpu) == 8, "pvs_vcpu size");
+_Static_assert(sizeof(struct pvs_vcpu) == 16, "pvs_vcpu size");
 
 #endif /* __PVSCHED_INTF_H */

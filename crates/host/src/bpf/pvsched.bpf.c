@@ -52,6 +52,9 @@ const volatile bool emit_kvm_irq = true;
  * those contexts are flagged PVS_F_WAKER_IRQ instead of being blamed on the
  * interrupted task. */
 const volatile bool track_irq_context = true;
+/* Honour the daemon's `lazy` bits (enum pvs_lazy). Off: every record may
+ * wake the daemon (the ring buffer's own rule: only when it has caught up). */
+const volatile bool lazy_wakeup = true;
 
 /*
  * Not read by any program: puts the intf.h types into the object's BTF so
@@ -61,6 +64,7 @@ const volatile bool track_irq_context = true;
 const volatile struct pvs_intf_types {
 	struct pvs_event event;
 	struct pvs_vcpu vcpu;
+	enum pvs_lazy lazy;
 	enum pvs_event_kind kind;
 	enum pvs_event_flag flag;
 	enum pvs_stat stat;
@@ -91,6 +95,16 @@ struct {
 	__type(key, u32);
 	__type(value, u32);
 } vmm_tgid SEC(".maps");
+
+/* Slot (pvs_vcpu.lazy_slot) -> enum pvs_lazy bits. The daemon mmaps it
+ * and writes a slot whenever its view of that vCPU changes: no syscall. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 4096); /* resized by the loader, = tracked */
+	__type(key, u32);
+	__type(value, u32);
+} lazy SEC(".maps");
 
 /* The one ring buffer to user space (struct pvs_event records). */
 struct {
@@ -172,8 +186,29 @@ static __always_inline struct pvs_event *reserve(u32 kind)
 
 static __always_inline void submit(struct pvs_event *e)
 {
-	bpf_ringbuf_submit(e, 0);
+	/* Lazy records of other vCPUs may be waiting unread: the ring buffer's
+	 * own rule (wake only a consumer that has caught up) would not wake. */
+	bpf_ringbuf_submit(e, lazy_wakeup ? BPF_RB_FORCE_WAKEUP : 0);
 	stat_inc(PVS_STAT_EMITTED);
+}
+
+/* Submits e, without a wakeup if the daemon marked class (enum pvs_lazy)
+ * lazy for vCPU v. */
+static __always_inline void submit_for(struct pvs_event *e, const struct pvs_vcpu *v, u32 class)
+{
+	u32 slot = v->lazy_slot;
+	u32 *bits;
+
+	if (lazy_wakeup) {
+		bits = bpf_map_lookup_elem(&lazy, &slot);
+		if (bits && (*(volatile u32 *)bits & class)) {
+			bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+			stat_inc(PVS_STAT_EMITTED);
+			stat_inc(PVS_STAT_LAZY);
+			return;
+		}
+	}
+	submit(e);
 }
 
 static __always_inline struct pvs_cpu_state *this_cpu_state(void)
@@ -222,7 +257,10 @@ static __always_inline void emit_switch(u32 kind, u32 tid, struct pvs_vcpu *v, u
 	e->vcpu = v->vcpu;
 	e->flags = flags;
 	e->arg = other_tid;
-	submit(e);
+	if (kind == PVS_EV_SWITCH_IN)
+		submit_for(e, v, PVS_LAZY_SWITCH_IN);
+	else
+		submit_for(e, v, (flags & PVS_F_RUNNABLE) ? PVS_LAZY_PREEMPTED : PVS_LAZY_BLOCKED);
 }
 
 SEC("tp_btf/sched_switch")
@@ -306,7 +344,7 @@ int BPF_PROG(pvs_sched_waking, struct task_struct___pvs *p)
 		else if (waker_tgid == (u32)p->tgid)
 			e->flags = PVS_F_WAKER_SAME_VMM;
 	}
-	submit(e);
+	submit_for(e, v, PVS_LAZY_WAKING);
 	return 0;
 }
 
@@ -402,7 +440,7 @@ static __always_inline int handle_kvm_exit(u32 reason, u32 isa)
 	e->vcpu = v->vcpu;
 	e->flags = flags;
 	e->arg = reason;
-	submit(e);
+	submit_for(e, v, PVS_LAZY_KVM_EXIT);
 	return 0;
 }
 
@@ -440,7 +478,7 @@ int BPF_PROG(pvs_kvm_vcpu_wakeup, u64 ns, bool waited, bool valid)
 	e->vcpu = v->vcpu;
 	e->arg = ns;
 	e->flags = (waited ? PVS_F_WAITED : 0) | (valid ? PVS_F_POLL_VALID : 0);
-	submit(e);
+	submit_for(e, v, PVS_LAZY_KVM_WAKEUP);
 	return 0;
 }
 

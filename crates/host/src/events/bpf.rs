@@ -70,6 +70,11 @@ pub struct BpfOptions {
     /// again, a feedback loop.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub hide_self: bool,
+    /// Let the daemon mark, per vCPU, records that need not wake it (they
+    /// are read at its next wakeup): `BpfSource::set_lazy`. Off: every
+    /// record may wake it.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub lazy_wakeup: bool,
     /// Ring buffer size in bytes (power of two, >= page size); each event is
     /// 48 bytes in the ring (40 + 8 header).
     #[arg(long, default_value_t = 256 * 1024)]
@@ -104,6 +109,7 @@ impl Default for BpfOptions {
             emit_kvm_irq: true,
             irq_context: true,
             hide_self: true,
+            lazy_wakeup: true,
             ringbuf_bytes: 256 * 1024,
             max_tracked: 4096,
             max_vmms: 256,
@@ -122,6 +128,64 @@ pub struct KvmAttach {
     pub vcpu_wakeup: bool,
     /// raw_tp/kvm_apic_accept_irq.
     pub apic_irq: bool,
+}
+
+/// The `lazy` array map, mmapped: one u32 of `enum pvs_lazy` bits per slot.
+struct LazyMap {
+    base: std::ptr::NonNull<std::sync::atomic::AtomicU32>,
+    slots: u32,
+    bytes: usize,
+}
+
+// SAFETY: the mapping is shared memory of u32 cells accessed only through
+// AtomicU32; it is owned by this value and unmapped once, on drop.
+unsafe impl Send for LazyMap {}
+
+impl LazyMap {
+    fn map(fd: RawFd, slots: u32) -> Result<LazyMap, EventSourceError> {
+        // SAFETY: sysconf has no memory-safety preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        let bytes = (slots as usize * 4).div_ceil(page).max(1) * page;
+        // SAFETY: a new shared mapping of a BPF_F_MMAPABLE array map's fd;
+        // the kernel checks the length against the map. Nothing else aliases it.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(EventSourceError::Io {
+                what: "mmap of the lazy map".into(),
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        let base = std::ptr::NonNull::new(p.cast()).ok_or_else(|| {
+            EventSourceError::Invalid("mmap of the lazy map returned NULL".into())
+        })?;
+        Ok(LazyMap { base, slots, bytes })
+    }
+
+    fn set(&self, slot: u32, bits: u32) {
+        if slot < self.slots {
+            // SAFETY: slot < slots, and slots * 4 <= bytes are mapped.
+            let cell = unsafe { &*self.base.as_ptr().add(slot as usize) };
+            cell.store(bits, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for LazyMap {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping, of this length, unmapped only here.
+        unsafe {
+            libc::munmap(self.base.as_ptr().cast(), self.bytes);
+        }
+    }
 }
 
 /// Records are decoded in the ring-buffer callback into this fixed-capacity
@@ -148,6 +212,12 @@ pub struct BpfSource {
     events: MapHandle,
     batch: Arc<Mutex<Batch>>,
     tracked: MapHandle,
+    /// Before its map handle: unmapped first.
+    lazy: LazyMap,
+    _lazy_map: MapHandle,
+    /// Tracked thread -> its slot in `lazy`; free slots.
+    lazy_slots: std::collections::HashMap<u32, u32>,
+    free_slots: Vec<u32>,
     vmm_tgid: MapHandle,
     stats: MapHandle,
     stats_buf: Mutex<Vec<u64>>,
@@ -285,6 +355,7 @@ impl BpfSource {
             ro.emit_kvm_wakeup = opts.emit_kvm_wakeup;
             ro.emit_kvm_irq = opts.emit_kvm_irq;
             ro.track_irq_context = opts.irq_context;
+            ro.lazy_wakeup = opts.lazy_wakeup;
             ro.self_tgid = if opts.hide_self {
                 std::process::id()
             } else {
@@ -296,6 +367,7 @@ impl BpfSource {
                 .map_err(EventSourceError::bpf(format!("size map {name}")))
         };
         size(&mut open.maps.tracked, "tracked", opts.max_tracked)?;
+        size(&mut open.maps.lazy, "lazy", opts.max_tracked)?;
         size(&mut open.maps.vmm_tgid, "vmm_tgid", opts.max_vmms)?;
         size(&mut open.maps.events, "events", opts.ringbuf_bytes)?;
         open.progs.pvs_kvm_exit.set_autoload(kvm);
@@ -360,6 +432,8 @@ impl BpfSource {
             MapHandle::try_from(m).map_err(EventSourceError::bpf(format!("map {name} handle")))
         };
         let tracked = handle(&skel.maps.tracked, "tracked")?;
+        let lazy_map = handle(&skel.maps.lazy, "lazy")?;
+        let lazy = LazyMap::map(lazy_map.as_fd().as_raw_fd(), opts.max_tracked.max(1))?;
         let vmm_tgid = handle(&skel.maps.vmm_tgid, "vmm_tgid")?;
         let stats = handle(&skel.maps.stats, "stats")?;
         let events = handle(&skel.maps.events, "events")?;
@@ -436,6 +510,10 @@ impl BpfSource {
             events,
             batch,
             tracked,
+            lazy,
+            _lazy_map: lazy_map,
+            lazy_slots: std::collections::HashMap::new(),
+            free_slots: (0..opts.max_tracked.max(1)).rev().collect(),
             vmm_tgid,
             stats,
             stats_buf: Mutex::new(vec![0u64; ncpus]),
@@ -461,17 +539,38 @@ impl BpfSource {
         self.links.iter().map(|(n, _)| *n)
     }
 
-    /// Registers vCPU thread `tid` as vCPU `vcpu` of VM `vm`.
+    /// Registers vCPU thread `tid` as vCPU `vcpu` of VM `vm`, every record
+    /// waking the daemon until [`BpfSource::set_lazy`] says otherwise.
     pub fn try_track(&mut self, tid: u32, vm: u32, vcpu: u32) -> Result<(), EventSourceError> {
         if tid == 0 {
             return Err(EventSourceError::Invalid("tid 0".into()));
         }
-        let mut val = [0u8; 8];
+        let slot = match self.lazy_slots.get(&tid) {
+            Some(&s) => s,
+            None => self.free_slots.pop().ok_or_else(|| {
+                EventSourceError::Invalid(format!(
+                    "tid {tid}: all {} vCPU slots in use (bpf max_tracked)",
+                    self.lazy.slots
+                ))
+            })?,
+        };
+        self.lazy.set(slot, 0);
+        let mut val = [0u8; wire::VCPU_SIZE];
         val[..4].copy_from_slice(&vm.to_ne_bytes());
-        val[4..].copy_from_slice(&vcpu.to_ne_bytes());
-        self.tracked
-            .update(&tid.to_ne_bytes(), &val, MapFlags::ANY)
-            .map_err(EventSourceError::bpf(format!("track tid {tid}")))
+        val[4..8].copy_from_slice(&vcpu.to_ne_bytes());
+        val[8..12].copy_from_slice(&slot.to_ne_bytes());
+        match self.tracked.update(&tid.to_ne_bytes(), &val, MapFlags::ANY) {
+            Ok(()) => {
+                self.lazy_slots.insert(tid, slot);
+                Ok(())
+            }
+            Err(e) => {
+                if !self.lazy_slots.contains_key(&tid) {
+                    self.free_slots.push(slot);
+                }
+                Err(EventSourceError::bpf(format!("track tid {tid}"))(e))
+            }
+        }
     }
 
     /// [`BpfSource::try_track`], failures logged.
@@ -484,6 +583,24 @@ impl BpfSource {
     /// Forgets `tid` (no error if it was not tracked).
     pub fn untrack(&mut self, tid: u32) {
         let _ = self.tracked.delete(&tid.to_ne_bytes());
+        if let Some(slot) = self.lazy_slots.remove(&tid) {
+            self.lazy.set(slot, 0);
+            self.free_slots.push(slot);
+        }
+    }
+
+    /// Which records of tracked thread `tid` are queued without waking the
+    /// reader (`wire::LAZY_*` bits; 0: all wake it). A memory store, no
+    /// syscall; unknown threads are ignored.
+    pub fn set_lazy(&mut self, tid: u32, bits: u32) {
+        if let Some(&slot) = self.lazy_slots.get(&tid) {
+            self.lazy.set(slot, bits & wire::LAZY_ALL);
+        }
+    }
+
+    /// Records submitted without a wakeup since load.
+    pub fn lazy_events(&self) -> u64 {
+        self.stat(wire::STAT_LAZY)
     }
 
     /// Registers VMM process `tgid` as VM `vm`.
