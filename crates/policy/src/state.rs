@@ -433,6 +433,14 @@ impl VmState {
                     }
                 }
                 v.guest = view;
+                // A guest gone idle after RT work is about to halt, which
+                // would start a halt boost: keep the boost across instead of
+                // an unboost and a boost microseconds apart. A vCPU that
+                // stays on-CPU idle (idle=poll) still meets max_boost_ns.
+                if v.guest.speaks() && v.guest.idle && halt_boost_due(limits, v, now) {
+                    self.stats.proactive_boosts_total += 1;
+                    start_proactive(limits, v, now, Reason::ProactiveHalt);
+                }
             }
             Event::Running { .. } => v.status = RunStatus::Running,
             Event::Preempted { .. } => {

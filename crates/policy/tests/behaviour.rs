@@ -486,13 +486,14 @@ fn halt_without_recent_guest_rt_work_is_not_boosted() {
 
 #[test]
 fn halt_after_recent_guest_rt_work_keeps_the_vcpu_boosted_on_block_and_on_hlt_exit() {
+    // Arrange: RT work, then the guest halts without a slot read in between.
     let mut blocked = vm(base(), 1);
     let mut hlt = vm(base(), 1);
     for vm in [&mut blocked, &mut hlt] {
         step(vm, 10, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
-        step(vm, 20, upd(0, idle(4)));
     }
 
+    // Act
     let a = step(&mut blocked, 100, Event::Blocked { vcpu: 0 });
     let b = step(
         &mut hlt,
@@ -503,24 +504,46 @@ fn halt_after_recent_guest_rt_work_keeps_the_vcpu_boosted_on_block_and_on_hlt_ex
         },
     );
 
+    // Assert
     assert_eq!(a[0].reason, Reason::ProactiveHalt);
     assert_eq!(b[0].reason, Reason::ProactiveHalt);
 }
 
 #[test]
+fn a_guest_going_idle_after_rt_work_keeps_a_boost_until_it_halts_instead_of_an_unboost() {
+    // Arrange
+    let mut vm = vm(base(), 1);
+    let rt = step(&mut vm, 10, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
+    assert!(rt[0].params.is_rt());
+
+    // Act: the slot says idle (about to halt), then the halt.
+    let idle_read = step(&mut vm, 20, upd(0, idle(4)));
+    let halt = step(&mut vm, 30, Event::Blocked { vcpu: 0 });
+
+    // Assert: boosted throughout, as a halt boost; no unboost in between.
+    assert!(idle_read.iter().all(|d| d.params.is_rt()), "{idle_read:?}");
+    assert_eq!(idle_read[0].reason, Reason::ProactiveHalt);
+    assert!(halt.iter().all(|d| d.params.is_rt()), "{halt:?}");
+}
+
+#[test]
 fn halt_boost_is_not_given_once_the_rt_work_is_older_than_halt_boost_ns() {
+    // Arrange
     let limits = base();
     let mut vm = vm(limits.clone(), 1);
     step(&mut vm, 10, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
-    step(&mut vm, 20, upd(0, idle(4)));
 
-    let out = step(
+    // Act: idle and halted only after the window.
+    let idle_read = step(&mut vm, 11 + limits.halt_boost_ns, upd(0, idle(4)));
+    let halt = step(
         &mut vm,
-        11 + limits.halt_boost_ns,
+        12 + limits.halt_boost_ns,
         Event::Blocked { vcpu: 0 },
     );
 
-    assert!(out.is_empty());
+    // Assert
+    assert!(!idle_read[0].params.is_rt(), "{idle_read:?}");
+    assert!(halt.is_empty(), "{halt:?}");
 }
 
 #[test]
