@@ -888,9 +888,15 @@ fn spawn_discovery(
 fn discover_once(cfg: &Resolved, logged: &mut BTreeMap<String, String>) -> Vec<Found> {
     let c = &cfg.config;
     let mut found = Vec::new();
-    let mut note = |name: &str, msg: String| {
+    // Each new reason once per VM: at info for a configured VM (the admin
+    // expects it to be served), at debug for a stale auto-discovery file.
+    let mut note = |name: &str, msg: String, configured: bool| {
         if logged.get(name) != Some(&msg) {
-            debug!(vm = name, "{msg}");
+            if configured {
+                info!(vm = name, "{msg}");
+            } else {
+                debug!(vm = name, "{msg}");
+            }
             logged.insert(name.to_string(), msg);
         }
     };
@@ -911,7 +917,7 @@ fn discover_once(cfg: &Resolved, logged: &mut BTreeMap<String, String>) -> Vec<F
                 region_mode: vm.region_mode,
                 threads,
             }),
-            Err(e) => note(&vm.name, format!("not running: {e}")),
+            Err(e) => note(&vm.name, format!("not served yet: {e}"), true),
         }
     }
     if c.discovery.auto {
@@ -938,7 +944,7 @@ fn discover_once(cfg: &Resolved, logged: &mut BTreeMap<String, String>) -> Vec<F
                     region_mode: 0o600,
                     threads,
                 }),
-                Err(e) => note(name, format!("not running: {e}")),
+                Err(e) => note(name, format!("not running: {e}"), false),
             }
         }
     }
