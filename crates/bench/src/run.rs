@@ -92,6 +92,7 @@ pub fn plan(s: &Settings) -> (usize, f64) {
 
 fn timestamp(fmt_file: bool) -> String {
     let mut t: libc::time_t = 0;
+    // SAFETY: libc::tm is plain data: all-zero is a valid value.
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };
     // SAFETY: time(2) and localtime_r(3) with valid pointers.
     unsafe {

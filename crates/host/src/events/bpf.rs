@@ -241,6 +241,7 @@ fn tracefs_present() -> bool {
 }
 
 fn mount_tracefs() -> std::io::Result<()> {
+    // SAFETY: mount(2) with NUL-terminated string literals and no data.
     let r = unsafe {
         libc::mount(
             c"nodev".as_ptr(),
@@ -283,6 +284,7 @@ pub struct ProgStats {
 /// for as long as the returned descriptor is open. Costs two clock reads
 /// per program run; off by default.
 pub fn enable_run_time_stats() -> Result<OwnedFd, EventSourceError> {
+    // SAFETY: BPF_ENABLE_STATS takes no pointers; it returns a new fd or an error.
     let fd = unsafe {
         libbpf_rs::libbpf_sys::bpf_enable_stats(libbpf_rs::libbpf_sys::BPF_STATS_RUN_TIME)
     };
@@ -292,6 +294,7 @@ pub fn enable_run_time_stats() -> Result<OwnedFd, EventSourceError> {
             source: std::io::Error::from_raw_os_error(-fd),
         });
     }
+    // SAFETY: fd is a new descriptor (checked >= 0 above), owned by nobody else.
     Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
 }
 
@@ -660,6 +663,8 @@ impl BpfSource {
 
     fn stat(&self, idx: u32) -> u64 {
         let mut buf = self.stats_buf.lock().unwrap_or_else(|p| p.into_inner());
+        // SAFETY: a per-CPU u64 array: the kernel writes one u64 per possible CPU,
+        // which is what buf holds; the key is a u32 of ours.
         let r = unsafe {
             libbpf_rs::libbpf_sys::bpf_map_lookup_elem(
                 self.stats.as_fd().as_raw_fd(),
@@ -693,6 +698,7 @@ impl BpfSource {
             .map(|(name, fd)| {
                 let mut info = libbpf_rs::libbpf_sys::bpf_prog_info::default();
                 let mut len = std::mem::size_of_val(&info) as u32;
+                // SAFETY: info and len are ours; the kernel writes at most len bytes.
                 let r = unsafe {
                     libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(
                         fd.as_raw_fd(),
@@ -730,6 +736,7 @@ impl BpfSource {
             ctx_size_in: ctx.len() as u32,
             ..Default::default()
         };
+        // SAFETY: opts points at ctx bytes of ours that outlive the call.
         let r = unsafe { libbpf_rs::libbpf_sys::bpf_prog_test_run_opts(fd.as_raw_fd(), &mut opts) };
         if r != 0 {
             return Err(EventSourceError::Io {
@@ -802,6 +809,7 @@ pub(crate) fn wait_readable(fd: RawFd, timeout: Duration) -> Result<(), EventSou
         tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: timeout.subsec_nanos() as libc::c_long,
     };
+    // SAFETY: one valid pollfd and timespec of ours; no signal mask.
     let r = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
     if r < 0 {
         let e = std::io::Error::last_os_error();

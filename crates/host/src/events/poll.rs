@@ -74,6 +74,7 @@ pub fn monotonic_ns() -> u64 {
         tv_sec: 0,
         tv_nsec: 0,
     };
+    // SAFETY: clock_gettime(2) writes only the timespec we pass.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
@@ -104,6 +105,7 @@ impl ProcPollSource {
         if opts.interval.is_zero() {
             return Err(EventSourceError::Invalid("poll interval 0".into()));
         }
+        // SAFETY: timerfd_create(2) takes no pointers.
         let fd = unsafe {
             libc::timerfd_create(
                 libc::CLOCK_MONOTONIC,
@@ -116,6 +118,7 @@ impl ProcPollSource {
                 source: std::io::Error::last_os_error(),
             });
         }
+        // SAFETY: fd is a new descriptor (checked >= 0 above), owned by nobody else.
         let timer = unsafe { OwnedFd::from_raw_fd(fd) };
         let interval_ns = opts.interval.as_nanos().min(u64::MAX as u128) as u64;
         let mut s = ProcPollSource {
@@ -141,6 +144,7 @@ impl ProcPollSource {
                 tv_nsec: (self.next_due_ns % 1_000_000_000) as libc::c_long,
             },
         };
+        // SAFETY: our own timerfd; the itimerspec outlives the call, no old value asked.
         let r = unsafe {
             libc::timerfd_settime(
                 self.timer.as_raw_fd(),
@@ -265,6 +269,7 @@ impl ProcPollSource {
     pub fn consume(&mut self, f: impl FnMut(HostEvent)) -> usize {
         let mut expirations = 0u64;
         // Drain the timer so that a level-triggered epoll does not spin.
+        // SAFETY: read(2) of 8 bytes into a u64 of ours, from our own timerfd.
         unsafe { libc::read(self.timer.as_raw_fd(), (&raw mut expirations).cast(), 8) };
         let now = monotonic_ns();
         if now < self.next_due_ns {
@@ -313,6 +318,7 @@ mod tests {
     #[test]
     fn own_thread_state() {
         let mut s = ProcPollSource::new(PollOptions::default()).unwrap();
+        // SAFETY: gettid(2) has no preconditions.
         let tid = unsafe { libc::gettid() } as u32;
         s.try_track(tid, 1, 0).unwrap();
         let mut evs = Vec::new();
