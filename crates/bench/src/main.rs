@@ -55,6 +55,11 @@ struct Cli {
     /// [default: pvschedd next to this executable, i.e. target/release/].
     #[arg(long)]
     pvschedd: Option<PathBuf>,
+    /// SCHED_RR priority of the vCPU threads in the static-rt mode (8: the
+    /// same as the host and guest cyclictest, as published; lower it to see
+    /// what a static boost band costs).
+    #[arg(long, default_value_t = pvsched_bench::host::RT_PRIO, value_parser = clap::value_parser!(u32).range(1..=99))]
+    static_rt_priority: u32,
     /// TOML file with `[daemon]` and `[defaults]` settings for pvschedd in
     /// the pvsched mode (to compare a tuning; the report records it)
     /// [default: pvschedd's defaults].
@@ -108,6 +113,7 @@ fn settings(cli: Cli) -> Result<Settings, String> {
         smp: cli.smp.unwrap_or(host_cpus),
         memory_mb: cli.memory_mb,
         pvschedd: cli.pvschedd,
+        static_rt_priority: cli.static_rt_priority,
         pvschedd_overlay: match &cli.pvschedd_config {
             Some(p) => pvsched_bench::daemon::read_overlay(p)?,
             None => toml::Table::new(),

@@ -35,6 +35,10 @@ pub struct Meta {
     /// empty: the defaults.
     #[serde(default)]
     pub pvschedd_settings: String,
+    /// SCHED_RR priority of the vCPU threads in the static-rt mode (0 in
+    /// reports from before it was recorded: it was 8).
+    #[serde(default)]
+    pub static_rt_priority: u32,
     pub machine: Machine,
     pub notes: Vec<String>,
 }
@@ -468,6 +472,15 @@ pub fn markdown(r: &Report) -> String {
         m.guest_cpus, m.guest_kernel, m.guest_module
     );
     let _ = writeln!(o, "Host load (\"loaded\"): `{}`  ", m.load_cmd);
+    let _ = writeln!(
+        o,
+        "static-rt: every vCPU thread SCHED_RR {} (as `chrt -r` / libvirt `<vcpusched>`)  ",
+        if m.static_rt_priority == 0 {
+            8
+        } else {
+            m.static_rt_priority
+        }
+    );
     if m.pvschedd_settings.trim().is_empty() {
         let _ = writeln!(o, "pvschedd: default configuration  ");
     } else {

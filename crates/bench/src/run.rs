@@ -40,6 +40,8 @@ pub struct Settings {
     pub smp: u32,
     pub memory_mb: u32,
     pub pvschedd: Option<PathBuf>,
+    /// SCHED_RR priority of every vCPU thread in the static-rt mode.
+    pub static_rt_priority: u32,
     /// `[daemon]` / `[defaults]` settings over pvschedd's defaults
     /// (`--pvschedd-config`); empty: the defaults.
     pub pvschedd_overlay: toml::Table,
@@ -214,7 +216,8 @@ impl Bench<'_> {
             Mode::Vanilla => Ok(Applied::Nothing),
             Mode::StaticRt => {
                 for &(idx, tid) in &self.vcpus.clone() {
-                    if let Err(e) = sched::set_verified(tid, Params::rr(host::RT_PRIO)) {
+                    if let Err(e) = sched::set_verified(tid, Params::rr(self.s.static_rt_priority))
+                    {
                         self.verify_restored("a failed static-rt setup");
                         return Err(format!("static-rt: vCPU {idx} thread {tid}: {e}"));
                     }
@@ -795,6 +798,7 @@ fn run_in(
         guest_module,
         load_cmd: format!("stress-ng {}", host::load_args(machine.cpus).join(" ")),
         pvschedd_settings: s.pvschedd_overlay.to_string(),
+        static_rt_priority: s.static_rt_priority,
         machine,
         notes: b.notes.clone(),
     };
@@ -908,6 +912,7 @@ mod tests {
             memory_mb: 512,
             pvschedd: None,
             pvschedd_overlay: toml::Table::new(),
+            static_rt_priority: host::RT_PRIO,
             buckets: 100_000,
             audio_secs: 10,
             pingpong_secs: 3,
