@@ -211,9 +211,13 @@ impl Daemon {
             };
             for ev in &events[..n] {
                 match ev.data() {
-                    TOKEN_SOURCE => self.drain_source(),
+                    TOKEN_SOURCE => {
+                        self.metrics.wakeups_records.inc();
+                        self.drain_source();
+                    }
                     TOKEN_TIMER => {
                         let _ = timer.wait();
+                        self.metrics.wakeups_timer.inc();
                         // Expired: the next arm() must set it again.
                         self.armed_ns = 0;
                         // Records submitted without a wakeup come first.
@@ -450,8 +454,12 @@ impl Daemon {
 
     /// Tells the event source which records of VM `vm_id`'s vCPUs need not
     /// wake us, after the daemon's view of them changed.
+    fn lazy_active(&self) -> bool {
+        self.cfg.config.daemon.lazy_events && self.source.supports_lazy()
+    }
+
     fn sync_lazy(&mut self, vm_id: u32) {
-        if !self.cfg.config.daemon.lazy_events || !self.source.supports_lazy() {
+        if !self.lazy_active() {
             return;
         }
         let Some(vm) = self.vms.get_mut(vm_id as usize).and_then(Option::as_mut) else {
@@ -463,13 +471,21 @@ impl Daemon {
             if m.lazy != bits {
                 m.lazy = bits;
                 self.source.set_lazy(m.handle.tid as u32, bits);
+                tracing::trace!(vm = %vm.name, vcpu = v, bits, "lazy records");
             }
         }
     }
 
     fn update_recheck(&mut self, now: u64) {
-        // Only boosted vCPUs that may run can change their slot (a halted one cannot).
-        let any = self.vms.iter().flatten().any(ServedVm::any_boosted_on_cpu);
+        // Only boosted vCPUs that may run can change their slot (a halted one
+        // cannot). With lazy records the daemon learns that a halted boosted
+        // vCPU runs again only when it wakes: the timer runs while any vCPU
+        // is boosted, at most one wakeup per recheck_boosted_us for them all.
+        let any = if self.lazy_active() {
+            self.vms.iter().flatten().any(ServedVm::any_boosted)
+        } else {
+            self.vms.iter().flatten().any(ServedVm::any_boosted_on_cpu)
+        };
         self.next_recheck = if any {
             self.next_recheck
                 .min(now + self.cfg.config.daemon.recheck_boosted_us * 1000)
@@ -502,6 +518,9 @@ impl Daemon {
             self.metrics
                 .dropped_events
                 .set(self.source.dropped_events() as i64);
+            let (records, lazy) = self.source.record_counts();
+            self.metrics.records.set(records as i64);
+            self.metrics.lazy_records.set(lazy as i64);
         }
         let ids: Vec<u32> = self.vms.iter().flatten().map(|vm| vm.id).collect();
         for id in ids {

@@ -591,6 +591,14 @@ impl EventSource {
         matches!(self, EventSource::Bpf(_))
     }
 
+    /// Records submitted, and of those the lazy ones, since the start (BPF).
+    pub fn record_counts(&self) -> (u64, u64) {
+        match self {
+            EventSource::Bpf(s) => (s.emitted_events(), s.lazy_events()),
+            EventSource::Poll(_) => (0, 0),
+        }
+    }
+
     /// Events lost (ring buffer full, or undecodable), since the start.
     pub fn dropped_events(&self) -> u64 {
         match self {

@@ -276,10 +276,10 @@ impl ServedVm {
     }
 
     /// Which records of vCPU `v` need not wake the daemon
-    /// (`events::wire::LAZY_*`). A boosted vCPU that may run is re-read on
-    /// the recheck timer, which drains the queue: nothing it does needs a
-    /// wakeup. A boosted halted one: only getting a CPU (the rechecks start
-    /// again). An unboosted one: its switch-ins and halts (a decision to
+    /// (`events::wire::LAZY_*`). While any vCPU is boosted the daemon wakes
+    /// on the recheck timer, which drains the queue and re-reads the boosted
+    /// vCPUs found on a CPU: nothing a boosted vCPU does needs a wakeup of
+    /// its own. An unboosted one: its switch-ins and halts (a decision to
     /// boost follows a wakeup, a preemption, an interrupt or a slot read),
     /// and its wakeups or preemptions too when the limits make nothing of them.
     pub fn lazy_bits(&self, v: u32) -> u32 {
@@ -305,11 +305,16 @@ impl ServedVm {
                 bits |= LAZY_PREEMPTED;
             }
             bits
-        } else if self.boosted_on_cpu(v) {
-            LAZY_ALL
         } else {
-            LAZY_ALL & !LAZY_SWITCH_IN
+            LAZY_ALL
         }
+    }
+
+    /// Whether any vCPU of this VM is boosted (halted or not).
+    pub fn any_boosted(&self) -> bool {
+        self.vcpus
+            .iter()
+            .any(|m| m.applied.is_rt() && !m.original.is_rt())
     }
 
     pub fn any_boosted_on_cpu(&self) -> bool {

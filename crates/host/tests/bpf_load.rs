@@ -443,6 +443,11 @@ fn lazy_records_wait_for_the_next_read() {
         thread::sleep(Duration::from_millis(1));
     });
     let tid = rx.recv().unwrap();
+    // This thread takes the first slot: the tested one lies past it (the
+    // slots' stride in the shared array is tested too).
+    let me = gettid();
+    src.try_track(me, 4, 0).unwrap();
+    src.set_lazy(me, LAZY_ALL);
     src.try_track(tid, 4, 1).unwrap();
     src.set_lazy(tid, LAZY_ALL);
     let lazy_before = src.lazy_events();
@@ -491,6 +496,7 @@ fn lazy_records_wait_for_the_next_read() {
         "{evs:?}"
     );
     src.untrack(tid);
+    src.untrack(me);
 }
 
 /// The KVM programs, run in the kernel with tracepoint arguments by

@@ -87,7 +87,7 @@ struct pvs_vcpu {
 };
 
 /*
- * Bits of a `lazy` array element (u32 per tracked vCPU, written by the
+ * Bits of a `lazy` array element (u64 per tracked vCPU, written by the
  * daemon through an mmap, read by the programs): records of a class whose
  * bit is set are queued without waking the daemon, which reads them at its
  * next wakeup (another record, its timer). The daemon sets them for what

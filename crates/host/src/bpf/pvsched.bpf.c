@@ -97,13 +97,15 @@ struct {
 } vmm_tgid SEC(".maps");
 
 /* Slot (pvs_vcpu.lazy_slot) -> enum pvs_lazy bits. The daemon mmaps it
- * and writes a slot whenever its view of that vCPU changes: no syscall. */
+ * and writes a slot whenever its view of that vCPU changes: no syscall.
+ * u64 values: array elements are 8-byte aligned, so the mmap holds one
+ * u64 per slot whatever the value type; saying so keeps both sides equal. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, 4096); /* resized by the loader, = tracked */
 	__type(key, u32);
-	__type(value, u32);
+	__type(value, u64);
 } lazy SEC(".maps");
 
 /* The one ring buffer to user space (struct pvs_event records). */
@@ -197,11 +199,11 @@ static __always_inline void submit(struct pvs_event *e)
 static __always_inline void submit_for(struct pvs_event *e, const struct pvs_vcpu *v, u32 class)
 {
 	u32 slot = v->lazy_slot;
-	u32 *bits;
+	u64 *bits;
 
 	if (lazy_wakeup) {
 		bits = bpf_map_lookup_elem(&lazy, &slot);
-		if (bits && (*(volatile u32 *)bits & class)) {
+		if (bits && (*(volatile u64 *)bits & class)) {
 			bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 			stat_inc(PVS_STAT_EMITTED);
 			stat_inc(PVS_STAT_LAZY);

@@ -130,22 +130,23 @@ pub struct KvmAttach {
     pub apic_irq: bool,
 }
 
-/// The `lazy` array map, mmapped: one u32 of `enum pvs_lazy` bits per slot.
+/// The `lazy` array map, mmapped: one u64 of `enum pvs_lazy` bits per slot
+/// (array map elements are 8-byte aligned: a u32 value would still take 8).
 struct LazyMap {
-    base: std::ptr::NonNull<std::sync::atomic::AtomicU32>,
+    base: std::ptr::NonNull<std::sync::atomic::AtomicU64>,
     slots: u32,
     bytes: usize,
 }
 
-// SAFETY: the mapping is shared memory of u32 cells accessed only through
-// AtomicU32; it is owned by this value and unmapped once, on drop.
+// SAFETY: the mapping is shared memory of u64 cells accessed only through
+// AtomicU64; it is owned by this value and unmapped once, on drop.
 unsafe impl Send for LazyMap {}
 
 impl LazyMap {
     fn map(fd: RawFd, slots: u32) -> Result<LazyMap, EventSourceError> {
         // SAFETY: sysconf has no memory-safety preconditions.
         let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
-        let bytes = (slots as usize * 4).div_ceil(page).max(1) * page;
+        let bytes = (slots as usize * 8).div_ceil(page).max(1) * page;
         // SAFETY: a new shared mapping of a BPF_F_MMAPABLE array map's fd;
         // the kernel checks the length against the map. Nothing else aliases it.
         let p = unsafe {
@@ -172,9 +173,9 @@ impl LazyMap {
 
     fn set(&self, slot: u32, bits: u32) {
         if slot < self.slots {
-            // SAFETY: slot < slots, and slots * 4 <= bytes are mapped.
+            // SAFETY: slot < slots, and slots * 8 <= bytes are mapped.
             let cell = unsafe { &*self.base.as_ptr().add(slot as usize) };
-            cell.store(bits, std::sync::atomic::Ordering::Relaxed);
+            cell.store(u64::from(bits), std::sync::atomic::Ordering::Relaxed);
         }
     }
 }
