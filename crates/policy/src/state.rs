@@ -99,6 +99,11 @@ struct Proactive {
     /// The guest's seq when the boost started (None if the guest did not speak): a guest
     /// update with another seq is the guest speaking for itself, which ends the boost.
     seq: Option<u32>,
+    /// Policy and priority of the boost (re-clamped to the limits when offered): a halt
+    /// boost keeps the priority of the RT work it follows, so that the vCPU's cycle
+    /// RT work -> halt -> RT work costs no parameter change.
+    class: HostPolicy,
+    priority: u8,
 }
 
 #[derive(Clone, Debug)]
@@ -610,14 +615,32 @@ fn start_proactive(limits: &VmLimits, v: &mut Vcpu, now: u64, reason: Reason) {
     };
     let until = now.saturating_add(length);
     let seq = v.guest.speaks().then_some(v.guest.seq);
+    let (mut class, mut priority) = (limits.boost_policy, limits.boost_priority);
+    let t = v.target.params;
+    if reason == Reason::ProactiveHalt && t.is_rt() && t.rt_priority > priority {
+        (class, priority) = (t.policy, t.rt_priority);
+    }
     v.proactive = Some(match v.proactive {
-        // Extend a running boost; keep the guest seq it started from.
+        // Extend a running boost; keep the guest seq it started from, and the
+        // stronger of the two classes.
         Some(p) => Proactive {
             reason,
             until: until.max(p.until),
             seq: p.seq,
+            class: if p.priority >= priority {
+                p.class
+            } else {
+                class
+            },
+            priority: p.priority.max(priority),
         },
-        None => Proactive { reason, until, seq },
+        None => Proactive {
+            reason,
+            until,
+            seq,
+            class,
+            priority,
+        },
     });
 }
 
@@ -711,7 +734,7 @@ fn best_boost(limits: &VmLimits, v: &Vcpu) -> Option<Candidate> {
             _ => false,
         };
         if enabled {
-            let params = rt_params(limits, limits.boost_policy, limits.boost_priority);
+            let params = rt_params(limits, p.class, p.priority);
             offer(&mut best, params, p.reason);
         }
     }

@@ -527,6 +527,36 @@ fn a_guest_going_idle_after_rt_work_keeps_a_boost_until_it_halts_instead_of_an_u
 }
 
 #[test]
+fn the_cycle_rt_work_idle_halt_rt_work_keeps_the_same_thread_parameters() {
+    // Arrange: RT work at priority 9 (above the boost priority, 8, within the cap, 10).
+    let mut vm = vm(base(), 1);
+    let rt = step(&mut vm, 10, upd(0, task(2, abi::POLICY_FIFO, 9, 0)));
+    let boosted = rt[0].params;
+    assert!(boosted.is_rt() && boosted.rt_priority == 9, "{rt:?}");
+
+    // Act: idle, halt, woken, the same RT work again.
+    let mut seen = Vec::new();
+    seen.extend(step(&mut vm, 20, upd(0, idle(4))));
+    seen.extend(step(&mut vm, 30, Event::Blocked { vcpu: 0 }));
+    seen.extend(step(
+        &mut vm,
+        1_000_000,
+        Event::Woken {
+            vcpu: 0,
+            source: WakeSource::Timer,
+        },
+    ));
+    seen.extend(step(
+        &mut vm,
+        1_000_010,
+        upd(0, task(6, abi::POLICY_FIFO, 9, 0)),
+    ));
+
+    // Assert: reasons change, the parameters never do.
+    assert!(seen.iter().all(|d| d.params == boosted), "{seen:?}");
+}
+
+#[test]
 fn halt_boost_is_not_given_once_the_rt_work_is_older_than_halt_boost_ns() {
     // Arrange
     let limits = base();
