@@ -304,7 +304,8 @@ impl Daemon {
             .vcpus
             .get(vcpu as usize)
             .is_some_and(|m| m.lazy & lazy_class(&ev) != 0);
-        let now = ts.min(monotonic_ns());
+        let wall = monotonic_ns();
+        let now = ts.min(wall);
         let mut acc = std::mem::take(&mut self.decisions);
         acc.clear();
         let scratch = &mut self.scratch;
@@ -360,7 +361,8 @@ impl Daemon {
             });
         }
         self.decisions = acc;
-        self.apply(vm_id, (!lazy).then_some(ts), now);
+        // Timers and the host half are set from the present.
+        self.apply(vm_id, (!lazy).then_some(ts), wall);
     }
 
     /// Applies the pending decisions of VM `vm_id`.
@@ -452,12 +454,13 @@ impl Daemon {
         self.sync_lazy(vm_id);
     }
 
-    /// Tells the event source which records of VM `vm_id`'s vCPUs need not
-    /// wake us, after the daemon's view of them changed.
+    /// Whether records can be marked lazy (configured, and a BPF source).
     fn lazy_active(&self) -> bool {
         self.cfg.config.daemon.lazy_events && self.source.supports_lazy()
     }
 
+    /// Tells the event source which records of VM `vm_id`'s vCPUs need not
+    /// wake us, after the daemon's view of them changed.
     fn sync_lazy(&mut self, vm_id: u32) {
         if !self.lazy_active() {
             return;

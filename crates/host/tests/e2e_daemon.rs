@@ -228,6 +228,17 @@ fn params(tid: i32) -> ThreadParams {
     get_params(tid).expect("sched_getattr")
 }
 
+/// Time thread `tid` has been on a CPU or waiting for one (runnable), from
+/// /proc/<tid>/schedstat (run time + run-queue delay).
+fn runnable_time(tid: i32) -> Duration {
+    let text = std::fs::read_to_string(format!("/proc/{tid}/schedstat")).expect("schedstat");
+    let mut f = text
+        .split_whitespace()
+        .map(|v| v.parse::<u64>().expect("schedstat field"));
+    let (run, delay) = (f.next().expect("run time"), f.next().expect("run delay"));
+    Duration::from_nanos(run + delay)
+}
+
 /// A consistent copy of a guest half. The guest may be mid-update, or its vCPU
 /// preempted mid-update (by this RT observer, even): sleep between tries.
 fn slot(vm: &Vm, vcpu: u32) -> GuestHalf {
@@ -303,7 +314,10 @@ fn a_guest_rt_task_spinning_5s_is_throttled_and_counted() {
     wait_for("slot 1 shows FIFO 42", Duration::from_secs(10), || {
         (slot(&f.vm, 1).policy == POLICY_FIFO).then_some(())
     });
-    // Sample the thread's policy while the guest task spins.
+    // Sample the thread's policy while the guest task spins. max_boost bounds
+    // a boost's net burst: time runnable (on a CPU or waiting for one) minus
+    // time blocked (the vCPU thread blocks on QEMU's lock, or halts), so a
+    // FIFO run is measured the same way, from the thread's schedstat.
     let observer = RtObserver::new();
     let start = Instant::now();
     let (mut rt_runs, mut longest, mut run_start, mut throttled_seen) =
@@ -313,11 +327,14 @@ fn a_guest_rt_task_spinning_5s_is_throttled_and_counted() {
         let guest_rt = slot(&f.vm, 1).policy == POLICY_FIFO;
         match (p.policy == SCHED_FIFO, run_start) {
             (true, None) => {
-                run_start = Some(Instant::now());
+                run_start = Some((Instant::now(), runnable_time(tid)));
                 rt_runs += 1;
             }
-            (false, Some(t)) => {
-                longest = longest.max(t.elapsed());
+            (false, Some((wall, runnable))) => {
+                let wall = wall.elapsed();
+                let runnable = runnable_time(tid).saturating_sub(runnable);
+                let blocked = wall.saturating_sub(runnable);
+                longest = longest.max(runnable.saturating_sub(blocked));
                 run_start = None;
                 throttled_seen |= guest_rt;
             }
@@ -336,16 +353,16 @@ fn a_guest_rt_task_spinning_5s_is_throttled_and_counted() {
     };
     f.vm.wait_gone(task.pid, Duration::from_secs(20)).unwrap();
 
-    eprintln!("boosted runs {rt_runs}, longest {longest:?}, throttles {throttles}");
+    eprintln!("boosted runs {rt_runs}, largest net burst {longest:?}, throttles {throttles}");
     assert!(
         throttled_seen,
         "never unboosted while the guest still asked"
     );
     assert!(rt_runs >= 2, "boost never came back after a throttle");
-    // max_boost 50 ms, plus sampling and reaction slack.
+    // max_boost 50 ms, plus sampling and reaction slack (measured: 50.0-50.1).
     assert!(
-        longest < Duration::from_millis(80),
-        "boosted {longest:?} in one run"
+        longest < Duration::from_millis(60),
+        "a boosted run's net burst was {longest:?}"
     );
     assert!(throttles >= 2, "status counts {throttles} throttles");
     let line = metrics
