@@ -134,7 +134,7 @@ fn main() {
     eprintln!("measuring at rest (guest idle) ...");
     measure("at rest", 10);
 
-    eprintln!("measuring under an event storm (guest hackbench + rttoggle, host stress-ng) ...");
+    eprintln!("measuring under an event storm (guest hackbench + a 1-ms `chrt -f` sleep loop, host stress-ng) ...");
     let mut stress = Command::new("stress-ng")
         .args(["--cpu", "2", "--timeout", "30s", "--quiet"])
         .stdout(Stdio::null())

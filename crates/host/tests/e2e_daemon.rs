@@ -26,24 +26,10 @@ struct Fixture {
     image: GuestImage,
 }
 
-fn build_guest_prog(name: &str) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/guest-progs/{name}.c"));
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let status = Command::new("gcc")
-        .args(["-O2", "-static", "-Wall", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .status()
-        .expect("gcc");
-    assert!(status.success(), "building {}", src.display());
-    out
-}
-
 fn image() -> GuestImage {
-    let mut cfg = ImageConfig::default();
-    cfg.files
-        .push((build_guest_prog("rttoggle"), "/usr/bin/rttoggle".into()));
-    GuestImage::build(&cfg).expect("guest image (make test installs the kernel, QEMU and busybox)")
+    // rttoggle comes with vmtest's guest programs.
+    GuestImage::build(&ImageConfig::default())
+        .expect("guest image (make test installs the kernel, QEMU and busybox)")
 }
 
 fn boot(image: &GuestImage) -> Vm {

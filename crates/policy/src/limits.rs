@@ -195,7 +195,9 @@ pub struct VmLimits {
     /// that work then preempts CFS hogs at once, before any reaction of the host. A halted
     /// vCPU uses no CPU, so this costs the host nothing until it runs; the guest speaking for
     /// itself after the wakeup ends it (its RT task takes over, or nothing urgent runs).
-    /// Default true. Guests that run no RT work never get it.
+    /// It starts when the guest goes idle (about to halt) or the vCPU halts, and keeps the
+    /// class and priority of the RT boost it follows. Default true. Guests that run no RT
+    /// work never get it.
     pub proactive_halt: bool,
     /// How recent guest RT work must be for a halt boost, and how long a halt boost lasts.
     /// Default 100 ms.

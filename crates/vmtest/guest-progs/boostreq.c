@@ -27,26 +27,7 @@
 #include <unistd.h>
 
 #include "pvsched.h"
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-/* Busy-wait; the clock is read rarely (see rtspin.c: HPET under TCG). */
-static void spin(double secs)
-{
-	double end = now() + secs;
-	volatile unsigned long n;
-
-	do {
-		for (n = 0; n < 20000; n++)
-			;
-	} while (now() < end);
-}
+#include "spin.h"
 
 int main(int argc, char **argv)
 {

@@ -19,28 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-/*
- * Busy-wait until @end. The clock is read only every few thousand iterations:
- * under TCG a guest without a stable TSC reads the HPET, an emulated device,
- * and a tight clock_gettime() loop would slow the whole VM down.
- */
-static void spin_until(double end)
-{
-	volatile unsigned long n;
-
-	do {
-		for (n = 0; n < 20000; n++)
-			;
-	} while (now() < end);
-}
+#include "spin.h"
 
 static void usage(void)
 {

@@ -331,6 +331,8 @@ struct Inputs {
     busybox: PathBuf,
     cc: PathBuf,
     progs: Vec<PathBuf>,
+    /// Headers the programs include (`spin.h`): part of the cache key.
+    prog_headers: Vec<PathBuf>,
     binaries: Vec<(PathBuf, Vec<PathBuf>)>,
     files: Vec<(PathBuf, String)>,
 }
@@ -358,6 +360,7 @@ impl Inputs {
         })?;
         let progs_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("guest-progs");
         let progs = source_files(&progs_dir, &["c"], &[])?;
+        let prog_headers = source_files(&progs_dir, &["h"], &[])?;
         let mut binaries = Vec::new();
         for bin in &cfg.binaries {
             let bin = require(bin.clone(), INSTALL_HINT)?;
@@ -379,6 +382,7 @@ impl Inputs {
             busybox,
             cc,
             progs,
+            prog_headers,
             binaries,
             files,
         })
@@ -408,7 +412,7 @@ impl Inputs {
         }
         h.stamp(&self.busybox)?;
         h.stamp(&self.cc)?;
-        for p in &self.progs {
+        for p in self.progs.iter().chain(&self.prog_headers) {
             h.content(p)?;
         }
         h.content(&self.root.join("guest/uapi/pvsched.h"))?;

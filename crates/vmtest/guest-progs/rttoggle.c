@@ -14,21 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void spin(double secs)
-{
-	double end = now() + secs;
-
-	while (now() < end)
-		;
-}
+#include "spin.h"
 
 int main(int argc, char **argv)
 {
