@@ -12,6 +12,9 @@
 //! - anything else: the path of a vmlinux.h to use.
 //!
 //! The compiler is `clang` from PATH, or `PVSCHED_BPF_CLANG`.
+//!
+//! The Rust side of `src/bpf/intf.h` (constants and shared structs) is
+//! generated with bindgen into `OUT_DIR/intf.rs` (see `build/intf.rs`).
 
 use std::env;
 use std::fs;
@@ -19,6 +22,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use libbpf_cargo::SkeletonBuilder;
+
+#[path = "build/intf.rs"]
+mod intf;
 
 const SRC: &str = "src/bpf/pvsched.bpf.c";
 const BTF: &str = "/sys/kernel/btf/vmlinux";
@@ -79,6 +85,12 @@ fn main() {
         }
     };
     println!("cargo:rustc-env=PVSCHED_VMLINUX_H_USED={used}");
+
+    match intf::generate(&bpf_dir.join("intf.h")) {
+        Ok(rust) => fs::write(out.join("intf.rs"), rust).expect("write OUT_DIR/intf.rs"),
+        Err(e) => panic!("{e} (bindgen needs libclang: Debian's libclang1-14)"),
+    }
+    println!("cargo:rerun-if-changed=build/intf.rs");
 
     let skel = out.join("pvsched.skel.rs");
     let mut builder = SkeletonBuilder::new();

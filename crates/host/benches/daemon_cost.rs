@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use pvsched_host::control::{call, Request, Response};
+use pvsched_control::{call, Request, Response};
 use pvsched_vmtest::{wait_until, GuestImage, Vm, VmConfig};
 
 fn cpu_ticks(pid: u32) -> u64 {

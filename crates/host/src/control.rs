@@ -1,174 +1,269 @@
-//! The control protocol between pvschedctl and pvschedd: one JSON request
-//! line, one JSON response line, over the daemon's Unix socket.
+//! The control socket: its server thread (one JSON request line, one JSON
+//! reply line; types in `pvsched-control`), and the answers the event
+//! thread gives between events (status, metrics, tunables, recordings).
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Sender, SyncSender};
+use std::sync::Arc;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use nix::sys::eventfd::EventFd;
+use pvsched_abi::{HS_HALTED, HS_PREEMPTED, HS_RUNNING};
+use pvsched_base::clock::monotonic_ns;
+use pvsched_control::{
+    Recording, Request, Response, Status, ThreadStatus, TrackInfo, VcpuStatus, VmStatus,
+};
+use pvsched_policy::VmLimits;
+use tracing::info;
 
-use crate::sched::ThreadParams;
+use crate::config;
+use crate::event_loop::Daemon;
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "cmd", rename_all = "snake_case")]
-pub enum Request {
-    Status,
-    Metrics,
-    /// A run-time tunable, for one VM or (vm = None) the defaults and every VM.
-    Set {
-        vm: Option<String>,
-        key: String,
-        value: String,
-    },
-    /// Records host events and decisions for `seconds`, then returns them.
-    Record {
-        seconds: f64,
-    },
-}
+/// A request and where its reply goes.
+pub type ControlMsg = (Request, SyncSender<Response>);
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum Response {
-    Status(Status),
-    Metrics { text: String },
-    Ok { message: String },
-    Record(Recording),
-    Error { message: String },
-}
+/// The longest request line read (a request is a few hundred bytes).
+const MAX_REQUEST_BYTES: u64 = 64 * 1024;
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Status {
-    pub pid: u32,
-    pub uptime_s: f64,
-    pub event_source: String,
-    pub dropped_events: u64,
-    pub vms: Vec<VmStatus>,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct VmStatus {
-    pub name: String,
-    pub tgid: i32,
-    pub accel: String,
-    pub region: String,
-    pub generation: u64,
-    pub guest_bound: bool,
-    pub in_debt: bool,
-    pub debt_ms: f64,
-    pub boosts: u64,
-    pub throttles: u64,
-    pub clamped_inputs: u64,
-    pub boosted_s: f64,
-    pub vcpus: Vec<VcpuStatus>,
-    pub latency_path: Vec<ThreadStatus>,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct VcpuStatus {
-    pub index: u32,
-    pub tid: i32,
-    pub params: ThreadParams,
-    pub reason: String,
-    pub throttled: bool,
-    pub host_status: String,
-    pub guest_policy: u32,
-    pub guest_rt_priority: u32,
-    pub guest_cs_flags: u32,
-    pub boosts: u64,
-    pub throttles: u64,
-    pub boosted_ms: f64,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ThreadStatus {
-    pub tid: i32,
-    pub params: ThreadParams,
-}
-
-/// What `pvschedctl record` gets back: thread names and a time-ordered list.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Recording {
-    pub start_ns: u64,
-    pub end_ns: u64,
-    pub tracks: Vec<TrackInfo>,
-    pub records: Vec<TraceRecord>,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct TrackInfo {
-    pub vm: String,
-    pub tgid: i32,
-    pub vcpu: u32,
-    pub tid: i32,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TraceKind {
-    /// The vCPU thread got a CPU.
-    Running,
-    /// Switched out while runnable.
-    Preempted,
-    /// Switched out blocked: the guest halted.
-    Halted,
-    /// Woken (runnable, not yet running).
-    Woken,
-    /// Params changed to RT.
-    Boost,
-    /// Params changed back to non-RT.
-    Unboost,
-    /// Boost refused by the throttle.
-    Throttle,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct TraceRecord {
-    pub ts_ns: u64,
-    pub tid: i32,
-    pub kind: TraceKind,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub params: Option<String>,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ControlError {
-    #[error("{path}: {op}: {source} (is pvschedd running?)")]
-    Io {
-        path: String,
-        op: &'static str,
-        source: std::io::Error,
-    },
-    #[error("{path}: bad response: {msg}")]
-    Protocol { path: String, msg: String },
-}
-
-/// Sends one request and waits for its response.
-pub fn call(socket: &Path, request: &Request, timeout: Duration) -> Result<Response, ControlError> {
-    let path = socket.display().to_string();
-    let io = |op, e| ControlError::Io {
-        path: path.clone(),
-        op,
-        source: e,
+/// Starts the control thread on a new socket at `path` (mode 0600):
+/// requests go to the event thread through `tx` (signalling `wake`), which
+/// answers between events. `record` sleeps here, not there.
+pub fn spawn(
+    path: PathBuf,
+    tx: Sender<ControlMsg>,
+    wake: Arc<EventFd>,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    let ask = move |req: Request| -> Response {
+        let (rtx, rrx) = mpsc::sync_channel(1);
+        if tx.send((req, rtx)).is_err() {
+            return Response::Error {
+                message: "daemon stopping".into(),
+            };
+        }
+        let _ = wake.write(1);
+        rrx.recv_timeout(Duration::from_secs(5))
+            .unwrap_or(Response::Error {
+                message: "daemon did not answer".into(),
+            })
     };
-    let mut stream = UnixStream::connect(socket).map_err(|e| io("connect", e))?;
-    stream
-        .set_read_timeout(Some(timeout))
-        .map_err(|e| io("timeout", e))?;
-    let mut line =
-        serde_json::to_string(request).map_err(|e| io("encode", std::io::Error::other(e)))?;
-    line.push('\n');
-    stream
-        .write_all(line.as_bytes())
-        .map_err(|e| io("write", e))?;
-    let mut reply = String::new();
-    BufReader::new(stream)
-        .read_line(&mut reply)
-        .map_err(|e| io("read", e))?;
-    serde_json::from_str(&reply).map_err(|e| ControlError::Protocol {
-        path,
-        msg: e.to_string(),
-    })
+    std::thread::Builder::new()
+        .name("pvsched-control".into())
+        .spawn(move || {
+            for conn in listener.incoming() {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let Ok(mut conn) = conn else { continue };
+                let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+                let _ = conn.set_write_timeout(Some(Duration::from_secs(5)));
+                let mut line = String::new();
+                let Ok(reader) = conn.try_clone() else {
+                    continue;
+                };
+                let mut reader = BufReader::new(reader.take(MAX_REQUEST_BYTES));
+                if reader.read_line(&mut line).is_err() {
+                    continue;
+                }
+                let resp = match serde_json::from_str::<Request>(&line) {
+                    Ok(Request::Record { seconds }) if seconds > 0.0 && seconds <= 3600.0 => {
+                        match ask(Request::Record { seconds }) {
+                            Response::Ok { .. } => {
+                                std::thread::sleep(Duration::from_secs_f64(seconds));
+                                ask(Request::Record { seconds: 0.0 })
+                            }
+                            other => other,
+                        }
+                    }
+                    Ok(Request::Record { seconds }) => Response::Error {
+                        message: format!("record: seconds must be in (0, 3600], not {seconds}"),
+                    },
+                    Ok(req) => ask(req),
+                    Err(e) => Response::Error {
+                        message: format!("bad request: {e}"),
+                    },
+                };
+                let mut out = serde_json::to_string(&resp)
+                    .unwrap_or_else(|_| "{\"type\":\"error\",\"message\":\"encode\"}".into());
+                out.push('\n');
+                let _ = conn.write_all(out.as_bytes());
+            }
+        })?;
+    Ok(())
+}
+
+fn error(message: impl Into<String>) -> Response {
+    Response::Error {
+        message: message.into(),
+    }
+}
+
+impl Daemon {
+    /// Answers one request, on the event thread.
+    pub(crate) fn on_control(&mut self, req: Request) -> Response {
+        match req {
+            Request::Status => Response::Status(self.status()),
+            Request::Metrics => Response::Metrics {
+                text: self.metrics.encode(),
+            },
+            Request::Set { vm, key, value } => self.set(vm.as_deref(), &key, &value),
+            // seconds > 0 starts a recording, 0 stops and returns it.
+            Request::Record { seconds } if seconds > 0.0 => {
+                let tracks = self
+                    .vms
+                    .iter()
+                    .flatten()
+                    .flat_map(|vm| {
+                        vm.vcpus.iter().enumerate().map(|(i, m)| TrackInfo {
+                            vm: vm.name.clone(),
+                            tgid: vm.threads.tgid,
+                            vcpu: i as u32,
+                            tid: m.handle.tid,
+                        })
+                    })
+                    .collect();
+                self.recording = Some(Recording {
+                    start_ns: monotonic_ns(),
+                    tracks,
+                    ..Default::default()
+                });
+                Response::Ok {
+                    message: "recording".into(),
+                }
+            }
+            Request::Record { .. } => match self.recording.take() {
+                Some(mut rec) => {
+                    rec.end_ns = monotonic_ns();
+                    Response::Record(rec)
+                }
+                None => error("not recording"),
+            },
+        }
+    }
+
+    /// Sets tunable `key` for VM `vm`, or for the defaults and every VM.
+    fn set(&mut self, vm: Option<&str>, key: &str, value: &str) -> Response {
+        let mut changed = Vec::new();
+        if vm.is_none() {
+            match config::set_limit(&self.cfg.default_limits, key, value) {
+                Ok(l) => self.cfg.default_limits = l,
+                Err(e) => return error(e.to_string()),
+            }
+        }
+        for served in self.vms.iter_mut().flatten() {
+            if vm.is_some_and(|n| n != served.name) {
+                continue;
+            }
+            let new: VmLimits = match config::set_limit(served.policy.limits(), key, value) {
+                Ok(l) => l,
+                Err(e) => return error(e.to_string()),
+            };
+            if let Err(e) = served.policy.set_limits(new.clone()) {
+                return error(e.to_string());
+            }
+            if let Some(l) = served.cfg_index.and_then(|i| self.cfg.vm_limits.get_mut(i)) {
+                *l = new;
+            }
+            changed.push(served.name.clone());
+        }
+        if let Some(name) = vm {
+            if changed.is_empty() {
+                return error(format!("no VM named {name:?} is served"));
+            }
+        }
+        info!(key, value, vms = ?changed, "tunable set");
+        let whom = if vm.is_none() {
+            "defaults and every VM".to_string()
+        } else {
+            changed.join(", ")
+        };
+        Response::Ok {
+            message: format!("{key} = {value} for {whom}"),
+        }
+    }
+
+    /// The status view of every served VM.
+    fn status(&self) -> Status {
+        let now = monotonic_ns();
+        let vms = self
+            .vms
+            .iter()
+            .flatten()
+            .map(|vm| {
+                let stats = vm.policy.vm_stats();
+                let header = vm.region.region().header();
+                let vcpus = vm
+                    .vcpus
+                    .iter()
+                    .enumerate()
+                    .map(|(i, m)| {
+                        let t = vm.policy.target(i as u32);
+                        let g = vm.policy.guest_view(i as u32);
+                        let s = vm.policy.vcpu_stats(i as u32).unwrap_or_default();
+                        let host = vm.policy.host_half(i as u32, now);
+                        VcpuStatus {
+                            index: i as u32,
+                            tid: m.handle.tid,
+                            params: m.applied,
+                            reason: t.map(|t| t.reason.name()).unwrap_or("none").to_string(),
+                            throttled: t.is_some_and(|t| t.throttled),
+                            host_status: match host.status {
+                                HS_RUNNING => "running",
+                                HS_PREEMPTED => "preempted",
+                                HS_HALTED => "halted",
+                                _ => "unknown",
+                            }
+                            .to_string(),
+                            guest_policy: g.map(|g| g.policy.abi()).unwrap_or(0),
+                            guest_rt_priority: g.map(|g| u32::from(g.rt_priority)).unwrap_or(0),
+                            guest_cs_flags: g.map(|g| g.cs_flags).unwrap_or(0),
+                            boosts: s.boosts,
+                            throttles: s.throttles,
+                            boosted_ms: s.boosted_ns as f64 * 1e-6,
+                        }
+                    })
+                    .collect();
+                VmStatus {
+                    name: vm.name.clone(),
+                    tgid: vm.threads.tgid,
+                    accel: format!("{:?}", vm.threads.accel).to_lowercase(),
+                    region: vm.region.path().display().to_string(),
+                    generation: vm.generation,
+                    guest_bound: header.guest_generation == vm.generation,
+                    in_debt: vm.policy.in_debt(),
+                    debt_ms: vm.policy.budget().debt_ns() as f64 * 1e-6,
+                    boosts: vm.metrics.boosts.get(),
+                    throttles: vm.metrics.throttles.get(),
+                    clamped_inputs: stats.clamped_inputs_total,
+                    boosted_s: stats.boosted_ns_total as f64 * 1e-9,
+                    vcpus,
+                    latency_path: vm
+                        .latency_path
+                        .iter()
+                        .map(|m| ThreadStatus {
+                            tid: m.handle.tid,
+                            params: m.applied,
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        Status {
+            pid: std::process::id(),
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            event_source: self.source.name().to_string(),
+            dropped_events: self.source.dropped_events(),
+            vms,
+        }
+    }
 }

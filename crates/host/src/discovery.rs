@@ -1,13 +1,24 @@
-//! Finding a VM's vCPU threads. Thread ids come only from the VMM (QMP
+//! VM discovery: which VMs exist now and their vCPU threads, found on a
+//! thread of its own every `discovery_interval_ms` and sent to the event
+//! loop as a snapshot. Thread ids come only from the VMM (QMP
 //! `query-cpus-fast`) or from the host's /proc: never from the shared region.
 
+use std::collections::BTreeMap;
 use std::fs;
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
+use nix::sys::eventfd::EventFd;
+use pvsched_base::qmp::{Qmp, QmpError};
+use pvsched_base::thread::tgid_of;
+use pvsched_base::vcpu_names::vcpu_threads_by_name;
+pub use pvsched_base::vcpu_names::Accel;
+use tracing::{debug, info};
+
+use crate::config::Resolved;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DiscoveryError {
@@ -21,18 +32,8 @@ pub enum DiscoveryError {
     NoProcess(PathBuf),
     #[error("process {0} has no vCPU threads by any known naming")]
     NoVcpuThreads(i32),
-    #[error("QMP {path}: {msg}")]
-    Qmp { path: PathBuf, msg: String },
-}
-
-/// How the VMM runs the guest: decides which extra threads sit on the guest's
-/// latency path.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Accel {
-    Kvm,
-    Tcg,
-    Unknown,
+    #[error(transparent)]
+    Qmp(#[from] QmpError),
 }
 
 /// A running VM as the host sees it.
@@ -48,60 +49,31 @@ pub struct VmThreads {
     pub accel: Accel,
 }
 
-/// Parses a vCPU index out of the thread names VMMs give their vCPU threads:
-/// QEMU `CPU n/KVM` / `CPU n/TCG` (with `-name ..,debug-threads=on`),
-/// crosvm `crosvm_vcpuN`, cloud-hypervisor `vcpuN`, Firecracker `fc_vcpu N`.
-pub fn vcpu_index_from_name(comm: &str) -> Option<(u32, Accel)> {
-    let comm = comm.trim_end_matches('\n');
-    if let Some(rest) = comm.strip_prefix("CPU ") {
-        let (n, accel) = rest.split_once('/')?;
-        let accel = match accel {
-            "KVM" => Accel::Kvm,
-            "TCG" => Accel::Tcg,
-            _ => Accel::Unknown,
-        };
-        return Some((n.parse().ok()?, accel));
-    }
-    for (prefix, accel) in [
-        ("crosvm_vcpu", Accel::Kvm),
-        ("fc_vcpu ", Accel::Kvm),
-        ("vcpu", Accel::Kvm),
-    ] {
-        if let Some(n) = comm.strip_prefix(prefix) {
-            if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) {
-                return Some((n.parse().ok()?, accel));
-            }
-        }
-    }
-    None
-}
-
 /// vCPU threads of process `tgid` by thread name.
 pub fn threads_by_name(tgid: i32) -> Result<VmThreads, DiscoveryError> {
-    let dir = PathBuf::from(format!("/proc/{tgid}/task"));
-    let entries = fs::read_dir(&dir).map_err(|e| DiscoveryError::Io {
-        path: dir.clone(),
+    let (vcpus, accel) = vcpu_threads_by_name(tgid).map_err(|e| DiscoveryError::Io {
+        path: PathBuf::from(format!("/proc/{tgid}/task")),
         op: "read_dir",
         source: e,
     })?;
-    let mut vcpus = Vec::new();
-    let mut accel = Accel::Unknown;
-    for entry in entries.flatten() {
-        let Some(tid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(comm) = fs::read_to_string(entry.path().join("comm")) else {
-            continue; // thread exited meanwhile
-        };
-        if let Some((idx, a)) = vcpu_index_from_name(&comm) {
-            vcpus.push((idx, tid));
-            accel = a;
-        }
-    }
+    finish(tgid, vcpus, accel)
+}
+
+/// vCPU threads from the VMM's own account (`query-cpus-fast`, and
+/// `query-kvm` for the accelerator).
+pub fn threads_by_qmp(qmp: &mut Qmp) -> Result<VmThreads, DiscoveryError> {
+    let vcpus = qmp.vcpu_thread_ids()?;
+    let accel = match qmp.kvm_enabled() {
+        Some(true) => Accel::Kvm,
+        Some(false) => Accel::Tcg,
+        None => Accel::Unknown,
+    };
+    let first = vcpus.first().map(|v| v.1).unwrap_or(0);
+    let tgid = tgid_of(first).map_err(|e| DiscoveryError::Io {
+        path: PathBuf::from(format!("/proc/{first}/status")),
+        op: "read Tgid",
+        source: e,
+    })?;
     finish(tgid, vcpus, accel)
 }
 
@@ -161,160 +133,134 @@ pub fn process_with_arg(needle: &Path) -> Result<i32, DiscoveryError> {
         .ok_or_else(|| DiscoveryError::NoProcess(needle.as_ref().into()))
 }
 
-/// A minimal QMP client: capabilities negotiation and synchronous commands.
-pub struct Qmp {
-    path: PathBuf,
-    reader: BufReader<UnixStream>,
-    writer: UnixStream,
+/// A VM found by the discovery thread.
+#[derive(Clone, Debug)]
+pub struct Found {
+    pub name: String,
+    /// Index of its `[[vm]]` entry; `None` for an auto-discovered VM.
+    pub cfg_index: Option<usize>,
+    pub region: PathBuf,
+    pub region_mode: u32,
+    pub threads: VmThreads,
 }
 
-impl Qmp {
-    pub fn connect(path: &Path, timeout: Duration) -> Result<Self, DiscoveryError> {
-        let io = |op, e| DiscoveryError::Io {
-            path: path.to_path_buf(),
-            op,
-            source: e,
-        };
-        let stream = UnixStream::connect(path).map_err(|e| io("connect", e))?;
-        stream
-            .set_read_timeout(Some(timeout))
-            .map_err(|e| io("set timeout", e))?;
-        stream
-            .set_write_timeout(Some(timeout))
-            .map_err(|e| io("set timeout", e))?;
-        let writer = stream.try_clone().map_err(|e| io("clone", e))?;
-        let mut qmp = Self {
-            path: path.to_path_buf(),
-            reader: BufReader::new(stream),
-            writer,
-        };
-        let greeting = qmp.read_message()?;
-        if greeting.get("QMP").is_none() {
-            return Err(qmp.err(format!("unexpected greeting {greeting}")));
-        }
-        qmp.execute("qmp_capabilities")?;
-        Ok(qmp)
-    }
+/// What the discovery thread sends the event loop.
+pub struct Snapshot {
+    /// Every VM that exists now.
+    pub found: Vec<Found>,
+    /// CPU pressure says the host is overloaded.
+    pub overloaded: bool,
+}
 
-    fn err(&self, msg: String) -> DiscoveryError {
-        DiscoveryError::Qmp {
-            path: self.path.clone(),
-            msg,
-        }
-    }
-
-    fn read_message(&mut self) -> Result<Value, DiscoveryError> {
-        let mut line = String::new();
-        let n = self
-            .reader
-            .read_line(&mut line)
-            .map_err(|e| DiscoveryError::Io {
-                path: self.path.clone(),
-                op: "read",
-                source: e,
-            })?;
-        if n == 0 {
-            return Err(self.err("connection closed".into()));
-        }
-        serde_json::from_str(&line).map_err(|e| self.err(format!("bad JSON: {e}")))
-    }
-
-    /// Runs a command and returns its `return` value; asynchronous events
-    /// arriving meanwhile are skipped.
-    pub fn execute(&mut self, command: &str) -> Result<Value, DiscoveryError> {
-        let req = serde_json::json!({ "execute": command });
-        writeln!(self.writer, "{req}").map_err(|e| DiscoveryError::Io {
-            path: self.path.clone(),
-            op: "write",
-            source: e,
-        })?;
-        for _ in 0..64 {
-            let msg = self.read_message()?;
-            if let Some(ret) = msg.get("return") {
-                return Ok(ret.clone());
-            }
-            if let Some(err) = msg.get("error") {
-                return Err(self.err(format!("{command}: {err}")));
-            }
-        }
-        Err(self.err(format!("{command}: no reply among 64 messages")))
-    }
-
-    /// vCPU threads from `query-cpus-fast`, the VMM's own account.
-    pub fn vcpu_threads(&mut self) -> Result<VmThreads, DiscoveryError> {
-        let cpus = self.execute("query-cpus-fast")?;
-        let list = cpus
-            .as_array()
-            .ok_or_else(|| self.err("query-cpus-fast: not a list".into()))?;
-        let mut vcpus = Vec::with_capacity(list.len());
-        for cpu in list {
-            let idx = cpu.get("cpu-index").and_then(Value::as_u64);
-            let tid = cpu.get("thread-id").and_then(Value::as_i64);
-            match (idx, tid) {
-                (Some(i), Some(t))
-                    if i < u64::from(u32::MAX) && t > 0 && t <= i64::from(i32::MAX) =>
-                {
-                    vcpus.push((i as u32, t as i32))
+/// Starts the discovery thread: every interval, the VMs that exist now
+/// (configured ones and, with auto discovery, any VMM mapping a region
+/// file) and whether the host is overloaded, sent on `tx`, then `wake`
+/// is signalled.
+pub fn spawn(
+    cfg: Resolved,
+    tx: Sender<Snapshot>,
+    wake: Arc<EventFd>,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<()> {
+    let interval = Duration::from_millis(cfg.config.daemon.discovery_interval_ms);
+    std::thread::Builder::new()
+        .name("pvsched-discovery".into())
+        .spawn(move || {
+            let mut logged: BTreeMap<String, String> = BTreeMap::new();
+            while !stop.load(Ordering::Relaxed) {
+                let found = discover_once(&cfg, &mut logged);
+                let overloaded = cpu_pressure_some_avg10().is_some_and(|p| p > 10.0);
+                if tx.send(Snapshot { found, overloaded }).is_err() {
+                    break;
                 }
-                _ => return Err(self.err(format!("query-cpus-fast: bad entry {cpu}"))),
+                let _ = wake.write(1);
+                std::thread::sleep(interval);
             }
-        }
-        let kvm = self
-            .execute("query-kvm")
-            .ok()
-            .and_then(|v| v.get("enabled").and_then(Value::as_bool));
-        let accel = match kvm {
-            Some(true) => Accel::Kvm,
-            Some(false) => Accel::Tcg,
-            None => Accel::Unknown,
-        };
-        let first = vcpus.first().map(|v| v.1).unwrap_or(0);
-        let tgid = tgid_of(first)?;
-        finish(tgid, vcpus, accel)
-    }
+        })?;
+    Ok(())
 }
 
-/// The process a thread belongs to, from /proc/<tid>/status.
-pub fn tgid_of(tid: i32) -> Result<i32, DiscoveryError> {
-    let path = PathBuf::from(format!("/proc/{tid}/status"));
-    let status = fs::read_to_string(&path).map_err(|e| DiscoveryError::Io {
-        path: path.clone(),
-        op: "read",
-        source: e,
-    })?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Tgid:"))
-        .and_then(|v| v.trim().parse().ok())
-        .ok_or(DiscoveryError::Io {
-            path,
-            op: "parse Tgid",
-            source: std::io::Error::from(std::io::ErrorKind::InvalidData),
-        })
+fn discover_once(cfg: &Resolved, logged: &mut BTreeMap<String, String>) -> Vec<Found> {
+    let c = &cfg.config;
+    let mut found = Vec::new();
+    // Each new reason once per VM: at info for a configured VM (the admin
+    // expects it to be served), at debug for a stale auto-discovery file.
+    let mut note = |name: &str, msg: String, configured: bool| {
+        if logged.get(name) != Some(&msg) {
+            if configured {
+                info!(vm = name, "{msg}");
+            } else {
+                debug!(vm = name, "{msg}");
+            }
+            logged.insert(name.to_string(), msg);
+        }
+    };
+    for (i, vm) in c.vms.iter().enumerate() {
+        let region = vm.region_path(&c.discovery);
+        let threads = if let Some(qmp) = &vm.qmp {
+            Qmp::connect(qmp, Duration::from_millis(500))
+                .map_err(DiscoveryError::from)
+                .and_then(|mut q| threads_by_qmp(&mut q))
+        } else if let Some(pid) = vm.pid {
+            threads_by_name(pid)
+        } else {
+            process_with_arg(&region).and_then(threads_by_name)
+        };
+        match threads {
+            Ok(threads) => found.push(Found {
+                name: vm.name.clone(),
+                cfg_index: Some(i),
+                region,
+                region_mode: vm.region_mode,
+                threads,
+            }),
+            Err(e) => note(&vm.name, format!("not served yet: {e}"), true),
+        }
+    }
+    if c.discovery.auto {
+        let Ok(dir) = fs::read_dir(&c.discovery.region_dir) else {
+            return found;
+        };
+        for entry in dir.flatten() {
+            let file_name = entry.file_name().to_string_lossy().into_owned();
+            let Some(name) = file_name.strip_prefix(&c.discovery.region_prefix) else {
+                continue;
+            };
+            if name.is_empty()
+                || found.iter().any(|f| f.name == name)
+                || c.vms.iter().any(|v| v.name == name)
+            {
+                continue;
+            }
+            let region = entry.path();
+            match process_with_arg(&region).and_then(threads_by_name) {
+                Ok(threads) => found.push(Found {
+                    name: name.to_string(),
+                    cfg_index: None,
+                    region,
+                    region_mode: 0o600,
+                    threads,
+                }),
+                Err(e) => note(name, format!("not running: {e}"), false),
+            }
+        }
+    }
+    found
+}
+
+/// `some avg10` of /proc/pressure/cpu: % of the last 10 s in which some
+/// runnable task waited for a CPU.
+fn cpu_pressure_some_avg10() -> Option<f64> {
+    let text = fs::read_to_string("/proc/pressure/cpu").ok()?;
+    let line = text.lines().find(|l| l.starts_with("some"))?;
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix("avg10="))
+        .and_then(|v| v.parse().ok())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn vcpu_names_of_every_known_vmm_parse_to_their_index() {
-        let cases = [
-            ("CPU 0/KVM", Some((0, Accel::Kvm))),
-            ("CPU 12/TCG\n", Some((12, Accel::Tcg))),
-            ("crosvm_vcpu3", Some((3, Accel::Kvm))),
-            ("vcpu7", Some((7, Accel::Kvm))),
-            ("fc_vcpu 1", Some((1, Accel::Kvm))),
-            ("qemu-system-x86", None),
-            ("vcpu", None),
-            ("CPU x/KVM", None),
-            ("worker", None),
-        ];
-
-        for (name, want) in cases {
-            assert_eq!(vcpu_index_from_name(name), want, "{name}");
-        }
-    }
 
     #[test]
     fn vcpu_lists_with_gaps_are_refused() {

@@ -1,14 +1,15 @@
-//! pvschedd internals: configuration, discovery, region mapping, event
-//! sources, actuator, metrics, control. The decisions themselves come from
-//! `pvsched-policy`; this crate is the mechanism around it.
+//! pvschedd internals, one responsibility a module: configuration,
+//! discovery, the served VMs, event sources, the event loop, the actuator,
+//! the state file, metrics and the control socket. The decisions themselves
+//! come from `pvsched-policy`; this crate is the mechanism around it.
 
+pub mod actuator;
 pub mod config;
 pub mod control;
-pub mod daemon;
 pub mod discovery;
+pub mod event_loop;
 pub mod events;
 pub mod metrics;
-pub mod rt;
-pub mod sched;
 pub mod statefile;
 pub mod vm;
+pub mod vm_table;

@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use clap::Parser;
 use pvsched_host::config::{Config, EventSourceKind, DEFAULT_CONFIG_PATH};
-use pvsched_host::daemon::Daemon;
+use pvsched_host::event_loop::{block_stop_signals, Daemon};
 use pvsched_host::events::{EventSource, SourceOptions};
 use pvsched_host::metrics::{self, Metrics};
-use pvsched_host::{rt, statefile};
+use pvsched_host::statefile;
 use tracing::{error, info, warn};
 
 #[derive(Parser, Debug)]
@@ -103,7 +103,7 @@ fn run(resolved: pvsched_host::config::Resolved) -> Result<(), Box<dyn std::erro
     // Block the stop signals before any thread exists, so that every thread
     // inherits the mask and they reach the event thread's signalfd instead of
     // killing the process with threads left boosted.
-    pvsched_host::daemon::block_stop_signals()?;
+    block_stop_signals()?;
     // A predecessor that crashed may have left threads boosted.
     match statefile::recover(&d.state_file) {
         Ok(n) if n > 0 => info!(
@@ -121,7 +121,9 @@ fn run(resolved: pvsched_host::config::Resolved) -> Result<(), Box<dyn std::erro
     let daemon = Daemon::new(resolved, source, metrics)?;
     // Only the event thread runs RT: the helper threads were spawned above
     // and keep the default policy.
-    if let Err(e) = rt::make_event_thread_rt(d.priority, d.mlock) {
+    // SCHED_FIFO above every boost it applies (a boosted vCPU must never
+    // delay its own unboost), memory locked.
+    if let Err(e) = pvsched_base::sched::make_current_thread_fifo(u32::from(d.priority), d.mlock) {
         warn!(error = %e, "event thread stays SCHED_OTHER: reactions may be late under load");
     }
     daemon.run()?;

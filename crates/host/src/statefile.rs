@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
-use crate::sched::{self, ThreadHandle, ThreadParams};
+use pvsched_base::sched::{self, ThreadParams};
+use pvsched_base::thread::ThreadHandle;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateFileError {

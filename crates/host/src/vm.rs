@@ -1,19 +1,23 @@
 //! One VM the daemon serves: its region, its threads, its policy state, and
 //! what is in force on each thread.
 
-use std::path::Path;
-
 use pvsched_abi::{RegionFile, F_ALL};
 use pvsched_policy::{Decision, Decisions, Event, VmLimits, VmState};
 use tracing::{info, warn};
 
-use crate::discovery::VmThreads;
+use crate::actuator::Managed;
+use crate::discovery::{Found, VmThreads};
+use crate::events::Quiet;
 use crate::metrics::VmMetrics;
-use crate::sched::{self, ThreadHandle, ThreadParams};
 use crate::statefile::ThreadRecord;
 
 #[derive(Debug, thiserror::Error)]
 pub enum VmError {
+    #[error("vm {vm}: limits: {source}")]
+    Limits {
+        vm: String,
+        source: pvsched_policy::LimitsError,
+    },
     #[error("vm {vm}: region: {source}")]
     Region {
         vm: String,
@@ -25,11 +29,6 @@ pub enum VmError {
         path: String,
         source: pvsched_abi::AbiError,
     },
-    #[error("vm {vm}: limits: {source}")]
-    Limits {
-        vm: String,
-        source: pvsched_policy::LimitsError,
-    },
     #[error("vm {vm}: thread {tid}: {op}: {source}")]
     Thread {
         vm: String,
@@ -37,78 +36,6 @@ pub enum VmError {
         op: &'static str,
         source: std::io::Error,
     },
-}
-
-/// A thread whose parameters the daemon manages.
-#[derive(Debug)]
-pub struct Managed {
-    pub handle: ThreadHandle,
-    /// Parameters before the daemon touched it: restored on exit.
-    pub original: ThreadParams,
-    /// Parameters in force now (as last set, or the original).
-    pub applied: ThreadParams,
-    /// The event source's lazy bits for this thread, as last set.
-    pub lazy: u32,
-}
-
-impl Managed {
-    fn open(vm: &str, tgid: i32, tid: i32) -> Result<Self, VmError> {
-        let thread_err = |op, source| VmError::Thread {
-            vm: vm.to_string(),
-            tid,
-            op,
-            source,
-        };
-        let handle = ThreadHandle::open(tgid, tid).map_err(|e| thread_err("open", e))?;
-        let original = sched::get_params(tid).map_err(|e| thread_err("sched_getattr", e))?;
-        Ok(Self {
-            handle,
-            original,
-            applied: original,
-            lazy: 0,
-        })
-    }
-
-    pub fn record(&self, vm: &str) -> ThreadRecord {
-        ThreadRecord {
-            vm: vm.to_string(),
-            tgid: self.handle.tgid,
-            tid: self.handle.tid,
-            start_time: self.handle.start_time,
-            original: self.original,
-        }
-    }
-
-    /// Applies `want` unless already in force. Ok(true) when a call was made.
-    /// Refuses a thread id that no longer names the thread we opened.
-    pub fn apply(&mut self, want: &ThreadParams) -> std::io::Result<bool> {
-        if want.same_class(&self.applied) {
-            return Ok(false);
-        }
-        if !self.handle.is_alive() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                "thread exited",
-            ));
-        }
-        sched::set_params(self.handle.tid, want)?;
-        self.applied = *want;
-        Ok(true)
-    }
-
-    /// Puts the original parameters back (when they differ and the thread lives).
-    pub fn restore(&mut self) -> std::io::Result<bool> {
-        let original = self.original;
-        if !self.handle.is_alive() {
-            return Ok(false);
-        }
-        if original.same_class(&self.applied) {
-            return Ok(false);
-        }
-        sched::set_params(self.handle.tid, &original)?;
-        self.applied = original;
-        Ok(true)
-    }
 }
 
 pub struct ServedVm {
@@ -130,19 +57,24 @@ pub struct ServedVm {
 }
 
 impl ServedVm {
-    /// Opens (or creates) the region, (re)initialises its header when it does
-    /// not fit the VM, and opens every thread.
-    #[allow(clippy::too_many_arguments)]
+    /// Opens (or creates) the region of VM `found`, (re)initialises its
+    /// header when it does not fit the VM, and opens every thread; `id` is
+    /// its VM id in the event source.
     pub fn open(
-        name: &str,
+        found: &Found,
         id: u32,
-        cfg_index: Option<usize>,
-        region_path: &Path,
-        region_mode: u32,
-        threads: VmThreads,
         limits: VmLimits,
         metrics: VmMetrics,
     ) -> Result<Self, VmError> {
+        let Found {
+            name,
+            cfg_index,
+            region: region_path,
+            region_mode,
+            threads,
+        } = found;
+        let (name, cfg_index, region_mode) = (name.as_str(), *cfg_index, *region_mode);
+        let threads = threads.clone();
         let nr = threads.vcpus.len() as u32;
         let mut region = if region_path.exists() {
             RegionFile::open(region_path)
@@ -175,15 +107,23 @@ impl ServedVm {
                 g
             }
         };
+        let open = |tid: i32| {
+            Managed::open(threads.tgid, tid).map_err(|(op, source)| VmError::Thread {
+                vm: name.to_string(),
+                tid,
+                op,
+                source,
+            })
+        };
         let vcpus = threads
             .vcpus
             .iter()
-            .map(|(_, tid)| Managed::open(name, threads.tgid, *tid))
+            .map(|(_, tid)| open(*tid))
             .collect::<Result<Vec<_>, _>>()?;
         let latency_path = threads
             .latency_path
             .iter()
-            .filter_map(|tid| match Managed::open(name, threads.tgid, *tid) {
+            .filter_map(|tid| match open(*tid) {
                 Ok(m) => Some(m),
                 Err(e) => {
                     warn!(error = %e, "latency-path thread not managed");
@@ -264,10 +204,7 @@ impl ServedVm {
 
     /// vCPU `v` is boosted by us and not halted (its guest may change its slot).
     pub fn boosted_on_cpu(&self, v: u32) -> bool {
-        let boosted = self
-            .vcpus
-            .get(v as usize)
-            .is_some_and(|m| m.applied.is_rt() && !m.original.is_rt());
+        let boosted = self.vcpus.get(v as usize).is_some_and(Managed::boosted);
         let halted = self
             .policy
             .vcpu_stats(v)
@@ -275,50 +212,49 @@ impl ServedVm {
         boosted && !halted
     }
 
-    /// Which records of vCPU `v` need not wake the daemon
-    /// (`events::wire::LAZY_*`). While any vCPU is boosted the daemon wakes
-    /// on the recheck timer, which drains the queue and re-reads the boosted
-    /// vCPUs found on a CPU: nothing a boosted vCPU does needs a wakeup of
-    /// its own. An unboosted one: its switch-ins and halts (a decision to
-    /// boost follows a wakeup, a preemption, an interrupt or a slot read),
-    /// and its wakeups or preemptions too when the limits make nothing of them.
-    pub fn lazy_bits(&self, v: u32) -> u32 {
-        use crate::events::wire::*;
-        let boosted = self
-            .vcpus
-            .get(v as usize)
-            .is_some_and(|m| m.applied.is_rt() && !m.original.is_rt());
-        if !boosted {
-            let l = self.policy.limits();
-            let mut bits = LAZY_SWITCH_IN | LAZY_BLOCKED | LAZY_KVM_WAKEUP;
-            // A wakeup matters for a proactive boost, or for the guest's
-            // pending hint, read then.
-            if !l.proactive_wake && !l.honor_pending_hint {
-                bits |= LAZY_WAKING;
-            }
-            if !(l.honor_critical_sections
-                || l.honor_guest_rt
-                || l.honor_boost_request
-                || l.honor_pending_hint)
-            {
-                // Nothing the guest says can start a boost on a preemption.
-                bits |= LAZY_PREEMPTED;
-            }
-            bits
-        } else {
-            LAZY_ALL
-        }
+    /// Which records of vCPU `v` need not wake the daemon now.
+    pub fn quiet(&self, v: u32) -> Quiet {
+        let boosted = self.vcpus.get(v as usize).is_some_and(Managed::boosted);
+        Quiet::for_vcpu(boosted, self.policy.limits())
     }
 
     /// Whether any vCPU of this VM is boosted (halted or not).
     pub fn any_boosted(&self) -> bool {
-        self.vcpus
-            .iter()
-            .any(|m| m.applied.is_rt() && !m.original.is_rt())
+        self.vcpus.iter().any(Managed::boosted)
     }
 
     pub fn any_boosted_on_cpu(&self) -> bool {
         (0..self.vcpus.len() as u32).any(|v| self.boosted_on_cpu(v))
+    }
+
+    /// The strongest boost among the vCPUs (what the latency path gets).
+    pub fn strongest_boost(&self) -> Option<pvsched_base::sched::ThreadParams> {
+        self.vcpus
+            .iter()
+            .filter(|m| m.boosted())
+            .map(|m| m.applied)
+            .max_by_key(|p| p.priority)
+    }
+
+    /// Pushes the policy's totals to the VM's metrics (they take deltas).
+    pub fn report_stats(&mut self) {
+        let stats = self.policy.vm_stats();
+        self.metrics
+            .boosted_seconds
+            .set(stats.boosted_ns_total as f64 * 1e-9);
+        if stats.clamped_inputs_total > self.reported_clamped {
+            self.metrics
+                .clamped
+                .inc_by(stats.clamped_inputs_total - self.reported_clamped);
+            self.reported_clamped = stats.clamped_inputs_total;
+        }
+    }
+
+    /// Clears every host half: the guest sees no host (at exit).
+    pub fn clear_host_halves(&self) {
+        for v in 0..self.policy.nr_vcpus() {
+            let _ = self.region.region().write_host(v, &Default::default());
+        }
     }
 
     /// Restores every thread; returns how many changed.

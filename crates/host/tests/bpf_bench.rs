@@ -10,28 +10,19 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use pvsched_host::events::{
-    enable_run_time_stats, BpfOptions, BpfSource, HostEvent, PollOptions, ProcPollSource,
+    enable_run_time_stats, BpfOptions, BpfSource, EventKind, HostEvent, PollOptions, ProcPollSource,
 };
 
 fn gettid() -> u32 {
     unsafe { libc::gettid() as u32 }
 }
 
-fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 fn mono() -> u64 {
-    clock_ns(libc::CLOCK_MONOTONIC)
+    pvsched_base::clock::monotonic_ns()
 }
 
 fn thread_cpu() -> u64 {
-    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+    pvsched_base::clock::thread_cpu_ns()
 }
 
 fn pct(v: &mut [u64], p: f64) -> u64 {
@@ -113,18 +104,27 @@ fn sleep_pipeline() {
     loop {
         let finished = done.load(Ordering::Acquire);
         src.poll(Duration::from_millis(10), |e| {
-            lat.push(mono().saturating_sub(e.ts_ns()));
+            lat.push(mono().saturating_sub(e.ts_ns));
             match e {
-                HostEvent::SwitchOut { .. } => count[0] += 1,
-                HostEvent::SwitchIn { .. } => count[1] += 1,
-                HostEvent::Waking { .. } => count[2] += 1,
+                HostEvent {
+                    kind: EventKind::SwitchOut { .. },
+                    ..
+                } => count[0] += 1,
+                HostEvent {
+                    kind: EventKind::SwitchIn { .. },
+                    ..
+                } => count[1] += 1,
+                HostEvent {
+                    kind: EventKind::Waking { .. },
+                    ..
+                } => count[2] += 1,
                 _ => {}
             }
         })
         .unwrap();
         if finished {
             src.consume(|e| {
-                lat.push(mono().saturating_sub(e.ts_ns()));
+                lat.push(mono().saturating_sub(e.ts_ns));
             });
             break;
         }
@@ -202,7 +202,7 @@ fn max_throughput() {
     let mut sum = 0u64;
     src.consume(|e| {
         n += 1;
-        sum = sum.wrapping_add(e.ts_ns());
+        sum = sum.wrapping_add(e.ts_ns);
     });
     let consume_wall = mono() - w1;
     let consume_cpu = thread_cpu() - c0;

@@ -2,7 +2,7 @@
 //! event survives encode -> decode.
 
 use proptest::prelude::*;
-use pvsched_host::events::{decode, wire, DecodeError, HostEvent, RawEvent};
+use pvsched_host::events::{decode, wire, DecodeError, EventKind, HostEvent, RawEvent};
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(4096))]
@@ -21,14 +21,13 @@ proptest! {
     fn sized_records(kind in 0u32..9, flags in any::<u32>(), tid in any::<u32>(), vm in any::<u32>(),
                      vcpu in any::<u32>(), cpu in any::<u32>(), arg in any::<u64>(), ts in any::<u64>(),
                      small_flags in any::<bool>()) {
-        let flags = if small_flags { flags & wire::F_ALL } else { flags };
+        let flags = if small_flags { flags & wire::PVS_F_ALL } else { flags };
         let raw = RawEvent { ts_ns: ts, kind, flags, tid, vm, vcpu, cpu, arg };
         match decode(&raw.to_bytes()) {
             Ok(ev) => {
-                let (evm, evcpu, ets, etid) = ev.ids();
-                prop_assert_eq!((evm, evcpu, ets), (vm, vcpu, ts));
-                if !matches!(ev, HostEvent::KvmIrq { .. }) {
-                    prop_assert_eq!(etid, tid as i32);
+                prop_assert_eq!((ev.vm, ev.vcpu, ev.ts_ns), (vm, vcpu, ts));
+                if !matches!(ev, HostEvent { kind: EventKind::KvmIrq, .. }) {
+                    prop_assert_eq!(ev.tid, tid);
                 }
                 prop_assert!(flags & !wire::allowed_flags(kind).unwrap() == 0);
             }

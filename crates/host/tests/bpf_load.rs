@@ -9,7 +9,10 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use pvsched_host::events::{BpfOptions, BpfSource, HostEvent, KvmExitReason, WakeSource};
+use pvsched_base::clock::monotonic_ns;
+use pvsched_host::events::{
+    BpfOptions, BpfSource, EventKind, HostEvent, KvmExitReason, Quiet, WakeSource,
+};
 
 fn can_bpf() -> bool {
     let root = unsafe { libc::geteuid() } == 0;
@@ -66,7 +69,7 @@ fn wait_blocked(tid: u32) {
 }
 
 fn tid_of(e: &HostEvent) -> i32 {
-    e.ids().3
+    e.tid as i32
 }
 
 #[test]
@@ -153,10 +156,13 @@ fn tracked_thread_produces_sched_events() {
         .filter(|e| {
             matches!(
                 e,
-                HostEvent::SwitchOut {
-                    runnable: false,
+                HostEvent {
                     vm: 7,
                     vcpu: 3,
+                    kind: EventKind::SwitchOut {
+                        runnable: false,
+                        ..
+                    },
                     ..
                 }
             )
@@ -164,11 +170,31 @@ fn tracked_thread_produces_sched_events() {
         .count();
     let ins = mine
         .iter()
-        .filter(|e| matches!(e, HostEvent::SwitchIn { vm: 7, vcpu: 3, .. }))
+        .filter(|e| {
+            matches!(
+                e,
+                HostEvent {
+                    vm: 7,
+                    vcpu: 3,
+                    kind: EventKind::SwitchIn { .. },
+                    ..
+                }
+            )
+        })
         .count();
     let wakes = mine
         .iter()
-        .filter(|e| matches!(e, HostEvent::Waking { vm: 7, vcpu: 3, .. }))
+        .filter(|e| {
+            matches!(
+                e,
+                HostEvent {
+                    vm: 7,
+                    vcpu: 3,
+                    kind: EventKind::Waking { .. },
+                    ..
+                }
+            )
+        })
         .count();
     assert!(outs >= 5, "blocked switch-outs: {outs}, {mine:?}");
     assert!(ins >= 5, "switch-ins: {ins}, {mine:?}");
@@ -177,8 +203,11 @@ fn tracked_thread_produces_sched_events() {
     assert!(
         mine.iter().any(|e| matches!(
             e,
-            HostEvent::Waking {
-                source: WakeSource::Other,
+            HostEvent {
+                kind: EventKind::Waking {
+                    source: WakeSource::Other,
+                    ..
+                },
                 ..
             }
         )),
@@ -186,7 +215,7 @@ fn tracked_thread_produces_sched_events() {
     );
     // Events are in time order and recent.
     let now = monotonic_ns();
-    let ts: Vec<u64> = mine.iter().map(|e| e.ts_ns()).collect();
+    let ts: Vec<u64> = mine.iter().map(|e| e.ts_ns).collect();
     assert!(ts.windows(2).all(|w| w[0] <= w[1]), "{ts:?}");
     assert!(
         ts.iter().all(|&t| t <= now && now - t < 5_000_000_000),
@@ -195,15 +224,6 @@ fn tracked_thread_produces_sched_events() {
     assert_eq!(src.dropped_events(), 0);
 
     src.untrack(tracked);
-}
-
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Waker classes: a tracked thread of the same VM (IPI), another thread of
@@ -241,19 +261,22 @@ fn waker_classification() {
     vcpu_waker.join().unwrap();
     let evs = collect(&mut src, Duration::from_secs(2), |evs| {
         evs.iter()
-            .any(|e| matches!(e, HostEvent::Waking { tid, .. } if *tid == sleeper_tid))
+            .any(|e| matches!(e, HostEvent { tid, kind: EventKind::Waking { .. }, .. } if *tid == sleeper_tid))
     });
     let w: Vec<_> = evs
         .iter()
-        .filter(|e| matches!(e, HostEvent::Waking { tid, .. } if *tid == sleeper_tid))
+        .filter(|e| matches!(e, HostEvent { tid, kind: EventKind::Waking { .. }, .. } if *tid == sleeper_tid))
         .collect();
     assert!(
         matches!(
             w.first(),
-            Some(HostEvent::Waking {
-                source: WakeSource::Vcpu,
+            Some(HostEvent {
                 vm: 1,
                 vcpu: 0,
+                kind: EventKind::Waking {
+                    source: WakeSource::Vcpu,
+                    ..
+                },
                 ..
             })
         ),
@@ -266,17 +289,20 @@ fn waker_classification() {
     sleeper.join().unwrap();
     let evs = collect(&mut src, Duration::from_secs(2), |evs| {
         evs.iter()
-            .any(|e| matches!(e, HostEvent::Waking { tid, .. } if *tid == sleeper_tid))
+            .any(|e| matches!(e, HostEvent { tid, kind: EventKind::Waking { .. }, .. } if *tid == sleeper_tid))
     });
     let w: Vec<_> = evs
         .iter()
-        .filter(|e| matches!(e, HostEvent::Waking { tid, .. } if *tid == sleeper_tid))
+        .filter(|e| matches!(e, HostEvent { tid, kind: EventKind::Waking { .. }, .. } if *tid == sleeper_tid))
         .collect();
     assert!(
         matches!(
             w.first(),
-            Some(HostEvent::Waking {
-                source: WakeSource::SameVmm,
+            Some(HostEvent {
+                kind: EventKind::Waking {
+                    source: WakeSource::SameVmm,
+                    ..
+                },
                 ..
             })
         ),
@@ -344,7 +370,11 @@ fn timer_wakeups_under_load_are_not_vmm_wakeups() {
     let wakes_of = |evs: &[HostEvent]| -> Vec<WakeSource> {
         evs.iter()
             .filter_map(|e| match e {
-                HostEvent::Waking { tid: t, source, .. } if *t == tid => Some(*source),
+                HostEvent {
+                    tid: t,
+                    kind: EventKind::Waking { source, .. },
+                    ..
+                } if *t == tid => Some(*source),
                 _ => None,
             })
             .collect()
@@ -397,13 +427,23 @@ fn tunables_switch_events_off() {
     let evs = collect(&mut src, Duration::from_millis(300), |_| false);
     let mine: Vec<_> = evs.iter().filter(|e| tid_of(e) == tid as i32).collect();
     assert!(
-        mine.iter()
-            .any(|e| matches!(e, HostEvent::SwitchOut { .. })),
+        mine.iter().any(|e| matches!(
+            e,
+            HostEvent {
+                kind: EventKind::SwitchOut { .. },
+                ..
+            }
+        )),
         "{mine:?}"
     );
     assert!(
-        mine.iter()
-            .all(|e| matches!(e, HostEvent::SwitchOut { .. })),
+        mine.iter().all(|e| matches!(
+            e,
+            HostEvent {
+                kind: EventKind::SwitchOut { .. },
+                ..
+            }
+        )),
         "only switch-outs expected: {mine:?}"
     );
 }
@@ -426,7 +466,7 @@ fn lazy_records_wait_for_the_next_read() {
     if !can_bpf() {
         return;
     }
-    use pvsched_host::events::wire::{LAZY_ALL, LAZY_BLOCKED, LAZY_SWITCH_IN, LAZY_WAKING};
+    use pvsched_host::events::wire::{PVS_LAZY_BLOCKED, PVS_LAZY_SWITCH_IN, PVS_LAZY_WAKING};
     // Arrange: a tracked thread, every record of it lazy.
     let mut src = load(BpfOptions::default());
     let (tx, rx) = mpsc::channel();
@@ -447,9 +487,9 @@ fn lazy_records_wait_for_the_next_read() {
     // slots' stride in the shared array is tested too).
     let me = gettid();
     src.try_track(me, 4, 0).unwrap();
-    src.set_lazy(me, LAZY_ALL);
+    src.set_quiet(me, Quiet::ALL);
     src.try_track(tid, 4, 1).unwrap();
-    src.set_lazy(tid, LAZY_ALL);
+    src.set_quiet(tid, Quiet::ALL);
     let lazy_before = src.lazy_events();
 
     // Act 1: it sleeps and wakes five times.
@@ -468,8 +508,11 @@ fn lazy_records_wait_for_the_next_read() {
         .filter(|e| {
             matches!(
                 e,
-                HostEvent::SwitchOut {
-                    runnable: false,
+                HostEvent {
+                    kind: EventKind::SwitchOut {
+                        runnable: false,
+                        ..
+                    },
                     ..
                 }
             )
@@ -479,8 +522,8 @@ fn lazy_records_wait_for_the_next_read() {
     assert!(src.lazy_events() - lazy_before >= mine.len() as u64);
 
     // Act 2: only switch-ins and halts lazy; it is woken once more.
-    src.set_lazy(tid, LAZY_SWITCH_IN | LAZY_BLOCKED);
-    const { assert!(LAZY_WAKING & (LAZY_SWITCH_IN | LAZY_BLOCKED) == 0) };
+    src.set_quiet(tid, Quiet::from_bits(PVS_LAZY_SWITCH_IN | PVS_LAZY_BLOCKED));
+    const { assert!(PVS_LAZY_WAKING & (PVS_LAZY_SWITCH_IN | PVS_LAZY_BLOCKED) == 0) };
     again_tx.send(()).unwrap();
 
     // Assert 2: the waking wakes the reader.
@@ -491,8 +534,14 @@ fn lazy_records_wait_for_the_next_read() {
     h.join().unwrap();
     let evs = collect(&mut src, Duration::from_millis(200), |_| false);
     assert!(
-        evs.iter()
-            .any(|e| tid_of(e) == tid as i32 && matches!(e, HostEvent::Waking { .. })),
+        evs.iter().any(|e| tid_of(e) == tid as i32
+            && matches!(
+                e,
+                HostEvent {
+                    kind: EventKind::Waking { .. },
+                    ..
+                }
+            )),
         "{evs:?}"
     );
     src.untrack(tid);
@@ -543,20 +592,27 @@ fn kvm_programs_filter_in_kernel() {
         .filter(|e| {
             matches!(
                 e,
-                HostEvent::KvmExit { .. }
-                    | HostEvent::KvmHaltWakeup { .. }
-                    | HostEvent::KvmIrq { .. }
+                HostEvent {
+                    kind: EventKind::KvmExit { .. },
+                    ..
+                } | HostEvent {
+                    kind: EventKind::KvmHaltWakeup { .. },
+                    ..
+                } | HostEvent {
+                    kind: EventKind::KvmIrq,
+                    ..
+                }
             )
         })
         .collect();
     let exits: Vec<_> = kvm
         .iter()
         .filter_map(|e| match e {
-            HostEvent::KvmExit {
+            HostEvent {
                 tid,
                 vm,
                 vcpu,
-                reason,
+                kind: EventKind::KvmExit { reason, .. },
                 ..
             } => {
                 assert_eq!((*tid, *vm, *vcpu), (me, 4, 2));
@@ -570,12 +626,16 @@ fn kvm_programs_filter_in_kernel() {
     let wakeups: Vec<_> = kvm
         .iter()
         .filter_map(|e| match e {
-            HostEvent::KvmHaltWakeup {
+            HostEvent {
                 vm: 4,
                 vcpu: 2,
-                halt_ns,
-                polled,
-                valid,
+                kind:
+                    EventKind::KvmHaltWakeup {
+                        halt_ns,
+                        polled,
+                        valid,
+                        ..
+                    },
                 ..
             } => Some((*halt_ns, *polled, *valid)),
             _ => None,
@@ -585,7 +645,12 @@ fn kvm_programs_filter_in_kernel() {
     let irqs: Vec<_> = kvm
         .iter()
         .filter_map(|e| match e {
-            HostEvent::KvmIrq { vm, vcpu, .. } => Some((*vm, *vcpu)),
+            HostEvent {
+                vm,
+                vcpu,
+                kind: EventKind::KvmIrq,
+                ..
+            } => Some((*vm, *vcpu)),
             _ => None,
         })
         .collect();
@@ -636,7 +701,14 @@ fn event_source_open_picks_and_delivers() {
     let mut evs = Vec::new();
     p.poll(Duration::from_millis(50), |e| evs.push(e)).unwrap();
     assert!(
-        matches!(evs.as_slice(), [HostEvent::SwitchIn { vm: 3, .. }]),
+        matches!(
+            evs.as_slice(),
+            [HostEvent {
+                vm: 3,
+                kind: EventKind::SwitchIn { .. },
+                ..
+            }]
+        ),
         "{evs:?}"
     );
     assert_eq!(p.dropped_events(), 0);
@@ -685,10 +757,13 @@ fn event_source_open_picks_and_delivers() {
     assert!(
         evs.iter().any(|e| matches!(
             e,
-            HostEvent::SwitchOut {
+            HostEvent {
                 vm: 8,
                 vcpu: 1,
-                runnable: false,
+                kind: EventKind::SwitchOut {
+                    runnable: false,
+                    ..
+                },
                 ..
             }
         )),
@@ -742,7 +817,13 @@ fn consumer_preemptions_do_not_feed_back() {
         src.poll(Duration::from_millis(10), |e| {
             if tid_of(&e) == tid as i32 {
                 mine += 1;
-                if matches!(e, HostEvent::SwitchOut { runnable: true, .. }) {
+                if matches!(
+                    e,
+                    HostEvent {
+                        kind: EventKind::SwitchOut { runnable: true, .. },
+                        ..
+                    }
+                ) {
                     runnable_outs += 1;
                 }
             }

@@ -4,7 +4,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use pvsched_host::events::{HostEvent, PollOptions, ProcPollSource};
+use pvsched_host::events::{EventKind, HostEvent, PollOptions, ProcPollSource};
 
 #[test]
 fn sleeping_then_spinning_thread_changes_state() {
@@ -36,17 +36,17 @@ fn sleeping_then_spinning_thread_changes_state() {
             .unwrap();
     }
     h.join().unwrap();
-    let outs = evs.iter().filter(|e| matches!(e, HostEvent::SwitchOut { tid: t, vm: 5, vcpu: 1, runnable: false, .. } if *t == tid)).count();
+    let outs = evs.iter().filter(|e| matches!(e, HostEvent { tid: t, vm: 5, vcpu: 1, kind: EventKind::SwitchOut { runnable: false, .. }, .. } if *t == tid)).count();
     let ins = evs
         .iter()
-        .filter(|e| matches!(e, HostEvent::SwitchIn { tid: t, vm: 5, vcpu: 1, .. } if *t == tid))
+        .filter(|e| matches!(e, HostEvent { tid: t, vm: 5, vcpu: 1, kind: EventKind::SwitchIn { .. }, .. } if *t == tid))
         .count();
     assert!(outs >= 2 && ins >= 2, "outs {outs} ins {ins}: {evs:?}");
     // Strictly alternating: only changes are reported.
     for w in evs.windows(2) {
         assert_ne!(
-            std::mem::discriminant(&w[0]),
-            std::mem::discriminant(&w[1]),
+            std::mem::discriminant(&w[0].kind),
+            std::mem::discriminant(&w[1].kind),
             "{evs:?}"
         );
     }

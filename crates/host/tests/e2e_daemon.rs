@@ -11,9 +11,9 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use pvsched_abi::{GuestHalf, POLICY_FIFO};
-use pvsched_host::control::{call, Request, Response, Status};
+use pvsched_base::sched::{get_params, set_params, ThreadParams};
+use pvsched_control::{call, Request, Response, Status};
 use pvsched_host::discovery::threads_by_name;
-use pvsched_host::sched::{get_params, set_params, ThreadParams};
 use pvsched_vmtest::{wait_until, GuestImage, ImageConfig, Vm, VmConfig};
 
 const SCHED_OTHER: u32 = 0;

@@ -1,7 +1,7 @@
 //! Per-VM admin configuration: what the policy may ever do to that VM's vCPU threads.
 //!
 //! Everything the guest says is clamped against these limits; nothing outside them is
-//! ever applied (DESIGN.md, "Trust boundaries").
+//! ever applied (docs/DESIGN.md, "Trust boundaries").
 
 use pvsched_abi as abi;
 

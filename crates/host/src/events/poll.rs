@@ -3,8 +3,8 @@
 //! What it sees: at each poll, whether the thread is `R` (running or
 //! runnable: /proc cannot tell which) or blocked (`S`, `D`, ...), and the
 //! CPU it last ran on. It reports changes between two polls:
-//! blocked -> R as [`HostEvent::SwitchIn`], R -> blocked as
-//! [`HostEvent::SwitchOut`] with `runnable: false`, and the state at the
+//! blocked -> R as [`EventKind::SwitchIn`], R -> blocked as
+//! [`EventKind::SwitchOut`] with `runnable: false`, and the state at the
 //! first poll after [`ProcPollSource::try_track`].
 //!
 //! What it cannot see: anything shorter than the interval (a vCPU that
@@ -21,14 +21,14 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use tracing::debug;
 
-use super::{EventSourceError, HostEvent};
+use pvsched_base::clock::monotonic_ns;
+
+use super::{EventKind, EventSourceError, HostEvent};
 
 /// Options of [`ProcPollSource`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PollOptions {
     /// Time between two polls.
     pub interval: Duration,
@@ -66,17 +66,6 @@ pub struct ProcPollSource {
     timer: OwnedFd,
     buf: [u8; 1024],
     polls: u64,
-}
-
-/// CLOCK_MONOTONIC in ns (the clock of bpf_ktime_get_ns()).
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime(2) writes only the timespec we pass.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// `(state, processor)` from a /proc stat line, or None if malformed.
@@ -243,23 +232,18 @@ impl ProcPollSource {
             }
             t.state = new;
             let (tid, vm, vcpu) = (t.tid, t.vm, t.vcpu);
-            match new {
-                State::Runnable => f(HostEvent::SwitchIn {
-                    ts_ns,
-                    tid,
-                    vm,
-                    vcpu,
-                    cpu,
-                }),
-                State::Blocked => f(HostEvent::SwitchOut {
-                    ts_ns,
-                    tid,
-                    vm,
-                    vcpu,
-                    runnable: false,
-                }),
+            let kind = match new {
+                State::Runnable => EventKind::SwitchIn { cpu },
+                State::Blocked => EventKind::SwitchOut { runnable: false },
                 State::Gone | State::Unknown => continue,
-            }
+            };
+            f(HostEvent {
+                ts_ns,
+                tid,
+                vm,
+                vcpu,
+                kind,
+            });
             n += 1;
         }
         n
@@ -325,7 +309,7 @@ mod tests {
         s.sample(|e| evs.push(e));
         // We are running while we read our own stat.
         assert!(
-            matches!(evs.as_slice(), [HostEvent::SwitchIn { tid: t, vm: 1, vcpu: 0, .. }] if *t == tid),
+            matches!(evs.as_slice(), [HostEvent { tid: t, vm: 1, vcpu: 0, kind: EventKind::SwitchIn { .. }, .. }] if *t == tid),
             "{evs:?}"
         );
         evs.clear();

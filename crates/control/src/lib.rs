@@ -1,0 +1,213 @@
+//! The control protocol between pvschedctl and pvschedd: one JSON request
+//! line, one JSON response line, over the daemon's Unix socket.
+//! The types live here so that clients need neither the daemon nor libbpf.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use pvsched_base::sched::ThreadParams;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case")]
+pub enum Request {
+    Status,
+    Metrics,
+    /// A run-time tunable, for one VM or (vm = None) the defaults and every VM.
+    Set {
+        vm: Option<String>,
+        key: String,
+        value: String,
+    },
+    /// Records host events and decisions for `seconds`, then returns them.
+    Record {
+        seconds: f64,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Response {
+    Status(Status),
+    Metrics { text: String },
+    Ok { message: String },
+    Record(Recording),
+    Error { message: String },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    pub pid: u32,
+    pub uptime_s: f64,
+    pub event_source: String,
+    pub dropped_events: u64,
+    pub vms: Vec<VmStatus>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VmStatus {
+    pub name: String,
+    pub tgid: i32,
+    pub accel: String,
+    pub region: String,
+    pub generation: u64,
+    pub guest_bound: bool,
+    pub in_debt: bool,
+    pub debt_ms: f64,
+    pub boosts: u64,
+    pub throttles: u64,
+    pub clamped_inputs: u64,
+    pub boosted_s: f64,
+    pub vcpus: Vec<VcpuStatus>,
+    pub latency_path: Vec<ThreadStatus>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VcpuStatus {
+    pub index: u32,
+    pub tid: i32,
+    pub params: ThreadParams,
+    pub reason: String,
+    pub throttled: bool,
+    pub host_status: String,
+    pub guest_policy: u32,
+    pub guest_rt_priority: u32,
+    pub guest_cs_flags: u32,
+    pub boosts: u64,
+    pub throttles: u64,
+    pub boosted_ms: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ThreadStatus {
+    pub tid: i32,
+    pub params: ThreadParams,
+}
+
+/// What `pvschedctl record` gets back: thread names and a time-ordered list.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Recording {
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub tracks: Vec<TrackInfo>,
+    pub records: Vec<TraceRecord>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrackInfo {
+    pub vm: String,
+    pub tgid: i32,
+    pub vcpu: u32,
+    pub tid: i32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceKind {
+    /// The vCPU thread got a CPU.
+    Running,
+    /// Switched out while runnable.
+    Preempted,
+    /// Switched out blocked: the guest halted.
+    Halted,
+    /// Woken (runnable, not yet running).
+    Woken,
+    /// Params changed to RT.
+    Boost,
+    /// Params changed back to non-RT.
+    Unboost,
+    /// Boost refused by the throttle.
+    Throttle,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TraceRecord {
+    pub ts_ns: u64,
+    pub tid: i32,
+    pub kind: TraceKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error("{path}: {op}: {source} (is pvschedd running?)")]
+    Io {
+        path: String,
+        op: &'static str,
+        source: std::io::Error,
+    },
+    #[error("{path}: bad response: {msg}")]
+    Protocol { path: String, msg: String },
+}
+
+/// Sends one request and waits for its response.
+pub fn call(socket: &Path, request: &Request, timeout: Duration) -> Result<Response, ControlError> {
+    let path = socket.display().to_string();
+    let io = |op, e| ControlError::Io {
+        path: path.clone(),
+        op,
+        source: e,
+    };
+    let mut stream = UnixStream::connect(socket).map_err(|e| io("connect", e))?;
+    stream
+        .set_read_timeout(Some(timeout))
+        .map_err(|e| io("timeout", e))?;
+    let mut line =
+        serde_json::to_string(request).map_err(|e| io("encode", std::io::Error::other(e)))?;
+    line.push('\n');
+    stream
+        .write_all(line.as_bytes())
+        .map_err(|e| io("write", e))?;
+    let mut reply = String::new();
+    BufReader::new(stream)
+        .read_line(&mut reply)
+        .map_err(|e| io("read", e))?;
+    serde_json::from_str(&reply).map_err(|e| ControlError::Protocol {
+        path,
+        msg: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_travel_as_one_json_line_tagged_by_cmd() {
+        let req = Request::Set {
+            vm: Some("audio".into()),
+            key: "max_rt_priority".into(),
+            value: "3".into(),
+        };
+        let line = serde_json::to_string(&req).unwrap();
+
+        assert!(
+            line.contains("\"cmd\":\"set\"") && !line.contains('\n'),
+            "{line}"
+        );
+        assert_eq!(serde_json::from_str::<Request>(&line).unwrap(), req);
+    }
+
+    #[test]
+    fn replies_round_trip_with_thread_params() {
+        let resp = Response::Status(Status {
+            pid: 1,
+            uptime_s: 2.0,
+            event_source: "bpf".into(),
+            dropped_events: 0,
+            vms: vec![],
+        });
+        let line = serde_json::to_string(&resp).unwrap();
+
+        assert_eq!(serde_json::from_str::<Response>(&line).unwrap(), resp);
+        let p: ThreadParams =
+            serde_json::from_str(r#"{"policy":2,"priority":3,"nice":0}"#).unwrap();
+        assert_eq!(p, ThreadParams::rr(3));
+    }
+}

@@ -1,0 +1,254 @@
+//! The actuator: the threads whose scheduling parameters the daemon
+//! changes, what was in force before (restored on exit), and the one place
+//! where a policy decision becomes a `sched_setattr`.
+
+use pvsched_base::clock::monotonic_ns;
+use pvsched_base::sched::{
+    self, ThreadParams, SCHED_BATCH, SCHED_FIFO, SCHED_IDLE, SCHED_OTHER, SCHED_RR,
+};
+use pvsched_base::thread::ThreadHandle;
+use pvsched_control::{Recording, TraceKind, TraceRecord};
+use pvsched_policy::{Decision, HostPolicy, Reason, SchedParams};
+use tracing::{debug, warn};
+
+use crate::events::Quiet;
+use crate::metrics::Metrics;
+use crate::statefile::ThreadRecord;
+use crate::vm::ServedVm;
+
+/// The kernel's parameters for a policy decision. Reset-on-fork always:
+/// children of a boosted vCPU thread never inherit the boost.
+pub fn thread_params(p: SchedParams) -> ThreadParams {
+    let policy = match p.policy {
+        HostPolicy::Other => SCHED_OTHER,
+        HostPolicy::Batch => SCHED_BATCH,
+        HostPolicy::Idle => SCHED_IDLE,
+        HostPolicy::Fifo => SCHED_FIFO,
+        HostPolicy::Rr => SCHED_RR,
+    };
+    let params = if matches!(policy, SCHED_FIFO | SCHED_RR) {
+        ThreadParams::rt(policy, u32::from(p.rt_priority))
+    } else {
+        ThreadParams {
+            policy,
+            ..ThreadParams::other(i32::from(p.nice))
+        }
+    };
+    params.reset_on_fork()
+}
+
+/// A thread whose parameters the daemon manages.
+#[derive(Debug)]
+pub struct Managed {
+    pub handle: ThreadHandle,
+    /// Parameters before the daemon touched it: restored on exit.
+    pub original: ThreadParams,
+    /// Parameters in force now (as last set, or the original).
+    pub applied: ThreadParams,
+    /// Which of its records the event source queues without a wakeup, as
+    /// last set.
+    pub quiet: Quiet,
+}
+
+impl Managed {
+    /// Opens thread `tid` of process `tgid` and reads its parameters.
+    pub fn open(tgid: i32, tid: i32) -> Result<Self, (&'static str, std::io::Error)> {
+        let handle = ThreadHandle::open(tgid, tid).map_err(|e| ("open", e))?;
+        let original = sched::get_params(tid).map_err(|e| ("sched_getattr", e))?;
+        Ok(Self {
+            handle,
+            original,
+            applied: original,
+            quiet: Quiet::NONE,
+        })
+    }
+
+    /// What the state file keeps of it.
+    pub fn record(&self, vm: &str) -> ThreadRecord {
+        ThreadRecord {
+            vm: vm.to_string(),
+            tgid: self.handle.tgid,
+            tid: self.handle.tid,
+            start_time: self.handle.start_time,
+            original: self.original,
+        }
+    }
+
+    /// Boosted by us (RT now, and it was not RT before we came).
+    pub fn boosted(&self) -> bool {
+        self.applied.is_rt() && !self.original.is_rt()
+    }
+
+    /// Applies `want` unless already in force. Ok(true) when a call was made.
+    /// Refuses a thread id that no longer names the thread we opened.
+    pub fn apply(&mut self, want: &ThreadParams) -> std::io::Result<bool> {
+        if want.same_class(&self.applied) {
+            return Ok(false);
+        }
+        if !self.handle.is_alive() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "thread exited",
+            ));
+        }
+        sched::set_params(self.handle.tid, want)?;
+        self.applied = *want;
+        Ok(true)
+    }
+
+    /// Puts the original parameters back (when they differ and the thread lives).
+    pub fn restore(&mut self) -> std::io::Result<bool> {
+        let original = self.original;
+        if !self.handle.is_alive() {
+            return Ok(false);
+        }
+        if original.same_class(&self.applied) {
+            return Ok(false);
+        }
+        sched::set_params(self.handle.tid, &original)?;
+        self.applied = original;
+        Ok(true)
+    }
+}
+
+/// What [`apply_decisions`] needs besides the VM and its decisions.
+pub struct ApplyContext<'a> {
+    /// When the event behind the decisions happened, for the reaction-time
+    /// metric; `None` for timer work and events read late.
+    pub event_ts: Option<u64>,
+    pub now: u64,
+    /// Boost the VM's latency-path threads with its strongest vCPU boost.
+    pub boost_latency_path: bool,
+    pub metrics: &'a Metrics,
+    pub recording: Option<&'a mut Recording>,
+}
+
+/// Puts `decisions` (in order; the last for a vCPU wins) into force on
+/// `vm`'s threads, publishes each vCPU's host half, and marks the VM gone
+/// if a thread has exited.
+pub fn apply_decisions(vm: &mut ServedVm, decisions: &[Decision], ctx: ApplyContext<'_>) {
+    let ApplyContext {
+        event_ts,
+        now,
+        boost_latency_path,
+        metrics,
+        recording,
+    } = ctx;
+    let mut lost = false;
+    for (i, d) in decisions.iter().enumerate() {
+        if decisions[i + 1..].iter().any(|later| later.vcpu == d.vcpu) {
+            continue;
+        }
+        let Some(m) = vm.vcpus.get_mut(d.vcpu as usize) else {
+            continue;
+        };
+        let want = thread_params(d.params);
+        let was_rt = m.applied.is_rt();
+        match m.apply(&want) {
+            Ok(true) => {
+                let done = monotonic_ns();
+                if let Some(ts) = event_ts.filter(|&ts| done >= ts) {
+                    metrics.reaction_seconds.observe((done - ts) as f64 * 1e-9);
+                }
+                metrics.decision(&vm.metrics, d.reason.name());
+                if want.is_rt() && !was_rt {
+                    vm.metrics.boosts.inc();
+                }
+                if d.reason == Reason::Throttled {
+                    vm.metrics.throttles.inc();
+                }
+                debug!(vm = %vm.name, vcpu = d.vcpu, params = %want, reason = %d.reason, "applied");
+            }
+            Ok(false) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => lost = true,
+            Err(e) => {
+                metrics.setattr_errors.inc();
+                warn!(vm = %vm.name, vcpu = d.vcpu, error = %e, "sched_setattr failed");
+            }
+        }
+        vm.publish(now, d.vcpu);
+    }
+    if let Some(rec) = recording {
+        record_decisions(rec, vm, decisions, now);
+    }
+    if boost_latency_path && !vm.latency_path.is_empty() && !decisions.is_empty() {
+        let boost = vm.strongest_boost();
+        for lp in vm.latency_path.iter_mut() {
+            let want = boost.unwrap_or(lp.original);
+            if let Err(e) = lp.apply(&want) {
+                debug!(vm = %vm.name, tid = lp.handle.tid, error = %e, "latency-path thread");
+            }
+        }
+    }
+    if lost {
+        vm.gone = true;
+    }
+}
+
+fn record_decisions(rec: &mut Recording, vm: &ServedVm, decisions: &[Decision], now: u64) {
+    for d in decisions {
+        let Some(m) = vm.vcpus.get(d.vcpu as usize) else {
+            continue;
+        };
+        let kind = if d.throttled {
+            TraceKind::Throttle
+        } else if d.params.is_rt() {
+            TraceKind::Boost
+        } else {
+            TraceKind::Unboost
+        };
+        rec.records.push(TraceRecord {
+            ts_ns: now,
+            tid: m.handle.tid,
+            kind,
+            reason: Some(d.reason.name().to_string()),
+            params: Some(thread_params(d.params).to_string()),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_boost_decision_becomes_rr_with_reset_on_fork() {
+        let p = thread_params(SchedParams {
+            policy: HostPolicy::Rr,
+            rt_priority: 3,
+            nice: 0,
+        });
+
+        assert_eq!(p, ThreadParams::rr(3).reset_on_fork());
+    }
+
+    #[test]
+    fn an_unboost_decision_keeps_its_nice() {
+        let p = thread_params(SchedParams {
+            nice: 5,
+            ..SchedParams::NORMAL
+        });
+
+        assert_eq!(p, ThreadParams::other(5).reset_on_fork());
+    }
+
+    #[test]
+    fn a_managed_thread_is_restored_to_its_original() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            tx.send(pvsched_base::thread::gettid()).unwrap();
+            done_rx.recv().ok();
+        });
+        let tid = rx.recv().unwrap();
+        let mut m = Managed::open(std::process::id() as i32, tid).unwrap();
+        let nicer = ThreadParams::other(m.original.nice + 1);
+
+        assert!(m.apply(&nicer).unwrap());
+        assert!(!m.apply(&nicer).unwrap());
+        assert!(m.restore().unwrap());
+        assert_eq!(sched::get_params(tid).unwrap().nice, m.original.nice);
+        done_tx.send(()).unwrap();
+        t.join().unwrap();
+    }
+}

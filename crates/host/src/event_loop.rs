@@ -1,0 +1,467 @@
+//! The event loop: host events and timers in, policy decisions out.
+//!
+//! One thread does everything on the latency path (events, slot reads,
+//! decisions, sched_setattr, host halves), woken by epoll on the event
+//! source, one timer, signals, and two channels (discovery, control) whose
+//! slow work runs on threads of their own.
+
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::Arc;
+use std::time::Instant;
+
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::time::TimeSpec;
+use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
+use pvsched_base::clock::monotonic_ns;
+use pvsched_control::{Recording, TraceKind, TraceRecord};
+use pvsched_policy::{Decision, Decisions, Event, ExitReason, WakeSource};
+use tracing::info;
+
+use crate::actuator;
+use crate::config::Resolved;
+use crate::control::{self, ControlMsg};
+use crate::discovery::{self, Snapshot};
+use crate::events::{EventKind, EventSource, HostEvent, KvmExitReason};
+use crate::metrics::Metrics;
+use crate::statefile;
+use crate::vm::ServedVm;
+
+/// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread (and threads it
+/// spawns later): they are read from a signalfd by the event loop.
+pub fn block_stop_signals() -> Result<SigSet, DaemonError> {
+    let mut mask = SigSet::empty();
+    mask.add(Signal::SIGTERM);
+    mask.add(Signal::SIGINT);
+    mask.add(Signal::SIGHUP);
+    mask.thread_block().map_err(os("sigprocmask"))?;
+    Ok(mask)
+}
+
+const TOKEN_SOURCE: u64 = 1;
+const TOKEN_TIMER: u64 = 2;
+const TOKEN_SIGNAL: u64 = 3;
+const TOKEN_DISCOVERY: u64 = 4;
+const TOKEN_CONTROL: u64 = 5;
+
+pub struct Daemon {
+    pub(crate) cfg: Resolved,
+    pub(crate) source: EventSource,
+    /// Served VMs; the index is the VM id in the event source's maps.
+    pub(crate) vms: Vec<Option<ServedVm>>,
+    pub(crate) metrics: Arc<Metrics>,
+    /// Scratch output of one `handle` call.
+    scratch: Decisions,
+    /// Decisions collected for the VM being handled, applied in order.
+    decisions: Vec<Decision>,
+    pub(crate) state_path: PathBuf,
+    pub(crate) recording: Option<Recording>,
+    pub(crate) started: Instant,
+    next_scan: u64,
+    next_recheck: u64,
+    /// Absolute expiry the timerfd is set to (0: not yet): it is only
+    /// reprogrammed when the next deadline moves, a syscall (and, in a VM, a
+    /// timer-device exit) saved on most wakeups.
+    armed_ns: u64,
+    /// Host events of one drain, reused.
+    batch: Vec<HostEvent>,
+    pub(crate) overloaded: bool,
+    disc_rx: Receiver<Snapshot>,
+    disc_fd: Arc<EventFd>,
+    ctl_rx: Receiver<ControlMsg>,
+    ctl_fd: Arc<EventFd>,
+    stop: Arc<AtomicBool>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("{op}: {source}")]
+    Os {
+        op: &'static str,
+        source: nix::Error,
+    },
+    #[error(transparent)]
+    State(#[from] statefile::StateFileError),
+}
+
+fn os(op: &'static str) -> impl FnOnce(nix::Error) -> DaemonError {
+    move |source| DaemonError::Os { op, source }
+}
+
+impl Daemon {
+    /// Starts the discovery and control threads; serving starts with
+    /// [`Daemon::run`].
+    pub fn new(
+        cfg: Resolved,
+        source: EventSource,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, DaemonError> {
+        let state_path = cfg.config.daemon.state_file.clone();
+        let (disc_tx, disc_rx) = mpsc::channel();
+        let disc_fd = Arc::new(EventFd::from_flags(EfdFlags::EFD_NONBLOCK).map_err(os("eventfd"))?);
+        let (ctl_tx, ctl_rx) = mpsc::channel();
+        let ctl_fd = Arc::new(EventFd::from_flags(EfdFlags::EFD_NONBLOCK).map_err(os("eventfd"))?);
+        let stop = Arc::new(AtomicBool::new(false));
+        discovery::spawn(cfg.clone(), disc_tx, disc_fd.clone(), stop.clone())?;
+        control::spawn(
+            cfg.config.daemon.control_socket.clone(),
+            ctl_tx,
+            ctl_fd.clone(),
+            stop.clone(),
+        )?;
+        Ok(Self {
+            cfg,
+            source,
+            vms: Vec::new(),
+            metrics,
+            scratch: Decisions::with_capacity(64),
+            decisions: Vec::with_capacity(64),
+            state_path,
+            recording: None,
+            started: Instant::now(),
+            next_scan: 0,
+            armed_ns: 0,
+            batch: Vec::with_capacity(256),
+            next_recheck: u64::MAX,
+            overloaded: false,
+            disc_rx,
+            disc_fd,
+            ctl_rx,
+            ctl_fd,
+            stop,
+        })
+    }
+
+    /// Runs until SIGTERM, SIGINT or SIGHUP, then restores every thread.
+    /// Every return restores, an error's too.
+    pub fn run(mut self) -> Result<(), DaemonError> {
+        let result = self.serve();
+        self.shutdown();
+        result
+    }
+
+    fn serve(&mut self) -> Result<(), DaemonError> {
+        let mask = block_stop_signals()?;
+        let sigfd = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK).map_err(os("signalfd"))?;
+        let timer = TimerFd::new(ClockId::CLOCK_MONOTONIC, TimerFlags::TFD_NONBLOCK)
+            .map_err(os("timerfd"))?;
+        let epoll = Epoll::new(EpollCreateFlags::empty()).map_err(os("epoll"))?;
+        let src_fd = self.source.fd();
+        // SAFETY: the event source owns this descriptor and outlives the epoll
+        // set, which is dropped at the end of this function.
+        let src = unsafe { BorrowedFd::borrow_raw(src_fd) };
+        for (fd, token) in [
+            (src, TOKEN_SOURCE),
+            (timer.as_fd(), TOKEN_TIMER),
+            (sigfd.as_fd(), TOKEN_SIGNAL),
+            (self.disc_fd.as_fd(), TOKEN_DISCOVERY),
+            (self.ctl_fd.as_fd(), TOKEN_CONTROL),
+        ] {
+            epoll
+                .add(fd, EpollEvent::new(EpollFlags::EPOLLIN, token))
+                .map_err(os("epoll_ctl"))?;
+        }
+        info!("serving");
+        let mut events = [EpollEvent::empty(); 8];
+        loop {
+            self.arm(&timer)?;
+            let n = match epoll.wait(&mut events, EpollTimeout::NONE) {
+                Ok(n) => n,
+                Err(nix::Error::EINTR) => continue,
+                Err(e) => return Err(os("epoll_wait")(e)),
+            };
+            for ev in &events[..n] {
+                match ev.data() {
+                    TOKEN_SOURCE => {
+                        self.metrics.wakeups_records.inc();
+                        self.drain_source();
+                    }
+                    TOKEN_TIMER => {
+                        let _ = timer.wait();
+                        self.metrics.wakeups_timer.inc();
+                        // Expired: the next arm() must set it again.
+                        self.armed_ns = 0;
+                        // Records submitted without a wakeup come first.
+                        if self.source.is_bpf() {
+                            self.drain_source();
+                        }
+                        self.on_timer(monotonic_ns());
+                    }
+                    TOKEN_SIGNAL => {
+                        if let Ok(Some(sig)) = sigfd.read_signal() {
+                            info!(signal = sig.ssi_signo, "stopping");
+                            return Ok(());
+                        }
+                    }
+                    TOKEN_DISCOVERY => {
+                        let _ = self.disc_fd.read();
+                        while let Ok(snapshot) = self.disc_rx.try_recv() {
+                            self.on_discovery(snapshot);
+                        }
+                    }
+                    TOKEN_CONTROL => {
+                        let _ = self.ctl_fd.read();
+                        while let Ok((req, reply)) = self.ctl_rx.try_recv() {
+                            let resp = self.on_control(req);
+                            let _ = reply.send(resp);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            // Poll sources have no fd activity of their own between ticks.
+            if !self.source.is_bpf() {
+                self.drain_source();
+            }
+        }
+    }
+
+    fn arm(&mut self, timer: &TimerFd) -> Result<(), DaemonError> {
+        let mut next = self.next_scan.min(self.next_recheck);
+        for vm in self.vms.iter().flatten() {
+            if let Some(d) = vm.policy.next_deadline() {
+                next = next.min(d);
+            }
+        }
+        if let Some(p) = self.source.next_poll_ns() {
+            next = next.min(p);
+        }
+        let next = next.max(1);
+        if next == self.armed_ns {
+            return Ok(());
+        }
+        self.armed_ns = next;
+        let ts = TimeSpec::new((next / 1_000_000_000) as i64, (next % 1_000_000_000) as i64);
+        timer
+            .set(
+                Expiration::OneShot(ts),
+                TimerSetTimeFlags::TFD_TIMER_ABSTIME,
+            )
+            .map_err(os("timerfd_settime"))
+    }
+
+    fn drain_source(&mut self) {
+        let mut batch = std::mem::take(&mut self.batch);
+        self.source.consume(&mut |ev| batch.push(ev));
+        for ev in batch.drain(..) {
+            self.on_host_event(ev);
+        }
+        self.batch = batch;
+    }
+
+    fn on_host_event(&mut self, ev: HostEvent) {
+        let HostEvent {
+            ts_ns: ts,
+            tid,
+            vm: vm_id,
+            vcpu,
+            kind,
+        } = ev;
+        let Some(vm) = self.vms.get_mut(vm_id as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        if vcpu >= vm.policy.nr_vcpus() {
+            return;
+        }
+        // A record queued without a wakeup is read late: the policy gets the
+        // time it happened (its accounting), the reaction metric skips it.
+        let lazy = vm
+            .vcpus
+            .get(vcpu as usize)
+            .is_some_and(|m| m.quiet.covers(&ev));
+        let wall = monotonic_ns();
+        let now = ts.min(wall);
+        let mut acc = std::mem::take(&mut self.decisions);
+        acc.clear();
+        let scratch = &mut self.scratch;
+        let (event, trace) = match kind {
+            EventKind::SwitchOut { runnable: true } => {
+                vm.guest_update(now, vcpu, scratch, &mut acc);
+                (Some(Event::Preempted { vcpu }), Some(TraceKind::Preempted))
+            }
+            EventKind::SwitchOut { runnable: false } => {
+                // The guest published "idle" before halting: let the policy see it.
+                vm.guest_update(now, vcpu, scratch, &mut acc);
+                (Some(Event::Blocked { vcpu }), Some(TraceKind::Halted))
+            }
+            EventKind::SwitchIn { .. } => (Some(Event::Running { vcpu }), Some(TraceKind::Running)),
+            EventKind::Waking { source } => {
+                vm.guest_update(now, vcpu, scratch, &mut acc);
+                let source = match source {
+                    crate::events::WakeSource::Vcpu => WakeSource::OtherVcpu,
+                    crate::events::WakeSource::SameVmm => WakeSource::Io,
+                    crate::events::WakeSource::Other => WakeSource::Unknown,
+                };
+                (Some(Event::Woken { vcpu, source }), Some(TraceKind::Woken))
+            }
+            EventKind::KvmExit { reason } => {
+                let reason = match reason {
+                    KvmExitReason::Hlt => ExitReason::Hlt,
+                    KvmExitReason::Pause => ExitReason::Pause,
+                };
+                (Some(Event::KvmExit { vcpu, reason }), None)
+            }
+            EventKind::KvmIrq => (Some(Event::InterruptTargeted { vcpu }), None),
+            EventKind::KvmHaltWakeup { .. } => (None, None),
+        };
+        if let Some(event) = event {
+            self.metrics
+                .events
+                .get_or_create(&crate::metrics::KindLabel {
+                    kind: event.kind().name(),
+                })
+                .inc();
+            vm.feed(now, &event, scratch, &mut acc);
+        }
+        if let (Some(rec), Some(kind)) = (self.recording.as_mut(), trace) {
+            rec.records.push(TraceRecord {
+                ts_ns: ts,
+                tid: tid as i32,
+                kind,
+                reason: None,
+                params: None,
+            });
+        }
+        self.decisions = acc;
+        // Timers and the host half are set from the present.
+        self.apply(vm_id, (!lazy).then_some(ts), wall);
+    }
+
+    /// Applies the pending decisions of VM `vm_id`.
+    fn apply(&mut self, vm_id: u32, event_ts: Option<u64>, now: u64) {
+        let mut decisions = std::mem::take(&mut self.decisions);
+        if let Some(vm) = self.vms.get_mut(vm_id as usize).and_then(Option::as_mut) {
+            actuator::apply_decisions(
+                vm,
+                &decisions,
+                actuator::ApplyContext {
+                    event_ts,
+                    now,
+                    boost_latency_path: self.cfg.config.daemon.boost_latency_path,
+                    metrics: &self.metrics,
+                    recording: self.recording.as_mut(),
+                },
+            );
+        }
+        decisions.clear();
+        self.decisions = decisions;
+        self.update_recheck(now);
+        self.sync_quiet(vm_id);
+    }
+
+    /// Whether records can be queued without a wakeup (configured, and a
+    /// BPF source).
+    fn quiet_active(&self) -> bool {
+        self.cfg.config.daemon.lazy_events && self.source.supports_quiet()
+    }
+
+    /// Tells the event source which records of VM `vm_id`'s vCPUs need not
+    /// wake us, after the daemon's view of them changed.
+    fn sync_quiet(&mut self, vm_id: u32) {
+        if !self.quiet_active() {
+            return;
+        }
+        let Some(vm) = self.vms.get_mut(vm_id as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        for v in 0..vm.vcpus.len() {
+            let quiet = vm.quiet(v as u32);
+            let m = &mut vm.vcpus[v];
+            if m.quiet != quiet {
+                m.quiet = quiet;
+                self.source.set_quiet(m.handle.tid as u32, quiet);
+                tracing::trace!(vm = %vm.name, vcpu = v, ?quiet, "quiet records");
+            }
+        }
+    }
+
+    fn update_recheck(&mut self, now: u64) {
+        // Only boosted vCPUs that may run can change their slot (a halted one
+        // cannot). With quiet records the daemon learns that a halted boosted
+        // vCPU runs again only when it wakes: the timer runs while any vCPU
+        // is boosted, at most one wakeup per recheck_boosted_us for them all.
+        let any = if self.quiet_active() {
+            self.vms.iter().flatten().any(ServedVm::any_boosted)
+        } else {
+            self.vms.iter().flatten().any(ServedVm::any_boosted_on_cpu)
+        };
+        self.next_recheck = if any {
+            self.next_recheck
+                .min(now + self.cfg.config.daemon.recheck_boosted_us * 1000)
+        } else {
+            u64::MAX
+        };
+        let boosted: usize = self
+            .vms
+            .iter()
+            .flatten()
+            .map(|vm| vm.vcpus.iter().filter(|m| m.boosted()).count())
+            .sum();
+        self.metrics.boosted_vcpus.set(boosted as i64);
+    }
+
+    fn on_timer(&mut self, now: u64) {
+        let scan = now >= self.next_scan;
+        let recheck = now >= self.next_recheck;
+        if recheck {
+            self.next_recheck = u64::MAX;
+        }
+        if scan {
+            self.next_scan = now + self.cfg.config.daemon.scan_interval_us * 1000;
+            // A map read (syscall): once per scan, not per drain.
+            self.metrics
+                .dropped_events
+                .set(self.source.dropped_events() as i64);
+            let (records, lazy) = self.source.record_counts();
+            self.metrics.records.set(records as i64);
+            self.metrics.lazy_records.set(lazy as i64);
+        }
+        // Slot index == VM id; no list collected on this 2-kHz path.
+        for id in 0..self.vms.len() as u32 {
+            let mut acc = std::mem::take(&mut self.decisions);
+            acc.clear();
+            let overloaded = self.overloaded;
+            let scratch = &mut self.scratch;
+            let Some(vm) = self.vms.get_mut(id as usize).and_then(Option::as_mut) else {
+                continue;
+            };
+            for v in 0..vm.policy.nr_vcpus() {
+                if scan || (recheck && vm.boosted_on_cpu(v)) {
+                    vm.guest_update(now, v, scratch, &mut acc);
+                }
+            }
+            if vm.policy.next_deadline().is_some_and(|d| d <= now) || scan {
+                vm.feed(now, &Event::Tick, scratch, &mut acc);
+            }
+            if scan {
+                vm.feed(now, &Event::OverloadHint { overloaded }, scratch, &mut acc);
+                for v in 0..vm.policy.nr_vcpus() {
+                    vm.publish(now, v);
+                }
+                vm.report_stats();
+            }
+            self.decisions = acc;
+            self.apply(id, None, now);
+        }
+        self.drop_gone();
+    }
+
+    fn shutdown(&mut self) {
+        let mut restored = 0;
+        for vm in self.vms.iter_mut().flatten() {
+            restored += vm.restore_all();
+            vm.clear_host_halves();
+        }
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = std::fs::remove_file(&self.state_path);
+        let _ = std::fs::remove_file(&self.cfg.config.daemon.control_socket);
+        info!(restored, "restored every thread; exiting");
+    }
+}

@@ -1,0 +1,250 @@
+//! Lazy records: which records of a vCPU need not wake the daemon.
+//!
+//! A record that cannot change a decision now is still queued in the ring
+//! buffer, but without a wakeup: the daemon reads it at its next wakeup
+//! (another record, its timer) with the time it happened. This module owns
+//! the whole feature: the rule ([`Quiet::for_vcpu`]), the classes of
+//! records ([`Quiet::covers`]) and the per-vCPU cells in the BPF `lazy`
+//! array that the programs read ([`LazyCells`]). The event loop only tells
+//! the source, per vCPU, whether it is boosted and under which limits.
+
+use std::collections::HashMap;
+use std::os::fd::RawFd;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use pvsched_policy::VmLimits;
+
+use super::wire::{
+    PVS_LAZY_ALL, PVS_LAZY_BLOCKED, PVS_LAZY_KVM_EXIT, PVS_LAZY_KVM_WAKEUP, PVS_LAZY_PREEMPTED,
+    PVS_LAZY_SWITCH_IN, PVS_LAZY_WAKING,
+};
+use super::{EventKind, EventSourceError, HostEvent};
+
+/// The classes of a vCPU's records that are queued without waking the
+/// daemon (`enum pvs_lazy` bits). `Quiet::NONE`: every record wakes it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Quiet(u32);
+
+impl Quiet {
+    pub const NONE: Quiet = Quiet(0);
+    pub const ALL: Quiet = Quiet(PVS_LAZY_ALL);
+
+    /// The rule. While any vCPU is boosted the daemon wakes on its recheck
+    /// timer, which drains the queue and re-reads the boosted vCPUs found on
+    /// a CPU: nothing a boosted vCPU does needs a wakeup of its own. An
+    /// unboosted one: its switch-ins and halts never start a boost (a boost
+    /// follows a wakeup, a preemption, an interrupt or a slot read), and its
+    /// wakeups or preemptions do not either when the limits make nothing of
+    /// them.
+    pub fn for_vcpu(boosted: bool, limits: &VmLimits) -> Quiet {
+        if boosted {
+            return Quiet::ALL;
+        }
+        let mut bits = PVS_LAZY_SWITCH_IN | PVS_LAZY_BLOCKED | PVS_LAZY_KVM_WAKEUP;
+        // A wakeup matters for a proactive boost, or for the guest's pending
+        // hint, read then.
+        if !limits.proactive_wake && !limits.honor_pending_hint {
+            bits |= PVS_LAZY_WAKING;
+        }
+        if !(limits.honor_critical_sections
+            || limits.honor_guest_rt
+            || limits.honor_boost_request
+            || limits.honor_pending_hint)
+        {
+            // Nothing the guest says can start a boost on a preemption.
+            bits |= PVS_LAZY_PREEMPTED;
+        }
+        Quiet(bits)
+    }
+
+    /// Whether `ev` was queued without a wakeup under this setting (so it
+    /// is read late, and its latency is not the daemon's reaction time).
+    pub fn covers(self, ev: &HostEvent) -> bool {
+        let class = match ev.kind {
+            EventKind::SwitchIn { .. } => PVS_LAZY_SWITCH_IN,
+            EventKind::SwitchOut { runnable: true } => PVS_LAZY_PREEMPTED,
+            EventKind::SwitchOut { runnable: false } => PVS_LAZY_BLOCKED,
+            EventKind::Waking { .. } => PVS_LAZY_WAKING,
+            EventKind::KvmExit { .. } => PVS_LAZY_KVM_EXIT,
+            EventKind::KvmHaltWakeup { .. } => PVS_LAZY_KVM_WAKEUP,
+            // Its target vCPU is not the current thread: always wakes.
+            EventKind::KvmIrq => 0,
+        };
+        self.0 & class != 0
+    }
+
+    /// The `enum pvs_lazy` bits.
+    pub fn bits(self) -> u32 {
+        self.0
+    }
+
+    /// From raw bits (unknown bits dropped).
+    pub fn from_bits(bits: u32) -> Quiet {
+        Quiet(bits & PVS_LAZY_ALL)
+    }
+}
+
+/// The `lazy` array map, mmapped: one u64 of `enum pvs_lazy` bits per slot
+/// (array map elements are 8-byte aligned: a u32 value would still take 8),
+/// and which tracked thread holds which slot.
+pub(crate) struct LazyCells {
+    base: NonNull<AtomicU64>,
+    slots: u32,
+    bytes: usize,
+    by_tid: HashMap<u32, u32>,
+    free: Vec<u32>,
+}
+
+// SAFETY: the mapping is shared memory of u64 cells accessed only through
+// AtomicU64; it is owned by this value and unmapped once, on drop.
+unsafe impl Send for LazyCells {}
+
+impl LazyCells {
+    /// Maps `slots` cells of the BPF_F_MMAPABLE array `fd`.
+    pub(crate) fn map(fd: RawFd, slots: u32) -> Result<LazyCells, EventSourceError> {
+        // SAFETY: sysconf has no memory-safety preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        let bytes = (slots as usize * 8).div_ceil(page).max(1) * page;
+        // SAFETY: a new shared mapping of a BPF_F_MMAPABLE array map's fd;
+        // the kernel checks the length against the map. Nothing else aliases it.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(EventSourceError::Io {
+                what: "mmap of the lazy map".into(),
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        let base = NonNull::new(p.cast()).ok_or_else(|| {
+            EventSourceError::Invalid("mmap of the lazy map returned NULL".into())
+        })?;
+        Ok(LazyCells {
+            base,
+            slots,
+            bytes,
+            by_tid: HashMap::new(),
+            free: (0..slots).rev().collect(),
+        })
+    }
+
+    fn store(&self, slot: u32, bits: u32) {
+        if slot < self.slots {
+            // SAFETY: slot < slots, and slots * 8 <= bytes are mapped.
+            let cell = unsafe { &*self.base.as_ptr().add(slot as usize) };
+            cell.store(u64::from(bits), Ordering::Relaxed);
+        }
+    }
+
+    /// The slot of `tid` (a new one, every record waking, if it has none).
+    pub(crate) fn slot_for(&mut self, tid: u32) -> Result<(u32, bool), EventSourceError> {
+        if let Some(&s) = self.by_tid.get(&tid) {
+            return Ok((s, false));
+        }
+        let s = self.free.pop().ok_or_else(|| {
+            EventSourceError::Invalid(format!(
+                "tid {tid}: all {} vCPU slots in use (bpf max_tracked)",
+                self.slots
+            ))
+        })?;
+        self.store(s, 0);
+        Ok((s, true))
+    }
+
+    /// Records that `tid` holds `slot` (after the `tracked` map says so).
+    pub(crate) fn bind(&mut self, tid: u32, slot: u32) {
+        self.by_tid.insert(tid, slot);
+    }
+
+    /// Gives back a slot taken by [`LazyCells::slot_for`] but not bound.
+    pub(crate) fn unbind_new(&mut self, slot: u32) {
+        self.free.push(slot);
+    }
+
+    /// Frees `tid`'s slot, if any.
+    pub(crate) fn release(&mut self, tid: u32) {
+        if let Some(slot) = self.by_tid.remove(&tid) {
+            self.store(slot, 0);
+            self.free.push(slot);
+        }
+    }
+
+    /// Sets which records of `tid` are quiet. A memory store, no syscall;
+    /// unknown threads are ignored.
+    pub(crate) fn set(&self, tid: u32, quiet: Quiet) {
+        if let Some(&slot) = self.by_tid.get(&tid) {
+            self.store(slot, quiet.bits());
+        }
+    }
+}
+
+impl Drop for LazyCells {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping, of this length, unmapped only here.
+        unsafe {
+            libc::munmap(self.base.as_ptr().cast(), self.bytes);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(kind: EventKind) -> HostEvent {
+        HostEvent {
+            ts_ns: 1,
+            tid: 2,
+            vm: 0,
+            vcpu: 0,
+            kind,
+        }
+    }
+
+    #[test]
+    fn a_boosted_vcpu_wakes_the_daemon_for_nothing() {
+        let q = Quiet::for_vcpu(true, &VmLimits::default());
+
+        assert!(q.covers(&ev(EventKind::SwitchOut { runnable: true })));
+        assert!(q.covers(&ev(EventKind::Waking {
+            source: super::super::WakeSource::Other
+        })));
+        assert!(!q.covers(&ev(EventKind::KvmIrq)));
+    }
+
+    #[test]
+    fn an_unboosted_vcpu_wakes_it_for_preemptions_and_wakeups_that_may_start_a_boost() {
+        let q = Quiet::for_vcpu(false, &VmLimits::default());
+
+        assert!(q.covers(&ev(EventKind::SwitchIn { cpu: 0 })));
+        assert!(q.covers(&ev(EventKind::SwitchOut { runnable: false })));
+        assert!(!q.covers(&ev(EventKind::SwitchOut { runnable: true })));
+    }
+
+    #[test]
+    fn when_the_guest_is_ignored_preemptions_are_quiet_too() {
+        let limits = VmLimits {
+            honor_critical_sections: false,
+            honor_guest_rt: false,
+            honor_boost_request: false,
+            honor_pending_hint: false,
+            proactive_wake: false,
+            ..VmLimits::default()
+        };
+
+        let q = Quiet::for_vcpu(false, &limits);
+
+        assert!(q.covers(&ev(EventKind::SwitchOut { runnable: true })));
+        assert!(q.covers(&ev(EventKind::Waking {
+            source: super::super::WakeSource::Vcpu
+        })));
+    }
+}
