@@ -5,6 +5,8 @@ use std::path::Path;
 
 use pvsched_vmtest::Accel;
 
+use crate::error::BenchError;
+
 /// What `--accel` asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AccelChoice {
@@ -14,13 +16,17 @@ pub enum AccelChoice {
 }
 
 impl std::str::FromStr for AccelChoice {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = BenchError;
+    fn from_str(s: &str) -> Result<Self, BenchError> {
         match s {
             "auto" => Ok(Self::Auto),
             "tcg" => Ok(Self::Tcg),
             "kvm" => Ok(Self::Kvm),
-            _ => Err(format!("unknown accelerator {s:?} (auto, tcg, kvm)")),
+            _ => Err(BenchError::Unknown {
+                what: "accelerator",
+                given: s.to_string(),
+                choices: "auto, tcg, kvm",
+            }),
         }
     }
 }

@@ -1,28 +1,33 @@
 //! pvschedd as a child of the bench, for the `pvsched` mode: a generated
 //! config serving exactly the bench VM, started per session, SIGTERMed after.
+//! Its status comes over the control socket (`pvsched_control`), the same
+//! request and reply `pvschedctl status --json` uses.
 
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use pvsched_control::{Request, Response, Status, VmStatus};
+
+use crate::error::{io, BenchError, Result};
 
 /// Name of the VM in the daemon's config and status.
 pub const VM_NAME: &str = "bench";
 
-/// Where pvschedd and pvschedctl are.
+/// How long one control-socket request may take.
+const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where pvschedd is.
 #[derive(Clone, Debug)]
 pub struct Binaries {
     pub pvschedd: PathBuf,
-    pub pvschedctl: PathBuf,
 }
 
 impl Binaries {
     /// `pvschedd` as given (default: next to this executable, i.e.
-    /// `target/release/pvschedd`), `pvschedctl` next to it. Errors name
-    /// the build command.
-    pub fn locate(pvschedd: Option<&Path>) -> Result<Binaries, String> {
+    /// `target/release/pvschedd`). Errors name the build command.
+    pub fn locate(pvschedd: Option<&Path>) -> Result<Binaries> {
         let here = std::env::current_exe()
             .ok()
             .and_then(|p| p.parent().map(Path::to_path_buf))
@@ -30,21 +35,15 @@ impl Binaries {
         let d = pvschedd
             .map(Path::to_path_buf)
             .unwrap_or_else(|| here.join("pvschedd"));
-        let ctl = d
-            .parent()
-            .map(|p| p.join("pvschedctl"))
-            .unwrap_or_else(|| PathBuf::from("pvschedctl"));
-        let hint = "build them with `cargo build --release -p pvsched-host -p pvsched-ctl`, \
-                    point --pvschedd at pvschedd, or leave the mode out (--modes vanilla,static-rt)";
-        for p in [&d, &ctl] {
-            if !p.is_file() {
-                return Err(format!("pvsched mode: {} not found; {hint}", p.display()));
-            }
+        if !d.is_file() {
+            return Err(BenchError::Missing {
+                what: format!("pvsched mode: {}", d.display()),
+                hint: "build it with `cargo build --release -p pvsched-host`, point --pvschedd \
+                       at pvschedd, or leave the mode out (--modes vanilla,static-rt)"
+                    .into(),
+            });
         }
-        Ok(Binaries {
-            pvschedd: d,
-            pvschedctl: ctl,
-        })
+        Ok(Binaries { pvschedd: d })
     }
 }
 
@@ -65,23 +64,27 @@ pub const OVERLAY_SECTIONS: [&str; 2] = ["daemon", "defaults"];
 /// Reads a `--pvschedd-config` file: TOML with only `[daemon]` and
 /// `[defaults]` tables. pvschedd itself validates the keys and values when
 /// it starts.
-pub fn read_overlay(path: &Path) -> Result<toml::Table, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("--pvschedd-config {}: {e}", path.display()))?;
-    parse_overlay(&text).map_err(|e| format!("--pvschedd-config {}: {e}", path.display()))
+pub fn read_overlay(path: &Path) -> Result<toml::Table> {
+    let what = format!("--pvschedd-config {}", path.display());
+    let text = std::fs::read_to_string(path).map_err(io(what.clone()))?;
+    parse_overlay(&what, &text)
 }
 
-fn parse_overlay(text: &str) -> Result<toml::Table, String> {
-    let t: toml::Table = text.parse().map_err(|e| format!("{e}"))?;
+/// The overlay in `text`; errors start with `what` (the option and file).
+fn parse_overlay(what: &str, text: &str) -> Result<toml::Table> {
+    let t: toml::Table = text.parse().map_err(|source| BenchError::Toml {
+        what: what.to_string(),
+        source,
+    })?;
     for (k, v) in &t {
         if !OVERLAY_SECTIONS.contains(&k.as_str()) {
-            return Err(format!(
-                "`{k}`: only the tables [{}] may be set (the bench serves its own VM)",
+            return Err(BenchError::Usage(format!(
+                "{what}: `{k}`: only the tables [{}] may be set (the bench serves its own VM)",
                 OVERLAY_SECTIONS.join("], [")
-            ));
+            )));
         }
         if !v.is_table() {
-            return Err(format!("`{k}` must be a table"));
+            return Err(BenchError::Usage(format!("{what}: `{k}` must be a table")));
         }
     }
     Ok(t)
@@ -129,26 +132,17 @@ pub fn config_toml(run_dir: &Path, region: &Path, vm: &Locator, overlay: &toml::
     )
 }
 
-/// Whether a `pvschedctl status --json` shows our VM with `vcpus` vCPU
-/// threads known; returns the VM's entry then.
-pub fn served_vm(status: &Value, vcpus: usize) -> Option<&Value> {
-    let vm = status
-        .get("vms")?
-        .as_array()?
-        .iter()
-        .find(|v| v.get("name").and_then(Value::as_str) == Some(VM_NAME))?;
-    let threads = vm.get("vcpus")?.as_array()?;
-    let known = threads
-        .iter()
-        .filter(|c| c.get("tid").and_then(Value::as_i64).unwrap_or(0) > 0)
-        .count();
+/// Whether the daemon's status shows our VM with `vcpus` vCPU threads
+/// known; returns the VM's entry then.
+pub fn served_vm(status: &Status, vcpus: usize) -> Option<&VmStatus> {
+    let vm = status.vms.iter().find(|v| v.name == VM_NAME)?;
+    let known = vm.vcpus.iter().filter(|c| c.tid > 0).count();
     (known >= vcpus).then_some(vm)
 }
 
 /// A running pvschedd.
 pub struct Daemon {
     child: Child,
-    bins: Binaries,
     socket: PathBuf,
     log: PathBuf,
 }
@@ -162,10 +156,10 @@ impl Daemon {
         vm: &Locator,
         vcpus: usize,
         overlay: &toml::Table,
-    ) -> Result<Daemon, String> {
+    ) -> Result<Daemon> {
         let config = run_dir.join("pvschedd.toml");
         std::fs::write(&config, config_toml(run_dir, region, vm, overlay))
-            .map_err(|e| format!("writing {}: {e}", config.display()))?;
+            .map_err(io(format!("writing {}", config.display())))?;
         let socket = run_dir.join("pvschedd.sock");
         let _ = std::fs::remove_file(&socket);
         let log = run_dir.join("pvschedd.log");
@@ -173,31 +167,27 @@ impl Daemon {
             .create(true)
             .append(true)
             .open(&log)
-            .map_err(|e| format!("opening {}: {e}", log.display()))?;
+            .map_err(io(format!("opening {}", log.display())))?;
         let mut cmd = Command::new(&bins.pvschedd);
         cmd.arg("--config")
             .arg(&config)
             .stdin(Stdio::null())
             .stdout(Stdio::from(
-                err.try_clone().map_err(|e| format!("log: {e}"))?,
+                err.try_clone()
+                    .map_err(io(format!("duplicating {}", log.display())))?,
             ))
             .stderr(Stdio::from(err));
         let child = pvsched_vmtest::spawn_tied(cmd)
-            .map_err(|e| format!("starting {}: {e}", bins.pvschedd.display()))?;
-        let mut d = Daemon {
-            child,
-            bins: bins.clone(),
-            socket,
-            log,
-        };
+            .map_err(io(format!("starting {}", bins.pvschedd.display())))?;
+        let mut d = Daemon { child, socket, log };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(Some(s)) = d.child.try_wait() {
-                return Err(format!(
+                return Err(BenchError::Daemon(format!(
                     "pvschedd exited during start-up ({s}); its log ({}):\n{}",
                     d.log.display(),
                     d.log_tail()
-                ));
+                )));
             }
             if let Ok(st) = d.status() {
                 if served_vm(&st, vcpus).is_some() {
@@ -205,14 +195,17 @@ impl Daemon {
                 }
             }
             if Instant::now() >= deadline {
-                let last = d.status().map(|v| v.to_string()).unwrap_or_else(|e| e);
+                let last = match d.status() {
+                    Ok(st) => serde_json::to_string(&st).unwrap_or_default(),
+                    Err(e) => e.to_string(),
+                };
                 d.stop_quietly();
-                return Err(format!(
+                return Err(BenchError::Daemon(format!(
                     "pvschedd is not serving VM {VM_NAME:?} with {vcpus} vCPUs after 30 s \
                      (last status: {last}); its log ({}):\n{}",
                     d.log.display(),
                     d.log_tail()
-                ));
+                )));
             }
             std::thread::sleep(Duration::from_millis(250));
         }
@@ -224,19 +217,23 @@ impl Daemon {
         lines[lines.len().saturating_sub(30)..].join("\n")
     }
 
-    /// `pvschedctl --socket S status --json`.
-    pub fn status(&self) -> Result<Value, String> {
-        let o = Command::new(&self.bins.pvschedctl)
-            .arg("--socket")
-            .arg(&self.socket)
-            .args(["status", "--json"])
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("running {}: {e}", self.bins.pvschedctl.display()))?;
-        if !o.status.success() {
-            return Err(String::from_utf8_lossy(&o.stderr).trim().to_string());
+    /// The daemon's status, over its control socket (what
+    /// `pvschedctl status --json` prints).
+    pub fn status(&self) -> Result<Status> {
+        let reply = pvsched_control::call(&self.socket, &Request::Status, CONTROL_TIMEOUT)
+            .map_err(|source| BenchError::Control {
+                what: "pvschedd status".into(),
+                source,
+            })?;
+        match reply {
+            Response::Status(s) => Ok(s),
+            Response::Error { message } => {
+                Err(BenchError::Daemon(format!("pvschedd status: {message}")))
+            }
+            other => Err(BenchError::Daemon(format!(
+                "pvschedd status: unexpected reply {other:?}"
+            ))),
         }
-        serde_json::from_slice(&o.stdout).map_err(|e| format!("pvschedctl status: {e}"))
     }
 
     pub fn pid(&self) -> u32 {
@@ -264,7 +261,7 @@ impl Daemon {
 
     /// SIGTERM, then wait (SIGKILL after 10 s); an error if it did not exit
     /// cleanly.
-    pub fn stop(mut self) -> Result<(), String> {
+    pub fn stop(mut self) -> Result<()> {
         // SAFETY: kill(2) of our own child, not yet reaped.
         unsafe {
             libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
@@ -274,17 +271,19 @@ impl Daemon {
             match self.child.try_wait() {
                 Ok(Some(s)) if s.success() => return Ok(()),
                 Ok(Some(s)) => {
-                    return Err(format!(
+                    return Err(BenchError::Daemon(format!(
                         "pvschedd exited with {s} on SIGTERM; log:\n{}",
                         self.log_tail()
-                    ))
+                    )))
                 }
                 Ok(None) if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(50))
                 }
                 _ => {
                     self.stop_quietly();
-                    return Err("pvschedd ignored SIGTERM for 10 s: killed".into());
+                    return Err(BenchError::Daemon(
+                        "pvschedd ignored SIGTERM for 10 s: killed".into(),
+                    ));
                 }
             }
         }
@@ -327,6 +326,7 @@ mod tests {
     fn overlay_sets_daemon_and_defaults_but_not_the_socket() {
         // Arrange
         let o = parse_overlay(
+            "o.toml",
             "[daemon]\nboost_latency_path = false\ncontrol_socket = \"/elsewhere\"\n\
              [defaults]\nproactive_wake = false\n",
         )
@@ -351,10 +351,15 @@ mod tests {
 
     #[test]
     fn overlay_refuses_other_sections() {
-        let e = parse_overlay("[discovery]\nauto = true\n").unwrap_err();
-        assert!(e.contains("only the tables"), "{e}");
-        assert!(parse_overlay("daemon = 3\n").is_err());
-        assert!(parse_overlay("[daemon\n").is_err());
+        let e = parse_overlay("o.toml", "[discovery]\nauto = true\n").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("o.toml: `discovery`: only the tables"),
+            "{e}"
+        );
+        assert!(parse_overlay("o.toml", "daemon = 3\n").is_err());
+        let e = parse_overlay("o.toml", "[daemon\n").unwrap_err();
+        assert!(matches!(e, BenchError::Toml { .. }), "{e}");
     }
 
     #[test]
@@ -369,16 +374,50 @@ mod tests {
         assert!(!t.contains("qmp"));
     }
 
+    /// A status with one VM `name` whose vCPU threads are `tids` (0: not found).
+    fn status(name: &str, tids: &[i32]) -> Status {
+        let vcpu = |(index, &tid): (usize, &i32)| pvsched_control::VcpuStatus {
+            index: index as u32,
+            tid,
+            params: pvsched_base::sched::ThreadParams::other(0),
+            reason: "none".into(),
+            throttled: false,
+            host_status: "running".into(),
+            guest_policy: 0,
+            guest_rt_priority: 0,
+            guest_cs_flags: 0,
+            boosts: 0,
+            throttles: 0,
+            boosted_ms: 0.0,
+        };
+        Status {
+            pid: 1,
+            uptime_s: 1.0,
+            event_source: "bpf".into(),
+            dropped_events: 0,
+            vms: vec![VmStatus {
+                name: name.into(),
+                tgid: 100,
+                accel: "tcg".into(),
+                region: "/x".into(),
+                generation: 1,
+                guest_bound: true,
+                in_debt: false,
+                debt_ms: 0.0,
+                boosts: 0,
+                throttles: 0,
+                clamped_inputs: 0,
+                boosted_s: 0.0,
+                vcpus: tids.iter().enumerate().map(vcpu).collect(),
+                latency_path: vec![],
+            }],
+        }
+    }
+
     #[test]
     fn served_vm_needs_every_vcpu_thread() {
-        let two: Value =
-            serde_json::json!({"vms": [{"name": "bench", "vcpus": [{"tid": 10}, {"tid": 11}]}]});
-        let one: Value =
-            serde_json::json!({"vms": [{"name": "bench", "vcpus": [{"tid": 10}, {"tid": 0}]}]});
-        let other: Value =
-            serde_json::json!({"vms": [{"name": "x", "vcpus": [{"tid": 1}, {"tid": 2}]}]});
-        assert!(served_vm(&two, 2).is_some());
-        assert!(served_vm(&one, 2).is_none());
-        assert!(served_vm(&other, 2).is_none());
+        assert!(served_vm(&status("bench", &[10, 11]), 2).is_some());
+        assert!(served_vm(&status("bench", &[10, 0]), 2).is_none());
+        assert!(served_vm(&status("x", &[1, 2]), 2).is_none());
     }
 }

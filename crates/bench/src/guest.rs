@@ -7,6 +7,7 @@ use std::process::Command;
 use pvsched_vmtest::{GuestImage, ImageConfig};
 use serde::{Deserialize, Serialize};
 
+use crate::error::{guest, io, BenchError, Result};
 use crate::host::cyclictest_args;
 
 /// The guest programs, compiled static at run time (`cc -O2 -static`).
@@ -29,12 +30,12 @@ fn fnv(parts: &[&[u8]]) -> u64 {
 
 /// Compiles the guest programs into `cache/<hash>/` (reused while the
 /// sources and the compiler stay the same) and returns their paths.
-pub fn build_programs(cache: &Path) -> Result<Vec<PathBuf>, String> {
+pub fn build_programs(cache: &Path) -> Result<Vec<PathBuf>> {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let cc_version = Command::new(&cc)
         .arg("--version")
         .output()
-        .map_err(|e| format!("{cc} (C compiler for the guest programs): {e}"))?
+        .map_err(io(format!("{cc} (C compiler for the guest programs)")))?
         .stdout;
     let mut out = Vec::new();
     for (name, src) in PROGRAMS {
@@ -42,10 +43,9 @@ pub fn build_programs(cache: &Path) -> Result<Vec<PathBuf>, String> {
         let dir = cache.join(format!("{key:016x}"));
         let bin = dir.join(name);
         if !bin.exists() {
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| format!("creating {}: {e}", dir.display()))?;
+            std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
             let c = dir.join(format!("{name}.c"));
-            std::fs::write(&c, src).map_err(|e| format!("writing {}: {e}", c.display()))?;
+            std::fs::write(&c, src).map_err(io(format!("writing {}", c.display())))?;
             let tmp = dir.join(format!("{name}.tmp-{}", std::process::id()));
             let o = Command::new(&cc)
                 .args([
@@ -54,15 +54,18 @@ pub fn build_programs(cache: &Path) -> Result<Vec<PathBuf>, String> {
                 .arg(&tmp)
                 .arg(&c)
                 .output()
-                .map_err(|e| format!("running {cc}: {e}"))?;
+                .map_err(io(format!("running {cc}")))?;
             if !o.status.success() {
-                return Err(format!(
-                    "{cc} {name}.c failed: {}{}",
-                    String::from_utf8_lossy(&o.stdout),
-                    String::from_utf8_lossy(&o.stderr)
-                ));
+                return Err(BenchError::Tool {
+                    what: format!("{cc} {name}.c"),
+                    detail: format!(
+                        "failed: {}{}",
+                        String::from_utf8_lossy(&o.stdout),
+                        String::from_utf8_lossy(&o.stderr)
+                    ),
+                });
             }
-            std::fs::rename(&tmp, &bin).map_err(|e| format!("renaming {}: {e}", tmp.display()))?;
+            std::fs::rename(&tmp, &bin).map_err(io(format!("renaming {}", tmp.display())))?;
         }
         out.push(bin);
     }
@@ -71,10 +74,10 @@ pub fn build_programs(cache: &Path) -> Result<Vec<PathBuf>, String> {
 
 /// The vmtest image plus the bench's programs (as extra host binaries:
 /// static, so no libraries come along).
-pub fn build_image(cache: &Path) -> Result<GuestImage, String> {
+pub fn build_image(cache: &Path) -> Result<GuestImage> {
     let mut cfg = ImageConfig::default();
     cfg.binaries.extend(build_programs(&cache.join("progs"))?);
-    GuestImage::build(&cfg).map_err(|e| format!("guest image: {e}"))
+    GuestImage::build(&cfg).map_err(guest("guest image"))
 }
 
 /// Marks the line with cyclictest's JSON, gzipped and base64-encoded: it
@@ -93,7 +96,7 @@ pub fn cyclictest_cmd(interval_us: u32, secs: u64, threads: usize, buckets: u32)
 }
 
 /// Standard base64 (with or without padding); whitespace is skipped.
-pub fn base64_decode(text: &str) -> Result<Vec<u8>, String> {
+pub fn base64_decode(text: &str) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(text.len() * 3 / 4);
     let (mut acc, mut bits) = (0u32, 0u32);
     for c in text.bytes() {
@@ -105,7 +108,12 @@ pub fn base64_decode(text: &str) -> Result<Vec<u8>, String> {
             b'/' => 63,
             b'=' => break,
             b' ' | b'\n' | b'\r' | b'\t' => continue,
-            _ => return Err(format!("base64: unexpected byte {c:#04x}")),
+            _ => {
+                return Err(BenchError::Parse {
+                    what: "base64".into(),
+                    msg: format!("unexpected byte {c:#04x}"),
+                })
+            }
         };
         acc = (acc << 6) | u32::from(v);
         bits += 6;
@@ -119,7 +127,7 @@ pub fn base64_decode(text: &str) -> Result<Vec<u8>, String> {
 }
 
 /// `gzip -dc` of `data` (the host's gzip).
-fn gunzip(data: Vec<u8>) -> Result<String, String> {
+fn gunzip(data: Vec<u8>) -> Result<String> {
     use std::io::Write;
     let mut child = Command::new("gzip")
         .arg("-dc")
@@ -127,30 +135,42 @@ fn gunzip(data: Vec<u8>) -> Result<String, String> {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .map_err(|e| format!("gzip: {e}"))?;
-    let mut stdin = child.stdin.take().ok_or("gzip: no stdin")?;
+        .map_err(io("starting gzip -dc"))?;
+    let Some(mut stdin) = child.stdin.take() else {
+        return Err(BenchError::Tool {
+            what: "gzip -dc".into(),
+            detail: "no stdin".into(),
+        });
+    };
     let writer = std::thread::spawn(move || stdin.write_all(&data));
-    let out = child.wait_with_output().map_err(|e| format!("gzip: {e}"))?;
+    let out = child.wait_with_output().map_err(io("running gzip -dc"))?;
     let _ = writer.join();
     if !out.status.success() {
-        return Err(format!(
-            "gzip -dc: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
+        return Err(BenchError::Tool {
+            what: "gzip -dc".into(),
+            detail: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
     }
-    String::from_utf8(out.stdout).map_err(|e| format!("gzip -dc: {e}"))
+    String::from_utf8(out.stdout).map_err(|e| BenchError::Parse {
+        what: "gzip -dc".into(),
+        msg: e.to_string(),
+    })
 }
 
 /// cyclictest's JSON from the guest command's output.
-pub fn cyclictest_json(out: &str) -> Result<String, String> {
+pub fn cyclictest_json(out: &str) -> Result<String> {
+    let parse = |msg: &str| BenchError::Parse {
+        what: "guest cyclictest".into(),
+        msg: msg.into(),
+    };
     let line = out
         .lines()
         .map(str::trim)
         .rfind(|l| l.starts_with(CT_MARK.trim_end()))
-        .ok_or("no cyclictest output line")?;
+        .ok_or_else(|| parse("no cyclictest output line"))?;
     let b64 = line[CT_MARK.trim_end().len()..].trim();
     if b64.is_empty() {
-        return Err("cyclictest wrote no JSON".into());
+        return Err(parse("cyclictest wrote no JSON"));
     }
     gunzip(base64_decode(b64)?)
 }
@@ -186,9 +206,16 @@ pub struct PingPongResult {
     pub max_us: f64,
 }
 
-pub fn parse_line<T: for<'de> Deserialize<'de>>(what: &str, out: &str) -> Result<T, String> {
-    let line = last_json_line(out).ok_or_else(|| format!("{what}: no JSON in {out:?}"))?;
-    serde_json::from_str(line).map_err(|e| format!("{what}: {e} in {line:?}"))
+/// The last JSON line of a guest program's output `out`, as a `T`.
+pub fn parse_line<T: for<'de> Deserialize<'de>>(what: &str, out: &str) -> Result<T> {
+    let line = last_json_line(out).ok_or_else(|| BenchError::Parse {
+        what: what.into(),
+        msg: format!("no JSON in {out:?}"),
+    })?;
+    serde_json::from_str(line).map_err(|source| BenchError::Json {
+        what: format!("{what} line {line:?}"),
+        source,
+    })
 }
 
 pub fn audiosim_cmd(secs: u64) -> String {

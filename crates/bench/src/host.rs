@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::{io, BenchError, Result};
 use crate::stats::Histogram;
 
 /// Priority and policy of every cyclictest (guest and host), as published.
@@ -42,7 +43,7 @@ fn signal(child: &Child, sig: libc::c_int) {
 }
 
 /// Waits for `child` up to `timeout`, then SIGKILLs it (by its PID).
-fn wait_or_kill(child: &mut Child, timeout: Duration) -> Result<ExitStatus, String> {
+fn wait_or_kill(child: &mut Child, timeout: Duration) -> Result<ExitStatus> {
     let deadline = Instant::now() + timeout;
     loop {
         match child.try_wait() {
@@ -51,23 +52,23 @@ fn wait_or_kill(child: &mut Child, timeout: Duration) -> Result<ExitStatus, Stri
             Ok(None) => {
                 signal(child, libc::SIGKILL);
                 let _ = child.wait();
-                return Err(format!(
-                    "pid {} still running after {timeout:?}: killed",
-                    child.id()
-                ));
+                return Err(BenchError::Tool {
+                    what: format!("pid {}", child.id()),
+                    detail: format!("still running after {timeout:?}: killed"),
+                });
             }
-            Err(e) => return Err(format!("waiting for pid {}: {e}", child.id())),
+            Err(e) => return Err(io(format!("waiting for pid {}", child.id()))(e)),
         }
     }
 }
 
-fn spawn(mut cmd: Command, log: &Path) -> Result<Child, String> {
-    let err = File::create(log).map_err(|e| format!("creating {}: {e}", log.display()))?;
+fn spawn(mut cmd: Command, log: &Path) -> Result<Child> {
+    let err = File::create(log).map_err(io(format!("creating {}", log.display())))?;
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::from(err));
     let shown = format!("{cmd:?}");
-    pvsched_vmtest::spawn_tied(cmd).map_err(|e| format!("starting {shown}: {e}"))
+    pvsched_vmtest::spawn_tied(cmd).map_err(io(format!("starting {shown}")))
 }
 
 /// cyclictest on the host, running while the guest's runs.
@@ -86,7 +87,7 @@ impl HostCyclictest {
         buckets: u32,
         json: &Path,
         log: &Path,
-    ) -> Result<Self, String> {
+    ) -> Result<Self> {
         let mut cmd = Command::new("cyclictest");
         cmd.args(cyclictest_args(interval_us, secs, threads, buckets))
             .arg(format!("--json={}", json.display()));
@@ -100,15 +101,21 @@ impl HostCyclictest {
     }
 
     /// Waits for the run to end and parses its histogram.
-    pub fn finish(mut self) -> Result<Histogram, String> {
+    pub fn finish(mut self) -> Result<Histogram> {
         let status = wait_or_kill(&mut self.child, Duration::from_secs(self.secs + 30))?;
         let log = std::fs::read_to_string(&self.log).unwrap_or_default();
         if !status.success() {
-            return Err(format!("host cyclictest failed ({status}): {}", log.trim()));
+            return Err(BenchError::Tool {
+                what: "host cyclictest".into(),
+                detail: format!("failed ({status}): {}", log.trim()),
+            });
         }
         let text = std::fs::read_to_string(&self.json)
-            .map_err(|e| format!("reading {}: {e}", self.json.display()))?;
-        Histogram::from_cyclictest_json(&text).map_err(|e| format!("host cyclictest: {e}"))
+            .map_err(io(format!("reading {}", self.json.display())))?;
+        Histogram::from_cyclictest_json(&text).map_err(|source| BenchError::Histogram {
+            what: "host cyclictest".into(),
+            source,
+        })
     }
 }
 
@@ -210,8 +217,8 @@ pub struct Load {
 impl Load {
     /// Starts `stress-ng ARGS --metrics-brief --yaml FILE` with its
     /// temporary files under `tmp`.
-    pub fn start(args: &[String], tmp: &Path, yaml: &Path, log: &Path) -> Result<Self, String> {
-        std::fs::create_dir_all(tmp).map_err(|e| format!("creating {}: {e}", tmp.display()))?;
+    pub fn start(args: &[String], tmp: &Path, yaml: &Path, log: &Path) -> Result<Self> {
+        std::fs::create_dir_all(tmp).map_err(io(format!("creating {}", tmp.display())))?;
         let _ = std::fs::remove_file(yaml);
         let mut cmd = Command::new("stress-ng");
         cmd.args(args)
@@ -225,7 +232,10 @@ impl Load {
         std::thread::sleep(Duration::from_millis(200));
         if let Ok(Some(s)) = child.try_wait() {
             let text = std::fs::read_to_string(log).unwrap_or_default();
-            return Err(format!("stress-ng exited at once ({s}): {}", text.trim()));
+            return Err(BenchError::Tool {
+                what: "stress-ng".into(),
+                detail: format!("exited at once ({s}): {}", text.trim()),
+            });
         }
         Ok(Self {
             child,
@@ -235,20 +245,23 @@ impl Load {
     }
 
     /// SIGTERM (stress-ng then writes its metrics), wait, parse.
-    pub fn stop(mut self) -> Result<Vec<StressorRate>, String> {
+    pub fn stop(mut self) -> Result<Vec<StressorRate>> {
         signal(&self.child, libc::SIGTERM);
         let status = wait_or_kill(&mut self.child, Duration::from_secs(60))?;
         let text = std::fs::read_to_string(&self.yaml).map_err(|e| {
             let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-            format!(
-                "stress-ng ({status}) wrote no {}: {e}\n{}",
+            io(format!(
+                "stress-ng ({status}) wrote no {} (its log: {})",
                 self.yaml.display(),
                 log.trim()
-            )
+            ))(e)
         })?;
         let rates = parse_stress_yaml(&text);
         if rates.is_empty() {
-            return Err(format!("no metrics in {}", self.yaml.display()));
+            return Err(BenchError::Parse {
+                what: self.yaml.display().to_string(),
+                msg: "no stress-ng metrics".into(),
+            });
         }
         Ok(rates)
     }

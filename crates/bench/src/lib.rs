@@ -8,6 +8,7 @@
 
 pub mod accel;
 pub mod daemon;
+pub mod error;
 pub mod foreign;
 pub mod guest;
 pub mod host;
@@ -16,5 +17,6 @@ pub mod plot;
 pub mod progress;
 pub mod report;
 pub mod run;
-pub mod sched;
 pub mod stats;
+
+pub use error::{BenchError, Result};

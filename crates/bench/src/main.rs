@@ -8,6 +8,7 @@ use clap::Parser;
 use pvsched_bench::accel::AccelChoice;
 use pvsched_bench::model::{Load, Mode};
 use pvsched_bench::run::{self, Settings};
+use pvsched_bench::{BenchError, Result};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -51,8 +52,8 @@ struct Cli {
     /// Guest memory in MiB.
     #[arg(long, default_value_t = 512)]
     memory_mb: u32,
-    /// pvschedd binary (pvschedctl is taken from the same directory)
-    /// [default: pvschedd next to this executable, i.e. target/release/].
+    /// pvschedd binary [default: pvschedd next to this executable, i.e.
+    /// target/release/].
     #[arg(long)]
     pvschedd: Option<PathBuf>,
     /// SCHED_RR priority of the vCPU threads in the static-rt mode (8: the
@@ -88,7 +89,7 @@ struct Cli {
     from_raw: Option<PathBuf>,
 }
 
-fn settings(cli: Cli) -> Result<Settings, String> {
+fn settings(cli: Cli) -> Result<Settings> {
     let q = cli.quick;
     let duration = cli.duration.unwrap_or(if q { 6 } else { 10 });
     let host_cpus = std::thread::available_parallelism()
@@ -124,18 +125,19 @@ fn settings(cli: Cli) -> Result<Settings, String> {
         retry_disturbed: cli.retry_disturbed.unwrap_or(if q { 1 } else { 2 }),
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
+    let usage = |msg: &str| Err(BenchError::Usage(msg.into()));
     if s.repeat == 0 || s.duration == 0 || s.intervals.is_empty() || s.loads.is_empty() {
-        return Err("--repeat, --duration, --intervals and --loads must not be empty or 0".into());
+        return usage("--repeat, --duration, --intervals and --loads must not be empty or 0");
     }
     if s.modes.is_empty() {
-        return Err("--modes: give at least one mode".into());
+        return usage("--modes: give at least one mode");
     }
     if s.intervals.iter().any(|&i| i < 50) {
-        return Err("--intervals: 50 µs at least".into());
+        return usage("--intervals: 50 µs at least");
     }
     let mut seen = std::collections::BTreeSet::new();
     if !s.modes.iter().all(|m| seen.insert(*m)) {
-        return Err("--modes: a mode is given twice".into());
+        return usage("--modes: a mode is given twice");
     }
     Ok(s)
 }

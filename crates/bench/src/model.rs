@@ -7,6 +7,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::error::BenchError;
 use crate::guest::{AudioResult, PingPongResult};
 use crate::host::StressorRate;
 use crate::stats::Histogram;
@@ -41,12 +42,16 @@ impl fmt::Display for Mode {
 }
 
 impl FromStr for Mode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = BenchError;
+    fn from_str(s: &str) -> Result<Self, BenchError> {
         Mode::ALL
             .into_iter()
             .find(|m| m.name() == s)
-            .ok_or_else(|| format!("unknown mode {s:?} (vanilla, static-rt, pvsched)"))
+            .ok_or_else(|| BenchError::Unknown {
+                what: "mode",
+                given: s.to_string(),
+                choices: "vanilla, static-rt, pvsched",
+            })
     }
 }
 
@@ -74,12 +79,16 @@ impl fmt::Display for Load {
 }
 
 impl FromStr for Load {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = BenchError;
+    fn from_str(s: &str) -> Result<Self, BenchError> {
         match s {
             "idle" => Ok(Load::Idle),
             "loaded" => Ok(Load::Loaded),
-            _ => Err(format!("unknown load {s:?} (idle, loaded)")),
+            _ => Err(BenchError::Unknown {
+                what: "load",
+                given: s.to_string(),
+                choices: "idle, loaded",
+            }),
         }
     }
 }

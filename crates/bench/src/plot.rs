@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 
 use plotters::prelude::*;
 
+use crate::error::{BenchError, Result};
 use crate::stats::Histogram;
 
 /// Font files tried, first found wins (fonts-dejavu-core).
@@ -17,24 +18,42 @@ const FONTS: &[&str] = &[
     "/usr/share/fonts/dejavu/DejaVuSans.ttf",
 ];
 
+/// What registering the font gave, once per process.
+#[derive(Clone, Copy)]
+enum Font {
+    Ready,
+    Unusable(&'static str),
+    Missing,
+}
+
 /// Registers a TrueType font as "sans-serif" once (plotters' ab_glyph
 /// backend has no font of its own).
-pub fn init_font() -> Result<(), String> {
-    static DONE: OnceLock<Result<(), String>> = OnceLock::new();
-    DONE.get_or_init(|| {
+pub fn init_font() -> Result<()> {
+    static DONE: OnceLock<Font> = OnceLock::new();
+    let font = *DONE.get_or_init(|| {
         for f in FONTS {
             if let Ok(bytes) = std::fs::read(f) {
                 let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-                return plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
-                    .map_err(|_| format!("{f}: not a usable font"));
+                return match plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
+                {
+                    Ok(()) => Font::Ready,
+                    Err(_) => Font::Unusable(f),
+                };
             }
         }
-        Err(format!(
-            "no font for the plots ({}); install fonts-dejavu-core",
-            FONTS[0]
-        ))
-    })
-    .clone()
+        Font::Missing
+    });
+    match font {
+        Font::Ready => Ok(()),
+        Font::Unusable(f) => Err(BenchError::Plot {
+            what: f.to_string(),
+            msg: "not a usable font".into(),
+        }),
+        Font::Missing => Err(BenchError::Missing {
+            what: format!("a font for the plots ({})", FONTS[0]),
+            hint: "install fonts-dejavu-core".into(),
+        }),
+    }
 }
 
 /// The colour of each mode, the same in every plot.
@@ -74,11 +93,15 @@ type Area<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>;
 
 fn panel(
     area: &Area<'_>,
+    path: &Path,
     title: &str,
     curves: &[Curve<'_>],
     interval_us: u32,
-) -> Result<(), String> {
-    let e = |x: &dyn std::fmt::Display| x.to_string();
+) -> Result<()> {
+    let e = |x: &dyn std::fmt::Display| BenchError::Plot {
+        what: format!("{} ({title})", path.display()),
+        msg: x.to_string(),
+    };
     let xmax = curves
         .iter()
         .map(|c| c.hist.max_us)
@@ -176,16 +199,19 @@ pub fn latency_ccdf(
     interval_us: u32,
     guest: &[Curve<'_>],
     host: &[Curve<'_>],
-) -> Result<(), String> {
+) -> Result<()> {
     init_font()?;
-    let e = |x: &dyn std::fmt::Display| format!("{}: {x}", path.display());
+    let e = |x: &dyn std::fmt::Display| BenchError::Plot {
+        what: path.display().to_string(),
+        msg: x.to_string(),
+    };
     let root = BitMapBackend::new(path, (1600, 680)).into_drawing_area();
     root.fill(&WHITE).map_err(|x| e(&x))?;
     let (top, body) = root.split_vertically(44);
     top.titled(title, ("sans-serif", 26)).map_err(|x| e(&x))?;
     let (left, right) = body.split_horizontally(800);
-    panel(&left, "guest cyclictest", guest, interval_us).map_err(|x| e(&x))?;
-    panel(&right, "host cyclictest", host, interval_us).map_err(|x| e(&x))?;
+    panel(&left, path, "guest cyclictest", guest, interval_us)?;
+    panel(&right, path, "host cyclictest", host, interval_us)?;
     root.present().map_err(|x| e(&x))?;
     Ok(())
 }

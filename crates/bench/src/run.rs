@@ -6,12 +6,17 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use pvsched_base::qmp::Qmp;
+use pvsched_base::sched::{get_params, set_params_verified, ThreadParams};
+use pvsched_base::thread::threads_of;
+use pvsched_base::vcpu_names::vcpu_threads_by_name;
 use pvsched_vmtest::{Accel, Vm, VmConfig};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::accel::{self, AccelChoice, KvmFacts};
 use crate::daemon::{Binaries, Daemon, Locator};
+use crate::error::{guest, io, BenchError, Result};
 use crate::foreign;
 use crate::guest::{self, AudioResult, PingPongResult};
 use crate::host::{self, HostCyclictest, Machine};
@@ -19,11 +24,13 @@ use crate::model::{mode_order, LatencyRun, Load, Mode, Results, SessionRun};
 use crate::plot;
 use crate::progress::{human, Progress};
 use crate::report::{self, Meta, Report};
-use crate::sched::{self, Params};
 use crate::stats::Histogram;
 
 /// Share of the machine taken by others above which a repeat is flagged.
 pub const DISTURBED: f64 = 0.10;
+
+/// Bound on one QMP exchange with the bench's QEMU.
+const QMP_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// What to run (the CLI, resolved).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -128,27 +135,18 @@ fn which(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-fn mkdir(p: &Path) -> Result<(), String> {
-    std::fs::create_dir_all(p).map_err(|e| format!("creating {}: {e}", p.display()))
+fn mkdir(p: &Path) -> Result<()> {
+    std::fs::create_dir_all(p).map_err(io(format!("creating {}", p.display())))
 }
 
-/// vCPU index -> thread id, from QMP `query-cpus-fast`.
-pub fn parse_query_cpus(reply: &str) -> Result<Vec<(u32, i32)>, String> {
-    let v: Value = serde_json::from_str(reply).map_err(|e| format!("query-cpus-fast: {e}"))?;
-    let list = v
-        .get("return")
-        .and_then(Value::as_array)
-        .ok_or_else(|| format!("query-cpus-fast: no return list in {reply}"))?;
-    let mut out = Vec::new();
-    for c in list {
-        let idx = c.get("cpu-index").and_then(Value::as_u64);
-        let tid = c.get("thread-id").and_then(Value::as_i64);
-        if let (Some(i), Some(t)) = (idx, tid) {
-            out.push((i as u32, t as i32));
-        }
-    }
-    out.sort_unstable();
-    Ok(out)
+/// vCPU index -> thread id, from QMP `query-cpus-fast` on the VM's socket.
+fn qmp_vcpu_threads(vm: &Vm) -> Result<Vec<(u32, i32)>> {
+    Qmp::connect(vm.qmp_socket(), QMP_TIMEOUT)
+        .and_then(|mut q| q.vcpu_thread_ids())
+        .map_err(|source| BenchError::Qmp {
+            what: "vCPU threads".into(),
+            source,
+        })
 }
 
 enum Applied {
@@ -162,7 +160,7 @@ struct Bench<'a> {
     vm: Vm,
     vcpus: Vec<(u32, i32)>,
     /// Every QEMU thread's parameters right after boot: what "restored" means.
-    baseline: BTreeMap<i32, (String, Params)>,
+    baseline: BTreeMap<i32, (String, ThreadParams)>,
     bins: Option<Binaries>,
     run_dir: PathBuf,
     raw_dir: PathBuf,
@@ -195,11 +193,11 @@ impl Bench<'_> {
     fn verify_restored(&mut self, after: &str) {
         let baseline = self.baseline.clone();
         for (tid, (comm, base)) in baseline {
-            let Ok(now) = sched::get(tid) else {
+            let Ok(now) = get_params(tid) else {
                 continue; // thread gone (QEMU worker threads come and go)
             };
             if now != base {
-                let fixed = sched::set_verified(tid, base);
+                let fixed = set_params_verified(tid, &base);
                 self.note(format!(
                     "after {after}: thread {tid} ({comm}) was {now}, expected {base}: {}",
                     match fixed {
@@ -211,31 +209,36 @@ impl Bench<'_> {
         }
     }
 
-    fn apply(&mut self, mode: Mode) -> Result<Applied, String> {
+    fn apply(&mut self, mode: Mode) -> Result<Applied> {
         match mode {
             Mode::Vanilla => Ok(Applied::Nothing),
             Mode::StaticRt => {
+                // As `chrt -r` would: SCHED_RR, no flags.
+                let rr = ThreadParams::rr(self.s.static_rt_priority);
                 for &(idx, tid) in &self.vcpus.clone() {
-                    if let Err(e) = sched::set_verified(tid, Params::rr(self.s.static_rt_priority))
-                    {
+                    if let Err(source) = set_params_verified(tid, &rr) {
                         self.verify_restored("a failed static-rt setup");
-                        return Err(format!("static-rt: vCPU {idx} thread {tid}: {e}"));
+                        return Err(BenchError::Sched {
+                            what: format!("static-rt: vCPU {idx} thread {tid}"),
+                            source,
+                        });
                     }
                 }
                 Ok(Applied::StaticRt)
             }
             Mode::Pvsched => {
+                let unavailable = |why: &str| BenchError::PvschedUnavailable(why.to_string());
                 if let Some(why) = &self.pvsched_broken {
-                    return Err(why.clone());
+                    return Err(unavailable(why));
                 }
                 let bins = self
                     .bins
                     .clone()
-                    .ok_or("pvsched mode without pvschedd binaries")?;
+                    .ok_or_else(|| unavailable("pvsched mode without pvschedd binaries"))?;
                 let region = self
                     .vm
                     .region_path()
-                    .ok_or("the VM has no region file")?
+                    .ok_or_else(|| unavailable("the VM has no region file"))?
                     .to_path_buf();
                 if !region.exists() {
                     let why = format!(
@@ -244,7 +247,7 @@ impl Bench<'_> {
                         region.display()
                     );
                     self.pvsched_broken = Some(why.clone());
-                    return Err(why);
+                    return Err(unavailable(&why));
                 }
                 let run_dir = self.run_dir.clone();
                 let nvcpus = self.vcpus.len();
@@ -261,7 +264,7 @@ impl Bench<'_> {
                     Err(e) => {
                         // Is QEMU's QMP answering at all? (For the report.)
                         let t = Instant::now();
-                        let probe = match self.vm.qmp(r#"{"execute":"query-cpus-fast"}"#) {
+                        let probe = match qmp_vcpu_threads(&self.vm) {
                             Ok(_) => format!("the bench's own QMP query took {:?}", t.elapsed()),
                             Err(q) => format!(
                                 "the bench's own QMP query failed after {:?}: {q}",
@@ -272,7 +275,7 @@ impl Bench<'_> {
                             "pvschedd did not serve the VM found over QMP ({probe}); \
                              trying again with `pid = {}` (thread names): {}",
                             self.vm.qemu_pid(),
-                            first_line(&e)
+                            first_line(&e.to_string())
                         ));
                         start(&by_pid)
                     }
@@ -302,19 +305,20 @@ impl Bench<'_> {
                         .baseline
                         .get(&tid)
                         .map(|b| b.1)
-                        .unwrap_or(Params::NORMAL);
-                    if let Err(e) = sched::set_verified(tid, base) {
+                        .unwrap_or(ThreadParams::other(0));
+                    if let Err(e) = set_params_verified(tid, &base) {
                         self.error(format!("restoring vCPU {idx} thread {tid}: {e}"));
                     }
                 }
             }
             Applied::Daemon(d) => {
+                // Kept as JSON in raw.json: what `pvschedctl status --json` prints.
                 match d.status() {
-                    Ok(v) => status = Some(v),
-                    Err(e) => self.note(format!("pvschedctl status at the end: {e}")),
+                    Ok(st) => status = serde_json::to_value(st).ok(),
+                    Err(e) => self.note(format!("pvschedd status at the end: {e}")),
                 }
                 if let Err(e) = d.stop() {
-                    self.error(e);
+                    self.error(e.to_string());
                 }
             }
         }
@@ -324,13 +328,7 @@ impl Bench<'_> {
 
     /// One cyclictest measurement; returns the share of the machine that
     /// went to others meanwhile.
-    fn latency(
-        &mut self,
-        rep: usize,
-        load: Load,
-        interval: u32,
-        mode: Mode,
-    ) -> Result<f64, String> {
+    fn latency(&mut self, rep: usize, load: Load, interval: u32, mode: Mode) -> Result<f64> {
         let s = self.s;
         let tag = format!("rep{rep}-{load}-{interval}us-{mode}");
         self.progress.phase(
@@ -353,7 +351,7 @@ impl Bench<'_> {
         );
         let host_hist = host_run.finish();
         let foreign_cpu = foreign::fraction(&before, &foreign::sample(), self.host_cpus);
-        let (rc, out) = guest_run.map_err(|e| format!("guest cyclictest: {e}"))?;
+        let (rc, out) = guest_run.map_err(guest("guest cyclictest"))?;
         let json = guest::cyclictest_json(&out);
         if let Ok(j) = &json {
             let _ = std::fs::write(self.raw_dir.join(format!("{tag}-guest.json")), j);
@@ -361,15 +359,21 @@ impl Bench<'_> {
         let json = match json {
             Ok(j) if rc == 0 => j,
             other => {
-                return Err(format!(
-                    "guest cyclictest exited {rc} ({}): {}",
-                    other.err().unwrap_or_default(),
-                    out.chars().take(500).collect::<String>()
-                ))
+                return Err(BenchError::Tool {
+                    what: "guest cyclictest".into(),
+                    detail: format!(
+                        "exited {rc} ({}): {}",
+                        other.err().map(|e| e.to_string()).unwrap_or_default(),
+                        out.chars().take(500).collect::<String>()
+                    ),
+                })
             }
         };
         let guest_hist =
-            Histogram::from_cyclictest_json(&json).map_err(|e| format!("guest cyclictest: {e}"))?;
+            Histogram::from_cyclictest_json(&json).map_err(|source| BenchError::Histogram {
+                what: "guest cyclictest".into(),
+                source,
+            })?;
         let host_hist = host_hist?;
         let per_thread = s.duration * 1_000_000 / u64::from(interval);
         eprintln!(
@@ -432,14 +436,14 @@ impl Bench<'_> {
         }
     }
 
-    fn audio(&mut self, rep: usize, load: Load, mode: Mode) -> Result<AudioResult, String> {
+    fn audio(&mut self, rep: usize, load: Load, mode: Mode) -> Result<AudioResult> {
         let secs = self.s.audio_secs;
         self.progress
             .phase(&format!("{load}/audio/{mode} rep {rep}"), secs as f64);
         let out = self
             .vm
             .exec_ok(&guest::audiosim_cmd(secs), Duration::from_secs(secs + 60))
-            .map_err(|e| format!("audiosim: {e}"))?;
+            .map_err(guest("audiosim"))?;
         let r: AudioResult = guest::parse_line("audiosim", &out)?;
         eprintln!(
             "    audio: {} glitches in {} periods, worst delay {} us",
@@ -448,7 +452,7 @@ impl Bench<'_> {
         Ok(r)
     }
 
-    fn pingpong(&mut self, rep: usize, load: Load, mode: Mode) -> Result<PingPongResult, String> {
+    fn pingpong(&mut self, rep: usize, load: Load, mode: Mode) -> Result<PingPongResult> {
         let secs = self.s.pingpong_secs;
         self.progress
             .phase(&format!("{load}/ping-pong/{mode} rep {rep}"), secs as f64);
@@ -458,7 +462,7 @@ impl Bench<'_> {
                 &guest::pingpong_cmd(secs, self.guest_cpus),
                 Duration::from_secs(secs + 60),
             )
-            .map_err(|e| format!("pingpong: {e}"))?;
+            .map_err(guest("pingpong"))?;
         let r: PingPongResult = guest::parse_line("pingpong", &out)?;
         eprintln!(
             "    ping-pong: {} round trips, p50 {:.0} us, p99 {:.0} us",
@@ -583,7 +587,7 @@ impl Bench<'_> {
     }
 }
 
-fn boot(s: &Settings, image: pvsched_vmtest::GuestImage) -> Result<(Vm, String, Accel), String> {
+fn boot(s: &Settings, image: pvsched_vmtest::GuestImage) -> Result<(Vm, String, Accel)> {
     let decision = accel::decide(s.accel, &KvmFacts::probe());
     let cfg = |a: Accel| {
         VmConfig::new(image.clone())
@@ -600,22 +604,22 @@ fn boot(s: &Settings, image: pvsched_vmtest::GuestImage) -> Result<(Vm, String, 
                 first_line(&e.to_string())
             );
             eprintln!("pvsched-bench: {reason}");
-            let vm = Vm::boot(cfg(Accel::Tcg)).map_err(|e| format!("booting the guest: {e}"))?;
+            let vm = Vm::boot(cfg(Accel::Tcg)).map_err(guest("booting the guest"))?;
             Ok((vm, reason, Accel::Tcg))
         }
-        Err(e) => Err(format!("booting the guest ({}): {e}", decision.reason)),
+        Err(e) => Err(guest(format!("booting the guest ({})", decision.reason))(e)),
     }
 }
 
 /// Runs the whole bench; returns the report and whether every phase worked.
-pub fn run(s: &Settings) -> Result<(Report, bool), String> {
+pub fn run(s: &Settings) -> Result<(Report, bool)> {
     let started = timestamp(false);
     let t0 = Instant::now();
     mkdir(&s.out)?;
     let out = s
         .out
         .canonicalize()
-        .map_err(|e| format!("{}: {e}", s.out.display()))?;
+        .map_err(io(format!("resolving {}", s.out.display())))?;
     let run_dir = out.join("run");
     let raw_dir = out.join("raw");
     mkdir(&run_dir)?;
@@ -628,9 +632,10 @@ pub fn run(s: &Settings) -> Result<(Report, bool), String> {
         ("stress-ng", s.loads.contains(&Load::Loaded)),
     ] {
         if needed && which(tool).is_none() {
-            return Err(format!(
-                "{tool} not found: run scripts/install-deps.sh (or `make deps`)"
-            ));
+            return Err(BenchError::Missing {
+                what: tool.into(),
+                hint: "run scripts/install-deps.sh (or `make deps`)".into(),
+            });
         }
     }
     let bins = if s.modes.contains(&Mode::Pvsched) {
@@ -684,7 +689,7 @@ fn run_in(
     started: String,
     t0: Instant,
     bins: Option<Binaries>,
-) -> Result<(Report, bool), String> {
+) -> Result<(Report, bool)> {
     let (phases, nominal) = plan(s);
     let machine = Machine::probe(&pvsched_vmtest::workspace_root());
     eprintln!("pvsched-bench: building the guest image (cached after the first run)");
@@ -694,38 +699,37 @@ fn run_in(
     let (vm, accel_reason, accel) = boot(s, image)?;
     eprintln!("pvsched-bench: accelerator: {accel_reason}");
     let guest_cpus = vm.guest_cpus().max(1);
-    let (rc, insmod_out) = vm.insmod("").map_err(|e| format!("insmod: {e}"))?;
+    let (rc, insmod_out) = vm.insmod("").map_err(guest("insmod"))?;
     let guest_module = if rc == 0 {
         "loaded".to_string()
     } else {
         format!("NOT loaded ({})", first_line(insmod_out.trim()))
     };
     if rc != 0 && s.modes.contains(&Mode::Pvsched) {
-        return Err(format!(
-            "the guest module did not load, so the pvsched mode cannot work: {insmod_out}"
-        ));
+        return Err(BenchError::GuestModule { output: insmod_out });
     }
-    let vcpus = match vm
-        .qmp(r#"{"execute":"query-cpus-fast"}"#)
-        .map_err(|e| e.to_string())
-        .and_then(|r| parse_query_cpus(&r))
-    {
+    let qemu = vm.qemu_pid();
+    let vcpus = match qmp_vcpu_threads(&vm) {
         Ok(v) if !v.is_empty() => v,
         other => {
-            eprintln!("pvsched-bench: QMP query-cpus-fast: {other:?}; using thread names");
-            vm.vcpu_threads()
-                .map_err(|e| format!("vCPU threads: {e}"))?
-                .into_iter()
-                .map(|(i, t)| (i, t as i32))
-                .collect()
+            let why = match other {
+                Ok(_) => "no vCPUs".to_string(),
+                Err(e) => e.to_string(),
+            };
+            eprintln!("pvsched-bench: QMP query-cpus-fast: {why}; using thread names");
+            vcpu_threads_by_name(qemu as i32)
+                .map_err(io(format!("vCPU threads of QEMU (pid {qemu}) by name")))?
+                .0
         }
     };
     if vcpus.is_empty() {
-        return Err("found no vCPU threads".into());
+        return Err(BenchError::NoVcpuThreads { pid: qemu });
     }
     let mut baseline = BTreeMap::new();
-    for (tid, comm) in sched::threads(vm.qemu_pid()).map_err(|e| format!("QEMU threads: {e}"))? {
-        if let Ok(p) = sched::get(tid) {
+    for (tid, comm) in
+        threads_of(qemu as i32).map_err(io(format!("threads of QEMU (pid {qemu})")))?
+    {
+        if let Ok(p) = get_params(tid) {
             baseline.insert(tid, (comm, p));
         }
     }
@@ -817,10 +821,10 @@ fn run_in(
 
 /// Writes raw.json, report.json, one JSON per scenario, the plots and
 /// report.md into `out`.
-pub fn render(out: &Path, raw: &RawFile) -> Result<Report, String> {
+pub fn render(out: &Path, raw: &RawFile) -> Result<Report> {
     let write = |name: &str, text: &str| {
         let p = out.join(name);
-        std::fs::write(&p, text).map_err(|e| format!("writing {}: {e}", p.display()))
+        std::fs::write(&p, text).map_err(io(format!("writing {}", p.display())))
     };
     write("raw.json", &json(raw))?;
     let mut report = report::build(
@@ -883,11 +887,13 @@ fn json<T: Serialize>(v: &T) -> String {
 }
 
 /// Re-renders a report from a previous run's raw.json (into its directory).
-pub fn rerender(raw_path: &Path) -> Result<(Report, PathBuf), String> {
-    let text = std::fs::read_to_string(raw_path)
-        .map_err(|e| format!("reading {}: {e}", raw_path.display()))?;
-    let raw: RawFile =
-        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", raw_path.display()))?;
+pub fn rerender(raw_path: &Path) -> Result<(Report, PathBuf)> {
+    let text =
+        std::fs::read_to_string(raw_path).map_err(io(format!("reading {}", raw_path.display())))?;
+    let raw: RawFile = serde_json::from_str(&text).map_err(|source| BenchError::Json {
+        what: raw_path.display().to_string(),
+        source,
+    })?;
     let dir = raw_path
         .parent()
         .map(Path::to_path_buf)
@@ -927,12 +933,5 @@ mod tests {
         let (phases, secs) = plan(&settings());
         assert_eq!(phases, 18 * 4);
         assert_eq!(secs, 18.0 * 33.0);
-    }
-
-    #[test]
-    fn query_cpus_fast_gives_index_and_thread() {
-        let reply = r#"{"return": [{"thread-id": 812, "cpu-index": 1, "qom-path": "/machine/unattached/device[1]"}, {"thread-id": 811, "cpu-index": 0}]}"#;
-        assert_eq!(parse_query_cpus(reply).unwrap(), vec![(0, 811), (1, 812)]);
-        assert!(parse_query_cpus(r#"{"error": {}}"#).is_err());
     }
 }

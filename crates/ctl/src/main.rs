@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use pvsched_host::control::{call, Request, Response};
+use pvsched_control::{call, Request, Response};
 
 #[derive(Parser, Debug)]
 #[command(

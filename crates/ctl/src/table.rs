@@ -2,7 +2,21 @@
 
 use std::fmt::Write;
 
-use pvsched_host::control::Status;
+use pvsched_base::sched::{is_rt_policy, policy_name, SCHED_DEADLINE};
+use pvsched_control::Status;
+
+/// The guest task's class as the status table shows it: `fifo/5`, `rr/3`,
+/// `batch`, `idle`, `deadline`, and `normal` for SCHED_OTHER (or a policy
+/// number this build does not know).
+fn guest_task(policy: u32, rt_priority: u32) -> String {
+    match policy_name(policy) {
+        "other" | "unknown" => "normal".into(),
+        name if is_rt_policy(policy) && policy != SCHED_DEADLINE => {
+            format!("{name}/{rt_priority}")
+        }
+        name => name.into(),
+    }
+}
 
 pub fn render(s: &Status) -> String {
     let mut out = String::new();
@@ -53,14 +67,7 @@ pub fn render(s: &Status) -> String {
             "boosted ms"
         );
         for v in &vm.vcpus {
-            let guest = match v.guest_policy {
-                1 => format!("fifo/{}", v.guest_rt_priority),
-                2 => format!("rr/{}", v.guest_rt_priority),
-                3 => "batch".into(),
-                5 => "idle".into(),
-                6 => "deadline".into(),
-                _ => "normal".into(),
-            };
+            let guest = guest_task(v.guest_policy, v.guest_rt_priority);
             let reason = if v.throttled {
                 format!("{} (throttled)", v.reason)
             } else {
@@ -85,4 +92,26 @@ pub fn render(s: &Status) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guest_task_names_the_policy_and_an_rt_priority() {
+        let cases = [
+            (0, 0, "normal"),
+            (1, 5, "fifo/5"),
+            (2, 3, "rr/3"),
+            (3, 0, "batch"),
+            (5, 0, "idle"),
+            (6, 0, "deadline"),
+            (42, 0, "normal"),
+        ];
+
+        for (policy, prio, want) in cases {
+            assert_eq!(guest_task(policy, prio), want, "policy {policy}");
+        }
+    }
 }

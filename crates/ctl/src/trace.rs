@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use pvsched_host::control::{Recording, TraceKind};
+use pvsched_control::{Recording, TraceKind};
 use serde_json::{json, Value};
 
 /// Offset of a vCPU's decision track from its thread id (thread ids stay
@@ -142,7 +142,7 @@ pub fn to_chrome_trace(rec: &Recording) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pvsched_host::control::{TraceRecord, TrackInfo};
+    use pvsched_control::{TraceRecord, TrackInfo};
 
     fn rec(ts: u64, tid: i32, kind: TraceKind, reason: Option<&str>) -> TraceRecord {
         TraceRecord {

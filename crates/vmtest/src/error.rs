@@ -7,30 +7,20 @@ use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A host tool or file the harness needs is not there.
-    #[error("{what} not found ({hint})")]
-    Missing { what: String, hint: String },
-
-    #[error("{context}: {source}")]
-    Io {
-        context: String,
-        #[source]
-        source: io::Error,
-    },
-
-    /// A host command (make, cc, ldd, ...) failed.
-    #[error("{command} failed ({status}):\n{output}")]
-    Command {
-        command: String,
-        status: String,
-        output: String,
-    },
-
-    #[error("region file: {0}")]
-    RegionFile(#[from] pvsched_abi::RegionFileError),
-
     #[error("region: {0}")]
     Abi(#[from] pvsched_abi::AbiError),
+
+    /// The command cannot travel over the serial console as one line.
+    #[error("command not sendable over the console ({reason}): {command}")]
+    BadCommand { command: String, reason: String },
+
+    /// [`crate::Vm::qmp`] was given something that is not a JSON object.
+    #[error("QMP command is not JSON ({source}): {command}")]
+    BadQmpCommand {
+        command: String,
+        #[source]
+        source: serde_json::Error,
+    },
 
     /// The guest did not print its ready marker in time.
     #[error("VM {vm}: guest not ready after {timeout:?}; console tail:\n{console}")]
@@ -40,13 +30,12 @@ pub enum Error {
         console: String,
     },
 
-    /// QEMU exited (or closed its console) while we waited for the guest.
-    #[error("VM {vm}: QEMU exited ({status}); stderr:\n{stderr}\nconsole tail:\n{console}")]
-    QemuExited {
-        vm: String,
+    /// A host command (make, cc, ldd, ...) failed.
+    #[error("{command} failed ({status}):\n{output}")]
+    Command {
+        command: String,
         status: String,
-        stderr: String,
-        console: String,
+        output: String,
     },
 
     /// A guest command did not finish in time (it was killed in the guest).
@@ -58,15 +47,36 @@ pub enum Error {
         console: String,
     },
 
-    /// The command cannot travel over the serial console as one line.
-    #[error("command not sendable over the console ({reason}): {command}")]
-    BadCommand { command: String, reason: String },
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: io::Error,
+    },
 
-    #[error("QMP: {0}")]
-    Qmp(String),
+    /// A host tool or file the harness needs is not there.
+    #[error("{what} not found ({hint})")]
+    Missing { what: String, hint: String },
 
     #[error("{0}")]
     Other(String),
+
+    /// QEMU exited (or closed its console) while we waited for the guest.
+    #[error("VM {vm}: QEMU exited ({status}); stderr:\n{stderr}\nconsole tail:\n{console}")]
+    QemuExited {
+        vm: String,
+        status: String,
+        stderr: String,
+        console: String,
+    },
+
+    /// A QMP exchange failed (connection, negotiation, timeout, bad reply);
+    /// the message names the socket.
+    #[error(transparent)]
+    Qmp(#[from] pvsched_base::qmp::QmpError),
+
+    #[error("region file: {0}")]
+    RegionFile(#[from] pvsched_abi::RegionFileError),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

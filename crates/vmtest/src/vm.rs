@@ -1,8 +1,7 @@
 //! A QEMU guest with a pvsched region, driven over its serial console.
 
 use std::fs::{self, File};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::net::UnixStream;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,6 +10,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use pvsched_abi::{Header, Region, RegionFile};
+use pvsched_base::qmp::Qmp;
+use pvsched_base::thread::threads_of;
+use pvsched_base::vcpu_names::{vcpu_index_from_name, Accel as VcpuAccel};
 
 use crate::error::{io_err, path_ctx, Error, Result};
 use crate::image::{which, GuestImage, GUEST_MODULE_PATH, INSTALL_HINT};
@@ -29,6 +31,8 @@ pub const MAX_COMMAND_LEN: usize = 3500;
 const GRACE: Duration = Duration::from_secs(30);
 /// Console silence after which [`Vm::exec`] sends XON (see `kick_console`).
 const KICK_AFTER: Duration = Duration::from_secs(2);
+/// Bound on one [`Vm::qmp`] exchange (connect and negotiation, then the command).
+const QMP_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// How QEMU runs the guest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -743,65 +747,21 @@ impl Vm {
     }
 
     /// vCPU threads of QEMU on the host, by thread name (`CPU <n>/TCG` or
-    /// `CPU <n>/KVM`, from `debug-threads=on`): (vCPU index, thread id).
+    /// `CPU <n>/KVM`, from `debug-threads=on`): (vCPU index, thread id),
+    /// sorted by index. Other threads, whatever their names, are left out.
     pub fn vcpu_threads(&self) -> Result<Vec<(u32, u32)>> {
-        let task_dir = PathBuf::from(format!("/proc/{}/task", self.pid));
-        let mut out = Vec::new();
-        for entry in fs::read_dir(&task_dir).map_err(io_err(path_ctx("reading", &task_dir)))? {
-            let Ok(entry) = entry else { continue };
-            let Ok(tid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-                continue;
-            };
-            let Ok(comm) = fs::read_to_string(entry.path().join("comm")) else {
-                continue;
-            };
-            let comm = comm.trim();
-            if let Some(rest) = comm.strip_prefix("CPU ") {
-                if let Some((idx, kind)) = rest.split_once('/') {
-                    if (kind == "TCG" || kind == "KVM") && idx.parse::<u32>().is_ok() {
-                        out.push((idx.parse().unwrap_or(0), tid));
-                    }
-                }
-            }
-        }
-        out.sort_unstable();
-        Ok(out)
+        let threads = threads_of(self.pid as i32)
+            .map_err(io_err(format!("reading /proc/{}/task", self.pid)))?;
+        Ok(qemu_vcpu_threads(threads))
     }
 
     /// Sends one QMP command (a JSON object such as
-    /// `{"execute":"query-cpus-fast"}`) and returns the raw JSON reply line.
+    /// `{"execute":"query-cpus-fast"}`) and returns the reply message (the
+    /// object with `"return"` or `"error"`) as one line of JSON. Each call
+    /// opens its own connection (greeting and capabilities negotiated;
+    /// events skipped); the exchange is bounded by 20 s.
     pub fn qmp(&self, command: &str) -> Result<String> {
-        let err = |what: &str, e: std::io::Error| Error::Qmp(format!("{what}: {e}"));
-        let stream = UnixStream::connect(&self.qmp_path).map_err(|e| err("connect", e))?;
-        stream
-            .set_read_timeout(Some(Duration::from_secs(20)))
-            .map_err(|e| err("timeout", e))?;
-        let mut writer = stream.try_clone().map_err(|e| err("clone", e))?;
-        let mut reader = BufReader::new(stream);
-        let read_reply = |reader: &mut BufReader<UnixStream>| -> Result<String> {
-            loop {
-                let mut line = String::new();
-                let n = reader.read_line(&mut line).map_err(|e| err("read", e))?;
-                if n == 0 {
-                    return Err(Error::Qmp("connection closed".into()));
-                }
-                if line.contains("\"return\"") || line.contains("\"error\"") {
-                    return Ok(line.trim().to_string());
-                }
-                // Greeting ("QMP") and events: skip.
-            }
-        };
-        writer
-            .write_all(b"{\"execute\":\"qmp_capabilities\"}\n")
-            .map_err(|e| err("write", e))?;
-        let caps = read_reply(&mut reader)?;
-        if caps.contains("\"error\"") {
-            return Err(Error::Qmp(caps));
-        }
-        writer
-            .write_all(format!("{}\n", command.trim()).as_bytes())
-            .map_err(|e| err("write", e))?;
-        read_reply(&mut reader)
+        qmp_exchange(&self.qmp_path, command, QMP_TIMEOUT)
     }
 
     /// Asks the guest to power off (`poweroff -f`: the module's shutdown hook
@@ -862,9 +822,58 @@ impl Drop for Vm {
     }
 }
 
+/// One QMP command on a fresh connection to `socket`: the reply message as
+/// one line of JSON (see [`Vm::qmp`]).
+fn qmp_exchange(socket: &Path, command: &str, timeout: Duration) -> Result<String> {
+    let request: serde_json::Value =
+        serde_json::from_str(command.trim()).map_err(|source| Error::BadQmpCommand {
+            command: command.to_string(),
+            source,
+        })?;
+    let mut qmp = Qmp::connect(socket, timeout)?;
+    Ok(qmp.request(&request)?.to_string())
+}
+
+/// QEMU's vCPU threads among `threads` ((tid, comm) of one process): those
+/// named `CPU <n>/TCG` or `CPU <n>/KVM` (names parsed by
+/// `pvsched_base::vcpu_names`; other VMMs' vCPU names are not QEMU's and are
+/// left out), as (vCPU index, thread id) sorted by index.
+fn qemu_vcpu_threads(threads: Vec<(i32, String)>) -> Vec<(u32, u32)> {
+    let mut out: Vec<(u32, u32)> = threads
+        .into_iter()
+        .filter(|(_, comm)| comm.starts_with("CPU "))
+        .filter_map(|(tid, comm)| match vcpu_index_from_name(&comm)? {
+            (idx, VcpuAccel::Tcg | VcpuAccel::Kvm) => Some((idx, u32::try_from(tid).ok()?)),
+            (_, VcpuAccel::Unknown) => None,
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_qemu_tcg_and_kvm_vcpu_threads_are_taken() {
+        let threads = [
+            (100, "qemu-system-x86"),
+            (103, "CPU 1/TCG"),
+            (102, "CPU 0/TCG"),
+            (104, "CPU 2/KVM"),
+            (105, "CPU 3/HVF"),
+            (106, "vcpu4"),
+            (107, "worker"),
+        ]
+        .map(|(tid, comm)| (tid, comm.to_string()))
+        .to_vec();
+
+        assert_eq!(
+            qemu_vcpu_threads(threads),
+            vec![(0, 102), (1, 103), (2, 104)]
+        );
+    }
 
     #[test]
     fn vm_can_be_shared_between_threads() {
@@ -878,5 +887,62 @@ mod tests {
         assert_eq!(find(b"abcabc", b"bc", 2), Some(4));
         assert_eq!(find(b"abc", b"x", 0), None);
         assert_eq!(find(b"abc", b"a", 3), None);
+    }
+
+    /// A fake QEMU on a socket in a fresh directory: greets, then answers
+    /// each request line with the next of `replies`.
+    fn fake_qemu(replies: &'static [&'static str]) -> (PathBuf, JoinHandle<Vec<String>>) {
+        use std::io::BufRead;
+        use std::os::unix::net::UnixListener;
+        let (dir, _) = unique_dir("qmp-test").unwrap();
+        let sock = dir.join("qmp.sock");
+        let listener = UnixListener::bind(&sock).unwrap();
+        let t = std::thread::spawn(move || {
+            let (conn, _) = listener.accept().unwrap();
+            let mut w = conn.try_clone().unwrap();
+            let mut r = std::io::BufReader::new(conn);
+            w.write_all(b"{\"QMP\": {\"version\": {}}}\n").unwrap();
+            let mut seen = Vec::new();
+            for reply in replies {
+                let mut line = String::new();
+                if r.read_line(&mut line).unwrap_or(0) == 0 {
+                    break;
+                }
+                seen.push(line.trim().to_string());
+                w.write_all(reply.as_bytes()).unwrap();
+            }
+            seen
+        });
+        (sock, t)
+    }
+
+    #[test]
+    fn qmp_returns_the_reply_message_as_one_json_line() {
+        let (sock, t) = fake_qemu(&[
+            "{\"return\": {}}\n",
+            "{\"event\": \"RESUME\"}\n{\"error\": {\"class\": \"GenericError\", \"desc\": \"no\"}}\n",
+        ]);
+
+        let reply =
+            qmp_exchange(&sock, r#" {"execute":"stop"} "#, Duration::from_secs(10)).unwrap();
+
+        let v: serde_json::Value = serde_json::from_str(&reply).unwrap();
+        assert_eq!(v["error"]["desc"], "no");
+        assert!(!reply.contains('\n'));
+        let seen = t.join().unwrap();
+        assert_eq!(seen[1], r#"{"execute":"stop"}"#);
+        let _ = fs::remove_dir_all(sock.parent().unwrap());
+    }
+
+    #[test]
+    fn qmp_refuses_a_command_that_is_not_json() {
+        let err = qmp_exchange(
+            Path::new("/nonexistent"),
+            "query-kvm",
+            Duration::from_secs(1),
+        )
+        .unwrap_err();
+
+        assert!(matches!(err, Error::BadQmpCommand { .. }), "{err}");
     }
 }

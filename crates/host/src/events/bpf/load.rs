@@ -302,15 +302,7 @@ fn attach_all(
     attach(&mut links, "sched_switch", &skel.progs.pvs_sched_switch)?;
     attach(&mut links, "sched_waking", &skel.progs.pvs_sched_waking)?;
     if irq_context {
-        let irq_progs = [
-            ("irq_handler_entry", &skel.progs.pvs_irq_entry),
-            ("irq_handler_exit", &skel.progs.pvs_irq_exit),
-            ("softirq_entry", &skel.progs.pvs_softirq_entry),
-            ("softirq_exit", &skel.progs.pvs_softirq_exit),
-            ("hrtimer_expire_entry", &skel.progs.pvs_hrtimer_entry),
-            ("hrtimer_expire_exit", &skel.progs.pvs_hrtimer_exit),
-        ];
-        for (name, prog) in irq_progs {
+        for (name, prog) in irq_programs(skel) {
             if let Err(e) = attach(&mut links, name, prog) {
                 warn!(error = %e, "IRQ-context program not attached: wakers in {name} misclassified");
             }
@@ -381,23 +373,37 @@ fn ring_buffer(
     Ok((ringbuf, batch))
 }
 
-/// Descriptors of every loaded program (for run-time statistics).
-fn program_fds(skel: &PvschedSkel<'_>) -> Vec<(&'static str, OwnedFd)> {
-    let all = [
-        ("sched_switch", &skel.progs.pvs_sched_switch),
-        ("sched_waking", &skel.progs.pvs_sched_waking),
+type Program<'a> = (&'static str, &'a libbpf_rs::ProgramMut<'a>);
+
+/// The IRQ-context programs (wakeups from IRQ context are not blamed on
+/// the interrupted task), by tracepoint name.
+fn irq_programs<'a>(skel: &'a PvschedSkel<'a>) -> [Program<'a>; 6] {
+    [
         ("irq_handler_entry", &skel.progs.pvs_irq_entry),
         ("irq_handler_exit", &skel.progs.pvs_irq_exit),
         ("softirq_entry", &skel.progs.pvs_softirq_entry),
         ("softirq_exit", &skel.progs.pvs_softirq_exit),
         ("hrtimer_expire_entry", &skel.progs.pvs_hrtimer_entry),
         ("hrtimer_expire_exit", &skel.progs.pvs_hrtimer_exit),
+    ]
+}
+
+/// Descriptors of every loaded program (for run-time statistics).
+fn program_fds(skel: &PvschedSkel<'_>) -> Vec<(&'static str, OwnedFd)> {
+    let sched = [
+        ("sched_switch", &skel.progs.pvs_sched_switch),
+        ("sched_waking", &skel.progs.pvs_sched_waking),
+    ];
+    let kvm = [
         ("kvm_exit", &skel.progs.pvs_kvm_exit),
         ("kvm_vcpu_wakeup", &skel.progs.pvs_kvm_vcpu_wakeup),
         ("kvm_apic_accept_irq", &skel.progs.pvs_kvm_apic_accept_irq),
         ("kvm_exit_test", &skel.progs.pvs_kvm_exit_test),
     ];
-    all.into_iter()
+    sched
+        .into_iter()
+        .chain(irq_programs(skel))
+        .chain(kvm)
         .filter(|(_, prog)| prog.autoload())
         .filter_map(|(name, prog)| Some((name, prog.as_fd().try_clone_to_owned().ok()?)))
         .collect()
