@@ -1,0 +1,287 @@
+//! Shared harness of pvschedd's integration tests: a real pvschedd child
+//! with its own configuration, state file, socket and log, and real fake
+//! VMM processes (`pvsched-fake-vmm`, from `crates/vmtest`) to serve.
+//!
+//! Each test binary includes it with `mod support;` and uses what it needs.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use pvsched_base::sched::{get_params, ThreadParams};
+use pvsched_control::{call, Request, Response, Status};
+use pvsched_vmtest::wait_until;
+
+/// A fresh directory for one test under the target's temporary directory,
+/// traversable by every user (tests run programs as `nobody` in it).
+pub fn tempdir(name: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("e2e-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+/// A binary of the workspace, built next to this test binary's directory
+/// (`make test` builds every binary first).
+pub fn workspace_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().and_then(Path::parent).unwrap();
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} missing: run `cargo build --workspace --bins --release` first (make test does)",
+        path.display()
+    );
+    path
+}
+
+/// The parameters in force on thread `tid`.
+pub fn params(tid: i32) -> ThreadParams {
+    get_params(tid).expect("sched_getattr")
+}
+
+/// A pvschedd child with its own state file, socket and log.
+pub struct Daemon {
+    child: Option<Child>,
+    pub dir: PathBuf,
+}
+
+impl Daemon {
+    /// Starts pvschedd in `dir` with `[daemon]` pointing into it, auto
+    /// discovery off unless `extra` turns it on, and `extra` appended.
+    pub fn start(dir: &Path, extra: &str) -> Self {
+        let toml = format!(
+            "[daemon]\nstate_file = \"{d}/state.json\"\ncontrol_socket = \"{d}/control.sock\"\nmetrics = \"off\"\n{extra}",
+            d = dir.display()
+        );
+        Self::start_with_config(dir, &toml)
+    }
+
+    /// Starts pvschedd with exactly `toml` as its configuration.
+    pub fn start_with_config(dir: &Path, toml: &str) -> Self {
+        let config = dir.join("pvsched.toml");
+        std::fs::write(&config, toml).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("pvschedd.log"))
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_pvschedd"))
+            .arg("--config")
+            .arg(&config)
+            .arg("--log")
+            .arg(std::env::var("PVSCHED_E2E_LOG").unwrap_or_else(|_| "info".into()))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start pvschedd");
+        let d = Daemon {
+            child: Some(child),
+            dir: dir.to_path_buf(),
+        };
+        wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
+            d.socket().exists().then_some(())
+        })
+        .unwrap_or_else(|| panic!("pvschedd did not open its socket; log:\n{}", d.log()));
+        d
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.dir.join("control.sock")
+    }
+
+    pub fn state_file(&self) -> PathBuf {
+        self.dir.join("state.json")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("pvschedd.log")).unwrap_or_default()
+    }
+
+    pub fn status(&self) -> Status {
+        match call(&self.socket(), &Request::Status, Duration::from_secs(5)) {
+            Ok(Response::Status(s)) => s,
+            other => panic!("status: {other:?}\nlog:\n{}", self.log()),
+        }
+    }
+
+    pub fn request(&self, req: &Request, timeout: Duration) -> Response {
+        call(&self.socket(), req, timeout).unwrap_or_else(|e| panic!("{e}\nlog:\n{}", self.log()))
+    }
+
+    /// Waits until VM `vm` is served with `vcpus` vCPUs.
+    pub fn wait_serving(&self, vm: &str, vcpus: usize) {
+        wait_until(Duration::from_secs(15), Duration::from_millis(50), || {
+            self.status()
+                .vms
+                .iter()
+                .any(|v| v.name == vm && v.vcpus.len() == vcpus)
+                .then_some(())
+        })
+        .unwrap_or_else(|| panic!("pvschedd does not serve {vm}; log:\n{}", self.log()));
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().map(|c| c.id() as i32).unwrap_or(0)
+    }
+
+    /// Whether the child is still running.
+    pub fn running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// Sends `sig` to our own pvschedd child and reaps it.
+    pub fn signal(&mut self, sig: i32) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        // SAFETY: kill on the PID of our own, not yet reaped, child.
+        unsafe { libc::kill(child.id() as i32, sig) };
+        child.wait().expect("wait pvschedd")
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            self.signal(libc::SIGTERM);
+        }
+    }
+}
+
+/// How to start a fake VMM.
+#[derive(Clone, Debug)]
+pub struct FakeVmmConfig {
+    pub region: PathBuf,
+    pub vcpus: u32,
+    pub name_format: String,
+    /// The guest half says a FIFO task of this priority runs on every vCPU.
+    pub guest_fifo: Option<u32>,
+    pub spin: bool,
+    /// Carry the region path in argv only, without mapping it.
+    pub no_map: bool,
+    pub qmp: Option<PathBuf>,
+    /// Thread ids `query-cpus-fast` reports instead of its own.
+    pub qmp_tids: Option<Vec<i64>>,
+    /// Run as this (uid, gid) instead of ours.
+    pub user: Option<(u32, u32)>,
+    /// Programs to run it under, e.g. `["timeout", "120"]`.
+    pub wrapper: Vec<String>,
+}
+
+impl FakeVmmConfig {
+    pub fn new(region: &Path) -> Self {
+        Self {
+            region: region.to_path_buf(),
+            vcpus: 2,
+            name_format: "CPU {}/TCG".into(),
+            guest_fifo: None,
+            spin: false,
+            no_map: false,
+            qmp: None,
+            qmp_tids: None,
+            user: None,
+            wrapper: Vec::new(),
+        }
+    }
+}
+
+/// A running fake VMM (our child; killed by PID on drop).
+pub struct FakeVmm {
+    child: Child,
+    /// The VMM process (not a wrapper's).
+    pub pid: i32,
+    /// Its vCPU threads, by index.
+    pub tids: Vec<i32>,
+}
+
+impl FakeVmm {
+    pub fn spawn(cfg: &FakeVmmConfig) -> Self {
+        let bin = workspace_bin("pvsched-fake-vmm");
+        let mut cmd = match cfg.wrapper.split_first() {
+            Some((prog, args)) => {
+                let mut c = Command::new(prog);
+                c.args(args).arg(&bin);
+                c
+            }
+            None => Command::new(&bin),
+        };
+        cmd.arg(format!("mem-path={}", cfg.region.display()))
+            .arg("--vcpus")
+            .arg(cfg.vcpus.to_string())
+            .arg("--name-format")
+            .arg(&cfg.name_format);
+        if let Some(p) = cfg.guest_fifo {
+            cmd.arg("--guest-fifo").arg(p.to_string());
+        }
+        if cfg.spin {
+            cmd.arg("--spin");
+        }
+        if cfg.no_map {
+            cmd.arg("--no-map");
+        }
+        if let Some(q) = &cfg.qmp {
+            cmd.arg("--qmp").arg(q);
+        }
+        if let Some(t) = &cfg.qmp_tids {
+            let list: Vec<String> = t.iter().map(i64::to_string).collect();
+            cmd.arg("--qmp-tids").arg(list.join(","));
+        }
+        if let Some((uid, gid)) = cfg.user {
+            cmd.uid(uid).gid(gid);
+            // SAFETY: setgroups(0, NULL) between fork and exec drops our
+            // supplementary groups; async-signal-safe, no allocation.
+            unsafe {
+                cmd.pre_exec(|| {
+                    if libc::setgroups(0, std::ptr::null()) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start pvsched-fake-vmm");
+        let mut line = String::new();
+        let stdout = child.stdout.take().expect("stdout");
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("fake VMM ready line");
+        let mut words = line.split_whitespace();
+        assert_eq!(words.next(), Some("ready"), "fake VMM said {line:?}");
+        let pid = words.next().and_then(|p| p.parse().ok()).expect("pid");
+        let tids = words.filter_map(|t| t.parse().ok()).collect();
+        FakeVmm { child, pid, tids }
+    }
+
+    /// The process we started (a wrapper, or the VMM itself).
+    pub fn child_pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Kills the VMM (and the wrapper, if any) and reaps our child.
+    pub fn kill(&mut self) {
+        // SAFETY: kill(2) of the VMM, which is our child or our child's, and
+        // of our own child; both not yet reaped by us.
+        unsafe {
+            libc::kill(self.pid, libc::SIGKILL);
+            libc::kill(self.child.id() as i32, libc::SIGKILL);
+        }
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for FakeVmm {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -1,0 +1,195 @@
+//! pvsched-fake-vmm: a stand-in VMM process for tests of pvschedd that need
+//! no guest: threads named like vCPU threads, a region file mapped like
+//! QEMU's ivshmem memory backend, guest halves written as the guest module
+//! would, and optionally a QMP socket that answers `query-cpus-fast` (with
+//! the truth, or with the thread ids a test wants it to lie about).
+//!
+//! ```text
+//! pvsched-fake-vmm --region PATH [--vcpus N] [--name-format "CPU {}/TCG"]
+//!                  [--guest-fifo PRIO] [--spin] [--no-map] [--qmp PATH]
+//!                  [--qmp-tids TID,TID,...] [--seconds S]
+//! ```
+//!
+//! Prints `ready PID TID0 TID1 ...` on stdout once its threads run, then
+//! runs until killed or `--seconds` pass. `--no-map` only carries the region
+//! path in its command line (`mem-path=PATH`), as a wrapper would.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pvsched_abi::{GuestHalf, RegionFile, GF_ACTIVE, POLICY_FIFO};
+use pvsched_base::thread::gettid;
+
+struct Args {
+    region: PathBuf,
+    vcpus: u32,
+    name_format: String,
+    guest_fifo: Option<u32>,
+    spin: bool,
+    no_map: bool,
+    qmp: Option<PathBuf>,
+    qmp_tids: Option<Vec<i64>>,
+    seconds: Option<f64>,
+}
+
+fn usage(msg: &str) -> ! {
+    eprintln!("pvsched-fake-vmm: {msg}");
+    std::process::exit(2)
+}
+
+fn parse_args() -> Args {
+    let mut a = Args {
+        region: PathBuf::new(),
+        vcpus: 2,
+        name_format: "CPU {}/TCG".into(),
+        guest_fifo: None,
+        spin: false,
+        no_map: false,
+        qmp: None,
+        qmp_tids: None,
+        seconds: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut value = || it.next().unwrap_or_else(|| usage(&format!("{arg} needs a value")));
+        match arg.as_str() {
+            // Also accepted in QEMU's spelling, so that command-line scans see it.
+            s if s.starts_with("mem-path=") => a.region = PathBuf::from(&s["mem-path=".len()..]),
+            "--region" => a.region = PathBuf::from(value()),
+            "--vcpus" => a.vcpus = value().parse().unwrap_or_else(|_| usage("--vcpus N")),
+            "--name-format" => a.name_format = value(),
+            "--guest-fifo" => {
+                a.guest_fifo = Some(value().parse().unwrap_or_else(|_| usage("--guest-fifo P")))
+            }
+            "--spin" => a.spin = true,
+            "--no-map" => a.no_map = true,
+            "--qmp" => a.qmp = Some(PathBuf::from(value())),
+            "--qmp-tids" => {
+                a.qmp_tids = Some(
+                    value()
+                        .split(',')
+                        .map(|t| t.parse().unwrap_or_else(|_| usage("--qmp-tids T,T")))
+                        .collect(),
+                )
+            }
+            "--seconds" => a.seconds = Some(value().parse().unwrap_or_else(|_| usage("--seconds S"))),
+            other => usage(&format!("unknown argument {other}")),
+        }
+    }
+    if a.region.as_os_str().is_empty() {
+        usage("--region PATH is required");
+    }
+    a
+}
+
+/// Maps the region once it exists and has a valid header (the daemon
+/// creates and initialises it).
+fn map_region(path: &PathBuf, deadline: Instant) -> RegionFile {
+    loop {
+        if let Ok(mut f) = RegionFile::open(path) {
+            if let Ok(v) = f.region().validate() {
+                f.region_mut().adopt(&v);
+                return f;
+            }
+        }
+        if Instant::now() > deadline {
+            usage(&format!("{}: no valid region within the time limit", path.display()));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn serve_qmp(path: PathBuf, tids: Vec<i64>) {
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path).unwrap_or_else(|e| usage(&format!("qmp bind: {e}")));
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let Ok(mut w) = conn.try_clone() else { continue };
+            let _ = w.write_all(b"{\"QMP\": {\"version\": {}, \"capabilities\": []}}\n");
+            for line in BufReader::new(conn).lines() {
+                let Ok(line) = line else { break };
+                let reply = if line.contains("query-cpus-fast") {
+                    let cpus: Vec<String> = tids
+                        .iter()
+                        .enumerate()
+                        .map(|(i, t)| format!("{{\"cpu-index\": {i}, \"thread-id\": {t}}}"))
+                        .collect();
+                    format!("{{\"return\": [{}]}}\n", cpus.join(", "))
+                } else if line.contains("query-kvm") {
+                    "{\"return\": {\"enabled\": false, \"present\": true}}\n".to_string()
+                } else {
+                    "{\"return\": {}}\n".to_string()
+                };
+                if w.write_all(reply.as_bytes()).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+}
+
+fn main() {
+    let args = parse_args();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let region = (!args.no_map).then(|| Arc::new(map_region(&args.region, deadline)));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut handles = Vec::new();
+    for i in 0..args.vcpus {
+        let name = args.name_format.replace("{}", &i.to_string());
+        let (tx, region, stop) = (tx.clone(), region.clone(), stop.clone());
+        let (fifo, spin) = (args.guest_fifo, args.spin);
+        let h = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || {
+                let _ = tx.send((i, gettid()));
+                while !stop.load(Ordering::Relaxed) {
+                    if let (Some(r), Some(p)) = (&region, fifo) {
+                        let g = GuestHalf {
+                            flags: GF_ACTIVE,
+                            policy: POLICY_FIFO,
+                            rt_priority: p,
+                            ..GuestHalf::default()
+                        };
+                        let _ = r.region().write_guest(i, &g);
+                    }
+                    if spin {
+                        let t = Instant::now();
+                        while t.elapsed() < Duration::from_millis(1) {
+                            std::hint::spin_loop();
+                        }
+                    } else {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+            })
+            .unwrap_or_else(|e| usage(&format!("spawn: {e}")));
+        handles.push(h);
+    }
+    drop(tx);
+    let mut tids: Vec<(u32, i32)> = rx.iter().collect();
+    tids.sort_unstable();
+    if let Some(qmp) = args.qmp {
+        let reported = args
+            .qmp_tids
+            .unwrap_or_else(|| tids.iter().map(|t| i64::from(t.1)).collect());
+        serve_qmp(qmp, reported);
+    }
+    let list: Vec<String> = tids.iter().map(|t| t.1.to_string()).collect();
+    println!("ready {} {}", std::process::id(), list.join(" "));
+    let _ = std::io::stdout().flush();
+    match args.seconds {
+        Some(s) => std::thread::sleep(Duration::from_secs_f64(s)),
+        None => loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        },
+    }
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        let _ = h.join();
+    }
+}
