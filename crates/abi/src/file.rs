@@ -1,15 +1,24 @@
 //! File-backed regions: the file QEMU maps with `memory-backend-file` and
 //! exposes to the guest as ivshmem-plain BAR2.
+//!
+//! The file belongs to the VMM's user, who can replace, link, grow or
+//! truncate it; the mapping is the daemon's. So a region file is mapped at
+//! exactly [`bar_size`] of the VM's vCPU count, only if it is a regular
+//! file with one link and exactly that size (never grown, zeroed or mapped
+//! beyond it), and the mapping is guarded ([`pvsched_base::sigbus`]): if
+//! the owner truncates the file, the faulting access reads zeros instead of
+//! killing the process, and [`RegionFile::truncated`] says so.
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 
-use memmap2::MmapRaw;
+use memmap2::{MmapOptions, MmapRaw};
+use pvsched_base::sigbus::{Guard, SigbusError};
 
-use crate::layout::region_bytes;
+use crate::layout::{region_bytes, MAX_SLOTS};
 use crate::{AbiError, Region};
 
 /// Smallest region file: one page.
@@ -27,6 +36,16 @@ pub fn bar_size(slot_count: u32) -> u64 {
 pub enum RegionFileError {
     #[error("{path}: {source}")]
     Abi { path: PathBuf, source: AbiError },
+    #[error("{path}: {slot_count} slots: need 1..={max}")]
+    BadSlotCount {
+        path: PathBuf,
+        slot_count: u32,
+        max: u32,
+    },
+    #[error("{path}: {source}")]
+    Guard { path: PathBuf, source: SigbusError },
+    #[error("{path}: {links} hard links: refusing (it may be another file's name)")]
+    HardLinks { path: PathBuf, links: u64 },
     #[error("{path}: {op}: {source}")]
     Io {
         path: PathBuf,
@@ -35,18 +54,25 @@ pub enum RegionFileError {
     },
     #[error("{path}: not a regular file")]
     NotRegular { path: PathBuf },
-    #[error("{path}: {len} bytes, too large to map")]
-    TooLarge { path: PathBuf, len: u64 },
+    #[error("{path}: truncated while mapped: the mapping now holds zero pages")]
+    Truncated { path: PathBuf },
     #[error("{path}: mode {mode:o} is world-writable; refusing (chmod o-w)")]
     WorldWritable { path: PathBuf, mode: u32 },
+    #[error("{path}: {len} bytes, want exactly {want} for the VM's vCPUs; refusing")]
+    WrongSize { path: PathBuf, len: u64, want: u64 },
 }
 
-/// A shared region file mapped read-write.
+/// A shared region file mapped read-write, exactly [`bar_size`] bytes.
 pub struct RegionFile {
     path: PathBuf,
+    /// Kept open for [`RegionFile::check_intact`]'s `fstat`.
+    file: File,
+    region: Region,
+    // Field order is drop order: the range is unguarded before it is
+    // unmapped.
+    guard: Guard,
     // Keeps the mapping alive; `region` points into it.
     _map: MmapRaw,
-    region: Region,
 }
 
 impl std::fmt::Debug for RegionFile {
@@ -58,86 +84,107 @@ impl std::fmt::Debug for RegionFile {
     }
 }
 
+/// `O_NOFOLLOW`: a symlink planted under the region's name is not followed.
+/// `O_NONBLOCK`: a FIFO under that name does not block the open (it is then
+/// refused as not a regular file). `O_CLOEXEC`: no child inherits it.
+const OPEN_FLAGS: i32 = libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC;
+
 impl RegionFile {
-    /// Creates `path` with `mode` (or opens it if it exists and is not
-    /// world-writable), grows it to [`bar_size`]`(slot_count)` if smaller, and
-    /// maps it. The header is not written: see [`Region::init_header`].
+    /// Creates `path` with `mode` and size [`bar_size`]`(slot_count)`, or
+    /// opens it as [`RegionFile::open`] does if it exists; maps it. The slot
+    /// count is checked before anything is created. The header is not
+    /// written: see [`Region::init_header`].
     pub fn create(path: &Path, slot_count: u32, mode: u32) -> Result<Self, RegionFileError> {
+        let want = checked_size(path, slot_count)?;
         let io_err = |op, source| RegionFileError::Io {
             path: path.to_path_buf(),
             op,
             source,
         };
-        let file = OpenOptions::new()
+        let created = OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
+            .create_new(true)
             .mode(mode)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(path)
-            .map_err(|e| io_err("open", e))?;
-        check_file(path, &file)?;
-        let want = bar_size(slot_count);
-        let len = file.metadata().map_err(|e| io_err("stat", e))?.len();
-        if len < want {
-            file.set_len(want).map_err(|e| io_err("resize", e))?;
+            .custom_flags(OPEN_FLAGS)
+            .open(path);
+        let file = match created {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                return Self::open(path, slot_count);
+            }
+            Err(e) => return Err(io_err("create", e)),
+        };
+        // Ours, empty: only this file is ever grown.
+        let made = file
+            .set_len(want)
+            .map_err(|e| io_err("resize", e))
+            .and_then(|()| check_file(path, &file, want))
+            .and_then(|()| Self::map(path, file, want));
+        if made.is_err() {
+            let _ = std::fs::remove_file(path);
         }
-        Self::map(path, file)
+        made
     }
 
-    /// Opens and maps an existing region file (no validation of its contents:
-    /// see [`Region::validate`]).
-    pub fn open(path: &Path) -> Result<Self, RegionFileError> {
+    /// Opens and maps an existing region file for `slot_count` vCPUs: it
+    /// must be a regular file, not world-writable, with one link and exactly
+    /// [`bar_size`]`(slot_count)` bytes. Its contents are not validated: see
+    /// [`Region::validate`].
+    pub fn open(path: &Path, slot_count: u32) -> Result<Self, RegionFileError> {
+        let want = checked_size(path, slot_count)?;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
-            .custom_flags(libc::O_NOFOLLOW)
+            .custom_flags(OPEN_FLAGS)
             .open(path)
             .map_err(|e| RegionFileError::Io {
                 path: path.to_path_buf(),
                 op: "open",
                 source: e,
             })?;
-        check_file(path, &file)?;
-        Self::map(path, file)
+        check_file(path, &file, want)?;
+        Self::map(path, file, want)
     }
 
-    fn map(path: &Path, file: File) -> Result<Self, RegionFileError> {
-        let len = file
-            .metadata()
-            .map_err(|e| RegionFileError::Io {
+    /// Maps exactly `want` bytes of `file` (checked to be that long: if it
+    /// shrinks later, the guard turns faults into zero pages).
+    fn map(path: &Path, file: File, want: u64) -> Result<Self, RegionFileError> {
+        let io_err = |op, source| RegionFileError::Io {
+            path: path.to_path_buf(),
+            op,
+            source,
+        };
+        // bar_size(MAX_SLOTS) is 2 MiB: it fits.
+        let len = usize::try_from(want)
+            .map_err(|_| io_err("mmap", io::Error::other("size does not fit in memory")))?;
+        let map = MmapOptions::new()
+            .len(len)
+            .map_raw(&file)
+            .map_err(|e| io_err("mmap", e))?;
+        let base = NonNull::new(map.as_mut_ptr())
+            .ok_or_else(|| io_err("mmap", io::Error::other("null mapping")))?;
+        // SAFETY: `map` is a shared read-write mapping of `len` bytes at
+        // `base`, page aligned; it is dropped (unmapped) after the guard
+        // (field order), and the region only ever accesses it through
+        // atomics, so zero pages swapped in under it are fine.
+        let guard =
+            unsafe { Guard::register(base.as_ptr(), len) }.map_err(|e| RegionFileError::Guard {
                 path: path.to_path_buf(),
-                op: "stat",
                 source: e,
-            })?
-            .len();
-        let len_usize = usize::try_from(len).map_err(|_| RegionFileError::TooLarge {
+            })?;
+        // SAFETY: as above: the mapping lives as long as the returned struct,
+        // which owns both.
+        let region = unsafe { Region::from_raw(base, len) }.map_err(|e| RegionFileError::Abi {
             path: path.to_path_buf(),
-            len,
-        })?;
-        let map = MmapRaw::map_raw(&file).map_err(|e| RegionFileError::Io {
-            path: path.to_path_buf(),
-            op: "mmap",
             source: e,
-        })?;
-        let base = NonNull::new(map.as_mut_ptr()).ok_or_else(|| RegionFileError::Io {
-            path: path.to_path_buf(),
-            op: "mmap",
-            source: io::Error::other("null mapping"),
-        })?;
-        // SAFETY: `map` is a shared read-write mapping of `len_usize` bytes,
-        // page aligned, kept alive in the returned struct for as long as the
-        // Region that points into it.
-        let region = unsafe { Region::from_raw(base, len_usize.min(map.len())) }.map_err(|e| {
-            RegionFileError::Abi {
-                path: path.to_path_buf(),
-                source: e,
-            }
         })?;
         Ok(Self {
             path: path.to_path_buf(),
-            _map: map,
+            file,
             region,
+            guard,
+            _map: map,
         })
     }
 
@@ -160,24 +207,89 @@ impl RegionFile {
     pub fn region_mut(&mut self) -> &mut Region {
         &mut self.region
     }
+
+    /// Whether an access found the file truncated under the mapping: the
+    /// mapping then holds zero pages (no longer shared with the VM). No
+    /// system call.
+    pub fn truncated(&self) -> bool {
+        self.guard.lost()
+    }
+
+    /// Whether the mapping still is the file, at its size: not
+    /// [`truncated`](Self::truncated), and `fstat` still finds the size it
+    /// was mapped at (a truncation no access has hit yet). One system call.
+    pub fn check_intact(&self) -> Result<(), RegionFileError> {
+        if self.truncated() {
+            return Err(RegionFileError::Truncated {
+                path: self.path.clone(),
+            });
+        }
+        let len = self
+            .file
+            .metadata()
+            .map_err(|e| RegionFileError::Io {
+                path: self.path.clone(),
+                op: "stat",
+                source: e,
+            })?
+            .len();
+        let want = self.len() as u64;
+        if len != want {
+            return Err(RegionFileError::WrongSize {
+                path: self.path.clone(),
+                len,
+                want,
+            });
+        }
+        Ok(())
+    }
 }
 
-fn check_file(path: &Path, file: &File) -> Result<(), RegionFileError> {
-    let meta = file.metadata().map_err(|e| RegionFileError::Io {
-        path: path.to_path_buf(),
-        op: "stat",
-        source: e,
-    })?;
-    if !meta.file_type().is_file() {
-        return Err(RegionFileError::NotRegular {
+/// [`bar_size`]`(slot_count)`, for a slot count the ABI allows.
+fn checked_size(path: &Path, slot_count: u32) -> Result<u64, RegionFileError> {
+    if slot_count == 0 || slot_count > MAX_SLOTS {
+        return Err(RegionFileError::BadSlotCount {
             path: path.to_path_buf(),
+            slot_count,
+            max: MAX_SLOTS,
         });
+    }
+    Ok(bar_size(slot_count))
+}
+
+/// Refuses what must not be mapped: not a regular file, world-writable,
+/// another name of some file (more than one link), or not `want` bytes (a
+/// huge sparse file would be mapped, locked and zeroed).
+fn check_file(path: &Path, file: &File, want: u64) -> Result<(), RegionFileError> {
+    let path = path.to_path_buf();
+    let meta = match file.metadata() {
+        Ok(m) => m,
+        Err(source) => {
+            return Err(RegionFileError::Io {
+                path,
+                op: "stat",
+                source,
+            })
+        }
+    };
+    if !meta.file_type().is_file() {
+        return Err(RegionFileError::NotRegular { path });
     }
     let mode = meta.permissions().mode() & 0o7777;
     if mode & 0o002 != 0 {
-        return Err(RegionFileError::WorldWritable {
-            path: path.to_path_buf(),
-            mode,
+        return Err(RegionFileError::WorldWritable { path, mode });
+    }
+    if meta.nlink() != 1 {
+        return Err(RegionFileError::HardLinks {
+            path,
+            links: meta.nlink(),
+        });
+    }
+    if meta.len() != want {
+        return Err(RegionFileError::WrongSize {
+            path,
+            len: meta.len(),
+            want,
         });
     }
     Ok(())

@@ -5,8 +5,9 @@
 //!   header by `tests/c_layout.rs`).
 //! - [`Region`]: atomic, seqcount-protected access to mapped memory;
 //!   [`Region::validate`] turns any bytes into a usable view or a typed error.
-//! - [`RegionFile`]: the file QEMU shares with the guest; [`OwnedRegion`]:
-//!   heap memory for tests and the simulator.
+//! - [`RegionFile`]: the file QEMU shares with the guest, mapped at exactly
+//!   [`bar_size`] of the VM's vCPUs and guarded against truncation by its
+//!   owner; [`OwnedRegion`]: heap memory for tests and the simulator.
 
 mod error;
 mod file;

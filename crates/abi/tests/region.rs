@@ -307,7 +307,7 @@ fn region_file_is_created_private_and_sized_for_the_slots() {
     let meta = std::fs::metadata(&path).unwrap();
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
     assert_eq!(meta.len(), 8192);
-    let reopened = RegionFile::open(&path).unwrap();
+    let reopened = RegionFile::open(&path, 20).unwrap();
     assert_eq!(reopened.region().validate().unwrap().header.slot_count, 20);
 }
 
@@ -318,7 +318,7 @@ fn a_world_writable_region_file_is_refused() {
     std::fs::write(&path, vec![0u8; 4096]).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
 
-    let err = RegionFile::open(&path).unwrap_err();
+    let err = RegionFile::open(&path, 1).unwrap_err();
 
     assert!(
         matches!(err, RegionFileError::WorldWritable { mode: 0o666, .. }),
@@ -333,7 +333,7 @@ fn a_symlinked_region_file_is_refused() {
     std::fs::write(dir.join("real"), vec![0u8; 4096]).unwrap();
     std::os::unix::fs::symlink(dir.join("real"), dir.join("link")).unwrap();
 
-    assert!(RegionFile::open(&dir.join("link")).is_err());
+    assert!(RegionFile::open(&dir.join("link"), 1).is_err());
 }
 
 fn tempdir() -> std::path::PathBuf {

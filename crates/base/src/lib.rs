@@ -1,9 +1,12 @@
 //! OS glue shared by pvsched's programs. Each piece has one home here:
-//! the clock, scheduling parameters, thread identity, vCPU thread names and
-//! the QMP client. Mechanism only: nothing here decides anything.
+//! the clock, scheduling parameters, thread identity, vCPU thread names,
+//! the QMP client, the SIGBUS guard of shared mappings and capabilities.
+//! Mechanism only: nothing here decides anything.
 
+pub mod caps;
 pub mod clock;
 pub mod qmp;
 pub mod sched;
+pub mod sigbus;
 pub mod thread;
 pub mod vcpu_names;

@@ -76,6 +76,70 @@ pub fn peer_cred(stream: &UnixStream) -> io::Result<PeerCred> {
     })
 }
 
+/// Connects to the Unix socket at `path` before `deadline`. A listener that
+/// does not accept (a hung VMM, or QEMU serving another QMP client) fills its
+/// backlog, and a blocking `connect` then waits forever: this one is
+/// non-blocking and retries until the deadline.
+fn connect_before(path: &Path, deadline: Instant) -> io::Result<UnixStream> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = path.as_os_str().as_bytes();
+    // SAFETY: sockaddr_un is a plain C struct for which all zeroes is valid.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    if bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a Unix socket path (too long, or a NUL byte)",
+        ));
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (dst, src) in addr.sun_path.iter_mut().zip(bytes) {
+        *dst = *src as libc::c_char;
+    }
+    let len =
+        (std::mem::offset_of!(libc::sockaddr_un, sun_path) + bytes.len() + 1) as libc::socklen_t;
+    // SAFETY: socket takes integers and returns a new descriptor or -1.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    loop {
+        // SAFETY: `addr` is a valid sockaddr_un and `len` does not exceed it.
+        let rc = unsafe { libc::connect(fd.as_raw_fd(), (&raw const addr).cast(), len) };
+        if rc == 0 {
+            break;
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => {}
+            // A Unix socket's backlog is full: no in-progress state to wait
+            // on, so try again shortly.
+            Some(libc::EAGAIN) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the listener accepts no connection",
+                    ));
+                }
+                std::thread::sleep(left.min(Duration::from_millis(10)));
+            }
+            _ => return Err(e),
+        }
+    }
+    let stream = UnixStream::from(fd);
+    stream.set_nonblocking(false)?;
+    Ok(stream)
+}
+
 /// One QMP connection, negotiated and ready for commands.
 pub struct Qmp {
     path: PathBuf,
@@ -95,7 +159,17 @@ impl Qmp {
             op,
             source,
         };
-        let stream = UnixStream::connect(path).map_err(|e| io("connect", e))?;
+        let deadline = Instant::now() + timeout;
+        let stream = match connect_before(path, deadline) {
+            Ok(s) => s,
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                return Err(QmpError::Timeout {
+                    path: path.to_path_buf(),
+                    timeout,
+                })
+            }
+            Err(e) => return Err(io("connect", e)),
+        };
         stream
             .set_write_timeout(Some(timeout))
             .map_err(|e| io("set timeout", e))?;
@@ -107,7 +181,6 @@ impl Qmp {
             timeout,
             pending: Vec::new(),
         };
-        let deadline = Instant::now() + timeout;
         let greeting = qmp.read_message(deadline)?;
         if greeting.get("QMP").is_none() {
             return Err(qmp.protocol(format!("unexpected greeting {greeting}")));
@@ -347,6 +420,26 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(10));
         drop(dir);
         let _ = t.join();
+    }
+
+    #[test]
+    fn a_listener_that_never_accepts_times_out_at_connect() {
+        use std::os::fd::AsRawFd;
+        let dir = tempdir::Dir::new();
+        let path = dir.path().join("qmp.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        // SAFETY: listen on our own listening socket: a backlog of 0 lets
+        // one connection wait unaccepted, the next finds it full.
+        assert_eq!(unsafe { libc::listen(listener.as_raw_fd(), 0) }, 0);
+        let _queued = UnixStream::connect(&path).unwrap();
+        let started = Instant::now();
+
+        let err = Qmp::connect(&path, Duration::from_millis(300))
+            .err()
+            .unwrap();
+
+        assert!(matches!(err, QmpError::Timeout { .. }), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(10));
     }
 
     #[test]

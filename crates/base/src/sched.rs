@@ -124,6 +124,17 @@ impl ThreadParams {
     pub fn policy_name(&self) -> &'static str {
         policy_name(self.policy)
     }
+
+    /// The same setting as far as the kernel keeps one: policy, priority,
+    /// nice and flags, and the reservation for SCHED_DEADLINE only (for the
+    /// fair classes `sched_getattr` reports the current slice as `runtime`,
+    /// which is not what was set).
+    pub fn same_setting(&self, other: &ThreadParams) -> bool {
+        let reservation = self.policy != SCHED_DEADLINE
+            || (self.runtime, self.deadline, self.period)
+                == (other.runtime, other.deadline, other.period);
+        self.same_class(other) && self.flags == other.flags && reservation
+    }
 }
 
 impl std::fmt::Display for ThreadParams {
@@ -247,6 +258,18 @@ mod tests {
         assert_eq!(ThreadParams::other(5).to_string(), "other/nice 5");
         assert_eq!(policy_name(6), "deadline");
         assert_eq!(policy_name(99), "unknown");
+    }
+
+    #[test]
+    fn same_setting_ignores_the_fair_slice_but_not_flags() {
+        let a = ThreadParams::other(0);
+        let sliced = ThreadParams {
+            runtime: 1_400_000,
+            ..a
+        };
+
+        assert!(a.same_setting(&sliced));
+        assert!(!a.same_setting(&a.reset_on_fork()));
     }
 
     #[test]

@@ -389,6 +389,9 @@ mod tests {
             boosts: 0,
             throttles: 0,
             boosted_ms: 0.0,
+            cs_budget_ms: 0.0,
+            cs_debt_ms: 0.0,
+            cs_latched: false,
         };
         Status {
             pid: 1,
@@ -408,6 +411,12 @@ mod tests {
                 throttles: 0,
                 clamped_inputs: 0,
                 boosted_s: 0.0,
+                budget_ms: 0.0,
+                budget_max_ms: 0.0,
+                cs_budget_ms: 0.0,
+                cs_debt_ms: 0.0,
+                cs_latched_vcpus: 0,
+                over_budget: 0,
                 vcpus: tids.iter().enumerate().map(vcpu).collect(),
                 latency_path: vec![],
             }],

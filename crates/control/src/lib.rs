@@ -55,12 +55,33 @@ pub struct VmStatus {
     pub region: String,
     pub generation: u64,
     pub guest_bound: bool,
+    /// The VM's boost budget is latched: it spent its budget and gets no boost until
+    /// `debt_ms` is earned back.
     pub in_debt: bool,
+    /// Boost budget to earn back before the latch clears, ms (0 when not latched).
     pub debt_ms: f64,
     pub boosts: u64,
     pub throttles: u64,
     pub clamped_inputs: u64,
     pub boosted_s: f64,
+    /// Boost budget left, ms of vCPU time (0 while latched).
+    #[serde(default)]
+    pub budget_ms: f64,
+    /// One window's boost budget, ms of vCPU time (all vCPUs).
+    #[serde(default)]
+    pub budget_max_ms: f64,
+    /// Critical-section budget left, ms, summed over the vCPUs.
+    #[serde(default)]
+    pub cs_budget_ms: f64,
+    /// Critical-section debt, ms, summed over the vCPUs.
+    #[serde(default)]
+    pub cs_debt_ms: f64,
+    /// vCPUs whose critical-section budget is latched.
+    #[serde(default)]
+    pub cs_latched_vcpus: u32,
+    /// Wanted boosts refused (or ended) for want of budget.
+    #[serde(default)]
+    pub over_budget: u64,
     pub vcpus: Vec<VcpuStatus>,
     pub latency_path: Vec<ThreadStatus>,
 }
@@ -79,6 +100,15 @@ pub struct VcpuStatus {
     pub boosts: u64,
     pub throttles: u64,
     pub boosted_ms: f64,
+    /// Critical-section budget left, ms (0 while latched).
+    #[serde(default)]
+    pub cs_budget_ms: f64,
+    /// Critical-section budget to earn back before its latch clears, ms.
+    #[serde(default)]
+    pub cs_debt_ms: f64,
+    /// Critical-section boosts of this vCPU are refused until `cs_debt_ms` is repaid.
+    #[serde(default)]
+    pub cs_latched: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -209,5 +239,22 @@ mod tests {
         let p: ThreadParams =
             serde_json::from_str(r#"{"policy":2,"priority":3,"nice":0}"#).unwrap();
         assert_eq!(p, ThreadParams::rr(3));
+    }
+
+    #[test]
+    fn a_status_from_a_daemon_without_budget_fields_still_parses() {
+        let vcpu = r#"{"index":0,"tid":10,"params":{"policy":0,"priority":0,"nice":0},
+            "reason":"none","throttled":false,"host_status":"running","guest_policy":0,
+            "guest_rt_priority":0,"guest_cs_flags":0,"boosts":0,"throttles":0,"boosted_ms":0.0}"#;
+        let vm = format!(
+            r#"{{"name":"a","tgid":1,"accel":"kvm","region":"/r","generation":1,
+            "guest_bound":true,"in_debt":false,"debt_ms":0.0,"boosts":0,"throttles":0,
+            "clamped_inputs":0,"boosted_s":0.0,"vcpus":[{vcpu}],"latency_path":[]}}"#
+        );
+
+        let parsed: VmStatus = serde_json::from_str(&vm).unwrap();
+
+        assert_eq!(parsed.cs_latched_vcpus, 0);
+        assert!(!parsed.vcpus[0].cs_latched);
     }
 }

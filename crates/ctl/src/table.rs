@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use pvsched_base::sched::{is_rt_policy, policy_name, SCHED_DEADLINE};
-use pvsched_control::Status;
+use pvsched_control::{Status, VcpuStatus, VmStatus};
 
 /// The guest task's class as the status table shows it: `fifo/5`, `rr/3`,
 /// `batch`, `idle`, `deadline`, and `normal` for SCHED_OTHER (or a policy
@@ -15,6 +15,43 @@ fn guest_task(policy: u32, rt_priority: u32) -> String {
             format!("{name}/{rt_priority}")
         }
         name => name.into(),
+    }
+}
+
+/// The VM's budgets: the boost budget (all boosted time) and the vCPUs' critical-section
+/// budgets, each with what is left or, while latched, what must be earned back first.
+fn budgets(vm: &VmStatus) -> String {
+    let boost = if vm.in_debt {
+        format!(
+            "boost budget SPENT: no boost until {:.1} ms is earned back",
+            vm.debt_ms
+        )
+    } else {
+        format!(
+            "boost budget {:.1} of {:.1} ms left",
+            vm.budget_ms, vm.budget_max_ms
+        )
+    };
+    let cs = if vm.cs_latched_vcpus > 0 {
+        format!(
+            "critical sections refused on {} vCPU(s) until {:.2} ms is earned back",
+            vm.cs_latched_vcpus, vm.cs_debt_ms
+        )
+    } else {
+        format!("critical-section budget {:.2} ms left", vm.cs_budget_ms)
+    };
+    format!(
+        "  {boost}  |  {cs}  |  boosts refused for budget {}",
+        vm.over_budget
+    )
+}
+
+/// A vCPU's critical-section budget: ms left, or ms owed while latched.
+fn cs_cell(v: &VcpuStatus) -> String {
+    if v.cs_latched {
+        format!("owes {:.2}", v.cs_debt_ms)
+    } else {
+        format!("{:.2}", v.cs_budget_ms)
     }
 }
 
@@ -42,20 +79,13 @@ pub fn render(s: &Status) -> String {
         );
         let _ = writeln!(
             out,
-            "  boosts {}  throttles {}  clamped inputs {}  boosted {:.3} s  {}",
-            vm.boosts,
-            vm.throttles,
-            vm.clamped_inputs,
-            vm.boosted_s,
-            if vm.in_debt {
-                format!("IN DEBT {:.1} ms", vm.debt_ms)
-            } else {
-                "no debt".into()
-            }
+            "  boosts {}  throttles {}  clamped inputs {}  boosted {:.3} s",
+            vm.boosts, vm.throttles, vm.clamped_inputs, vm.boosted_s,
         );
+        let _ = writeln!(out, "{}", budgets(vm));
         let _ = writeln!(
             out,
-            "  {:>4} {:>8} {:<14} {:<18} {:<10} {:<12} {:>7} {:>9} {:>11}",
+            "  {:>4} {:>8} {:<14} {:<24} {:<10} {:<12} {:>7} {:>9} {:>11} {:>10}",
             "vcpu",
             "tid",
             "in force",
@@ -64,7 +94,8 @@ pub fn render(s: &Status) -> String {
             "guest task",
             "boosts",
             "throttles",
-            "boosted ms"
+            "boosted ms",
+            "cs ms"
         );
         for v in &vm.vcpus {
             let guest = guest_task(v.guest_policy, v.guest_rt_priority);
@@ -75,7 +106,7 @@ pub fn render(s: &Status) -> String {
             };
             let _ = writeln!(
                 out,
-                "  {:>4} {:>8} {:<14} {:<18} {:<10} {:<12} {:>7} {:>9} {:>11.1}",
+                "  {:>4} {:>8} {:<14} {:<24} {:<10} {:<12} {:>7} {:>9} {:>11.1} {:>10}",
                 v.index,
                 v.tid,
                 v.params.to_string(),
@@ -84,7 +115,8 @@ pub fn render(s: &Status) -> String {
                 guest,
                 v.boosts,
                 v.throttles,
-                v.boosted_ms
+                v.boosted_ms,
+                cs_cell(v)
             );
         }
         for t in &vm.latency_path {
@@ -113,5 +145,80 @@ mod tests {
         for (policy, prio, want) in cases {
             assert_eq!(guest_task(policy, prio), want, "policy {policy}");
         }
+    }
+
+    fn vm(in_debt: bool, cs_latched: bool) -> VmStatus {
+        VmStatus {
+            name: "audio".into(),
+            tgid: 1,
+            accel: "kvm".into(),
+            region: "/dev/shm/pvsched-audio".into(),
+            generation: 1,
+            guest_bound: true,
+            in_debt,
+            debt_ms: if in_debt { 250.0 } else { 0.0 },
+            boosts: 3,
+            throttles: 0,
+            clamped_inputs: 0,
+            boosted_s: 1.5,
+            budget_ms: if in_debt { 0.0 } else { 812.3 },
+            budget_max_ms: 1000.0,
+            cs_budget_ms: if cs_latched { 0.0 } else { 2.0 },
+            cs_debt_ms: if cs_latched { 1.5 } else { 0.0 },
+            cs_latched_vcpus: u32::from(cs_latched),
+            over_budget: 7,
+            vcpus: vec![VcpuStatus {
+                index: 0,
+                tid: 42,
+                params: pvsched_base::sched::ThreadParams::other(0),
+                reason: "over_budget".into(),
+                throttled: true,
+                host_status: "preempted".into(),
+                guest_policy: 0,
+                guest_rt_priority: 0,
+                guest_cs_flags: 2,
+                boosts: 3,
+                throttles: 0,
+                boosted_ms: 1500.0,
+                cs_budget_ms: if cs_latched { 0.0 } else { 2.0 },
+                cs_debt_ms: if cs_latched { 1.5 } else { 0.0 },
+                cs_latched,
+            }],
+            latency_path: vec![],
+        }
+    }
+
+    #[test]
+    fn status_shows_each_budget_left_or_its_debt_and_latch() {
+        let status = |vm| Status {
+            pid: 1,
+            uptime_s: 2.0,
+            event_source: "bpf".into(),
+            dropped_events: 0,
+            vms: vec![vm],
+        };
+
+        let fine = render(&status(vm(false, false)));
+        let spent = render(&status(vm(true, true)));
+
+        assert!(
+            fine.contains("boost budget 812.3 of 1000.0 ms left"),
+            "{fine}"
+        );
+        assert!(
+            fine.contains("critical-section budget 2.00 ms left"),
+            "{fine}"
+        );
+        assert!(fine.contains("boosts refused for budget 7"), "{fine}");
+        assert!(
+            spent.contains("boost budget SPENT: no boost until 250.0 ms is earned back"),
+            "{spent}"
+        );
+        assert!(
+            spent.contains("critical sections refused on 1 vCPU(s) until 1.50 ms is earned back"),
+            "{spent}"
+        );
+        assert!(spent.contains("over_budget (throttled)"), "{spent}");
+        assert!(spent.contains("owes 1.50"), "{spent}");
     }
 }

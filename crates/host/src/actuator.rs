@@ -96,13 +96,11 @@ impl Managed {
         Ok(true)
     }
 
-    /// Puts the original parameters back (when they differ and the thread lives).
+    /// Puts the original parameters back, flags included (when they differ
+    /// and the thread lives). Ok(true) when a call was made.
     pub fn restore(&mut self) -> std::io::Result<bool> {
         let original = self.original;
-        if !self.handle.is_alive() {
-            return Ok(false);
-        }
-        if original.same_class(&self.applied) {
+        if !self.handle.is_alive() || original.same_setting(&self.applied) {
             return Ok(false);
         }
         sched::set_params(self.handle.tid, &original)?;

@@ -99,14 +99,81 @@ pub struct DiscoveryConfig {
     pub auto: bool,
     pub region_dir: PathBuf,
     pub region_prefix: String,
+    /// Accounts a VMM may run as (real and effective uid) to be served, and
+    /// that may own a region file (besides the daemon's own): names or ids.
+    /// Names unknown on this host are skipped.
+    pub allowed_users: Vec<Account>,
+    /// Groups a group-writable region file may belong to: names or ids.
+    pub allowed_groups: Vec<Account>,
 }
 
 impl Default for DiscoveryConfig {
     fn default() -> Self {
+        let names = |n: &[&str]| n.iter().map(|s| Account::Name(s.to_string())).collect();
         Self {
             auto: true,
             region_dir: "/dev/shm".into(),
             region_prefix: "pvsched-".into(),
+            allowed_users: names(&["root", "libvirt-qemu", "qemu"]),
+            allowed_groups: names(&["root", "kvm", "libvirt-qemu", "qemu"]),
+        }
+    }
+}
+
+/// A user or group in the configuration: a name, resolved on this host when
+/// the configuration is loaded, or a numeric id (also as a string of digits).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Account {
+    Id(u32),
+    Name(String),
+}
+
+/// The ids `[discovery] allowed_users` and `allowed_groups` name on this host.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Allowed {
+    pub uids: BTreeSet<u32>,
+    pub gids: BTreeSet<u32>,
+}
+
+impl DiscoveryConfig {
+    /// Resolves the allowed accounts to ids. A name this host does not know
+    /// is skipped (logged at debug): distributions name their VMM accounts
+    /// differently, and the default list names several.
+    pub fn allowed(&self) -> Allowed {
+        fn resolve(
+            list: &[Account],
+            kind: &str,
+            lookup: impl Fn(&str) -> nix::Result<Option<u32>>,
+        ) -> BTreeSet<u32> {
+            list.iter()
+                .filter_map(|a| match a {
+                    Account::Id(id) => Some(*id),
+                    Account::Name(n) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => {
+                        n.parse().ok()
+                    }
+                    Account::Name(n) => match lookup(n) {
+                        Ok(Some(id)) => Some(id),
+                        Ok(None) => {
+                            tracing::debug!("[discovery] allowed {kind} {n:?}: no such {kind} here; skipped");
+                            None
+                        }
+                        Err(e) => {
+                            tracing::debug!("[discovery] allowed {kind} {n:?}: lookup failed ({e}); skipped");
+                            None
+                        }
+                    },
+                })
+                .collect()
+        }
+        use nix::unistd::{Group, User};
+        Allowed {
+            uids: resolve(&self.allowed_users, "user", |n| {
+                User::from_name(n).map(|u| u.map(|u| u.uid.as_raw()))
+            }),
+            gids: resolve(&self.allowed_groups, "group", |n| {
+                Group::from_name(n).map(|g| g.map(|g| g.gid.as_raw()))
+            }),
         }
     }
 }
@@ -176,6 +243,8 @@ limits_config! {
     boost_share_permille: u32,
     fairness_window_ns: u64,
     debt_nice: i8,
+    cs_budget_ns: u64,
+    cs_window_ns: u64,
 }
 
 fn parse_policy(name: &str, key: &str) -> Result<HostPolicy, ConfigError> {
@@ -246,6 +315,8 @@ pub struct Resolved {
     pub config: Config,
     pub default_limits: VmLimits,
     pub vm_limits: Vec<VmLimits>,
+    /// `[discovery]`'s allowed accounts as ids on this host.
+    pub allowed: Allowed,
 }
 
 impl Config {
@@ -340,6 +411,12 @@ impl Config {
                     "give qmp or pid, not both".into(),
                 ));
             }
+            if vm.pid.is_some_and(|p| p <= 0) {
+                return Err(invalid(
+                    &format!("vm.{}.pid", vm.name),
+                    "must be a process id (> 0)".into(),
+                ));
+            }
             if vm.region_mode & 0o002 != 0 || vm.region_mode > 0o777 {
                 return Err(invalid(
                     &format!("vm.{}.region_mode", vm.name),
@@ -357,30 +434,16 @@ impl Config {
             let limits = vm
                 .limits
                 .apply(&default_limits, &format!("vm.{}.limits.", vm.name))?;
-            if limits.max_rt_priority >= d.priority {
-                return Err(invalid(
-                    &format!("vm.{}.limits.max_rt_priority", vm.name),
-                    format!(
-                        "{} must be below daemon.priority ({})",
-                        limits.max_rt_priority, d.priority
-                    ),
-                ));
-            }
+            check_band(&limits, d.priority, &format!("vm.{}.limits.", vm.name))?;
             vm_limits.push(limits);
         }
-        if default_limits.max_rt_priority >= d.priority {
-            return Err(invalid(
-                "defaults.max_rt_priority",
-                format!(
-                    "{} must be below daemon.priority ({})",
-                    default_limits.max_rt_priority, d.priority
-                ),
-            ));
-        }
+        check_band(&default_limits, d.priority, "defaults.")?;
+        let allowed = self.discovery.allowed();
         Ok(Resolved {
             config: self,
             default_limits,
             vm_limits,
+            allowed,
         })
     }
 }
@@ -395,8 +458,34 @@ impl VmConfig {
     }
 }
 
-/// Parses one run-time tunable (`pvschedctl set KEY VALUE`) onto `base`.
-pub fn set_limit(base: &VmLimits, key: &str, value: &str) -> Result<VmLimits, ConfigError> {
+/// The rule that keeps the daemon above every boost it applies (a boosted
+/// vCPU must never delay its own unboost or throttle): every boost is
+/// capped at `max_rt_priority`, which must stay below `daemon.priority`.
+/// Checked for the configuration file and for every run-time change alike.
+pub fn check_band(limits: &VmLimits, daemon_priority: u8, prefix: &str) -> Result<(), ConfigError> {
+    if limits.max_rt_priority >= daemon_priority {
+        return Err(ConfigError::Invalid {
+            path: String::new(),
+            key: format!("{prefix}max_rt_priority"),
+            msg: format!(
+                "{} must be below daemon.priority ({daemon_priority})",
+                limits.max_rt_priority
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Parses one run-time tunable (`pvschedctl set KEY VALUE`) onto `base`
+/// and checks the result by the same rules as the configuration file: the
+/// limits' own (positive, ordered) and the priority band below the daemon's
+/// `daemon_priority`.
+pub fn set_limit(
+    base: &VmLimits,
+    key: &str,
+    value: &str,
+    daemon_priority: u8,
+) -> Result<VmLimits, ConfigError> {
     if !LimitsConfig::KEYS.contains(&key) {
         return Err(ConfigError::Invalid {
             path: "set".into(),
@@ -413,14 +502,17 @@ pub fn set_limit(base: &VmLimits, key: &str, value: &str) -> Result<VmLimits, Co
         key: key.into(),
         msg: e.message().to_string(),
     })?;
-    overrides.apply(base, "").map_err(|e| match e {
+    let as_set = |e| match e {
         ConfigError::Invalid { key, msg, .. } => ConfigError::Invalid {
             path: "set".into(),
             key,
             msg,
         },
         other => other,
-    })
+    };
+    let limits = overrides.apply(base, "").map_err(as_set)?;
+    check_band(&limits, daemon_priority, "").map_err(as_set)?;
+    Ok(limits)
 }
 
 #[cfg(test)]
@@ -444,6 +536,30 @@ mod tests {
 
         assert_eq!(r.default_limits, VmLimits::default());
         assert_eq!(r.config.daemon, DaemonConfig::default());
+        assert_eq!(r.config.discovery, DiscoveryConfig::default());
+    }
+
+    #[test]
+    fn allowed_accounts_resolve_names_and_ids_and_skip_unknown_names() {
+        let text = r#"
+            [discovery]
+            allowed_users = ["root", 107, "4242", "no-such-user-here"]
+            allowed_groups = ["root", "no-such-group-here", 65534]
+        "#;
+
+        let r = Config::parse(text, "t.toml").unwrap();
+
+        assert_eq!(r.allowed.uids, [0, 107, 4242].into());
+        assert_eq!(r.allowed.gids, [0, 65534].into());
+    }
+
+    #[test]
+    fn a_vm_pid_must_be_a_process_id() {
+        let err = Config::parse("[[vm]]\nname = \"a\"\npid = 0", "t.toml")
+            .unwrap_err()
+            .to_string();
+
+        assert!(err.contains("vm.a.pid"), "{err}");
     }
 
     #[test]
@@ -513,26 +629,42 @@ mod tests {
         let base = VmLimits::default();
 
         assert_eq!(
-            set_limit(&base, "boost_priority", "9")
+            set_limit(&base, "boost_priority", "9", 5)
                 .unwrap()
                 .boost_priority,
             9
         );
         assert_eq!(
-            set_limit(&base, "boost_policy", "fifo")
+            set_limit(&base, "boost_policy", "fifo", 5)
                 .unwrap()
                 .boost_policy,
             HostPolicy::Fifo
         );
         assert!(
-            !set_limit(&base, "proactive_wake", "false")
+            !set_limit(&base, "proactive_wake", "false", 5)
                 .unwrap()
                 .proactive_wake
         );
-        assert!(set_limit(&base, "boost_priority", "0").is_err());
-        assert!(set_limit(&base, "nope", "1")
+        assert!(set_limit(&base, "boost_priority", "0", 5).is_err());
+        assert!(set_limit(&base, "nope", "1", 5)
             .unwrap_err()
             .to_string()
             .contains("unknown key"));
+    }
+
+    #[test]
+    fn set_refuses_a_cap_at_or_above_the_daemons_priority() {
+        let base = VmLimits::default();
+
+        let err = set_limit(&base, "max_rt_priority", "50", 5).unwrap_err();
+
+        assert!(err.to_string().contains("below daemon.priority"), "{err}");
+        assert!(set_limit(&base, "max_rt_priority", "5", 5).is_err());
+        assert_eq!(
+            set_limit(&base, "max_rt_priority", "4", 5)
+                .unwrap()
+                .max_rt_priority,
+            4
+        );
     }
 }

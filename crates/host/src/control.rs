@@ -152,34 +152,54 @@ impl Daemon {
     }
 
     /// Sets tunable `key` for VM `vm`, or for the defaults and every VM.
+    /// All or nothing: every new value is checked (by the configuration
+    /// file's rules) before any is put in force.
     fn set(&mut self, vm: Option<&str>, key: &str, value: &str) -> Response {
-        let mut changed = Vec::new();
-        if vm.is_none() {
-            match config::set_limit(&self.cfg.default_limits, key, value) {
-                Ok(l) => self.cfg.default_limits = l,
+        let daemon_priority = self.cfg.config.daemon.priority;
+        let parse = |base: &VmLimits| config::set_limit(base, key, value, daemon_priority);
+        let defaults = match vm {
+            None => match parse(&self.cfg.default_limits) {
+                Ok(l) => Some(l),
                 Err(e) => return error(e.to_string()),
-            }
-        }
-        for served in self.vms.iter_mut().flatten() {
+            },
+            Some(_) => None,
+        };
+        let mut changes: Vec<(usize, VmLimits)> = Vec::new();
+        for (i, served) in self.vms.iter().enumerate() {
+            let Some(served) = served else { continue };
             if vm.is_some_and(|n| n != served.name) {
                 continue;
             }
-            let new: VmLimits = match config::set_limit(served.policy.limits(), key, value) {
+            let new = match parse(served.policy.limits()) {
                 Ok(l) => l,
-                Err(e) => return error(e.to_string()),
+                Err(e) => return error(format!("vm {}: {e}", served.name)),
+            };
+            if let Err(e) = new.validate() {
+                return error(format!("vm {}: {key}: {e}", served.name));
+            }
+            changes.push((i, new));
+        }
+        if let Some(name) = vm {
+            if changes.is_empty() {
+                return error(format!("no VM named {name:?} is served"));
+            }
+        }
+        if let Some(l) = defaults {
+            self.cfg.default_limits = l;
+        }
+        let mut changed = Vec::with_capacity(changes.len());
+        for (i, new) in changes {
+            let Some(served) = self.vms.get_mut(i).and_then(Option::as_mut) else {
+                continue;
             };
             if let Err(e) = served.policy.set_limits(new.clone()) {
-                return error(e.to_string());
+                // Validated above: not expected; say so rather than hide it.
+                return error(format!("vm {}: {e}", served.name));
             }
-            if let Some(l) = served.cfg_index.and_then(|i| self.cfg.vm_limits.get_mut(i)) {
+            if let Some(l) = served.cfg_index.and_then(|c| self.cfg.vm_limits.get_mut(c)) {
                 *l = new;
             }
             changed.push(served.name.clone());
-        }
-        if let Some(name) = vm {
-            if changed.is_empty() {
-                return error(format!("no VM named {name:?} is served"));
-            }
         }
         info!(key, value, vms = ?changed, "tunable set");
         let whom = if vm.is_none() {
@@ -230,9 +250,14 @@ impl Daemon {
                             boosts: s.boosts,
                             throttles: s.throttles,
                             boosted_ms: s.boosted_ns as f64 * 1e-6,
+                            cs_budget_ms: s.cs_budget_ns as f64 * 1e-6,
+                            cs_debt_ms: s.cs_debt_ns as f64 * 1e-6,
+                            cs_latched: s.cs_latched,
                         }
                     })
                     .collect();
+                let budget = vm.policy.budget_params();
+                let budget_max_ns = pvsched_policy::Budget::full(&budget).remaining_ns(&budget);
                 VmStatus {
                     name: vm.name.clone(),
                     tgid: vm.threads.tgid,
@@ -240,12 +265,18 @@ impl Daemon {
                     region: vm.region.path().display().to_string(),
                     generation: vm.generation,
                     guest_bound: header.guest_generation == vm.generation,
-                    in_debt: vm.policy.in_debt(),
-                    debt_ms: vm.policy.budget().debt_ns() as f64 * 1e-6,
+                    in_debt: stats.in_debt,
+                    debt_ms: stats.debt_ns as f64 * 1e-6,
                     boosts: vm.metrics.boosts.get(),
                     throttles: vm.metrics.throttles.get(),
                     clamped_inputs: stats.clamped_inputs_total,
                     boosted_s: stats.boosted_ns_total as f64 * 1e-9,
+                    budget_ms: stats.budget_ns as f64 * 1e-6,
+                    budget_max_ms: budget_max_ns as f64 * 1e-6,
+                    cs_budget_ms: stats.cs_budget_ns as f64 * 1e-6,
+                    cs_debt_ms: stats.cs_debt_ns as f64 * 1e-6,
+                    cs_latched_vcpus: stats.cs_latched_vcpus,
+                    over_budget: stats.over_budget_total,
                     vcpus,
                     latency_path: vm
                         .latency_path

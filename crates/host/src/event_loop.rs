@@ -21,7 +21,7 @@ use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFl
 use pvsched_base::clock::monotonic_ns;
 use pvsched_control::{Recording, TraceKind, TraceRecord};
 use pvsched_policy::{Decision, Decisions, Event, ExitReason, WakeSource};
-use tracing::info;
+use tracing::{error, info, warn};
 
 use crate::actuator;
 use crate::config::Resolved;
@@ -29,16 +29,30 @@ use crate::control::{self, ControlMsg};
 use crate::discovery::{self, Snapshot};
 use crate::events::{EventKind, EventSource, HostEvent, KvmExitReason};
 use crate::metrics::Metrics;
-use crate::statefile;
+use crate::statefile::{self, restore_records, ThreadRecord};
 use crate::vm::ServedVm;
 
-/// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread (and threads it
+/// The signals that stop the daemon (restoring every thread first): every
+/// signal whose default action ends a process and that another process can
+/// send on purpose. SIGKILL cannot be caught (the state file covers it);
+/// faults (SIGSEGV, SIGBUS, ...) are not sent on purpose.
+pub const STOP_SIGNALS: [Signal; 7] = [
+    Signal::SIGALRM,
+    Signal::SIGHUP,
+    Signal::SIGINT,
+    Signal::SIGQUIT,
+    Signal::SIGTERM,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+];
+
+/// Blocks the [`STOP_SIGNALS`] in the calling thread (and threads it
 /// spawns later): they are read from a signalfd by the event loop.
 pub fn block_stop_signals() -> Result<SigSet, DaemonError> {
     let mut mask = SigSet::empty();
-    mask.add(Signal::SIGTERM);
-    mask.add(Signal::SIGINT);
-    mask.add(Signal::SIGHUP);
+    for sig in STOP_SIGNALS {
+        mask.add(sig);
+    }
     mask.thread_block().map_err(os("sigprocmask"))?;
     Ok(mask)
 }
@@ -60,6 +74,9 @@ pub struct Daemon {
     /// Decisions collected for the VM being handled, applied in order.
     decisions: Vec<Decision>,
     pub(crate) state_path: PathBuf,
+    /// Recorded threads that live but could not be restored (by a
+    /// predecessor or by us): kept in the state file, tried again.
+    pub(crate) leftover: Vec<ThreadRecord>,
     pub(crate) recording: Option<Recording>,
     pub(crate) started: Instant,
     next_scan: u64,
@@ -97,11 +114,13 @@ fn os(op: &'static str) -> impl FnOnce(nix::Error) -> DaemonError {
 
 impl Daemon {
     /// Starts the discovery and control threads; serving starts with
-    /// [`Daemon::run`].
+    /// [`Daemon::run`]. `leftover`: threads a predecessor left changed that
+    /// could not be restored yet.
     pub fn new(
         cfg: Resolved,
         source: EventSource,
         metrics: Arc<Metrics>,
+        leftover: Vec<ThreadRecord>,
     ) -> Result<Self, DaemonError> {
         let state_path = cfg.config.daemon.state_file.clone();
         let (disc_tx, disc_rx) = mpsc::channel();
@@ -124,6 +143,7 @@ impl Daemon {
             scratch: Decisions::with_capacity(64),
             decisions: Vec::with_capacity(64),
             state_path,
+            leftover,
             recording: None,
             started: Instant::now(),
             next_scan: 0,
@@ -139,12 +159,15 @@ impl Daemon {
         })
     }
 
-    /// Runs until SIGTERM, SIGINT or SIGHUP, then restores every thread.
-    /// Every return restores, an error's too.
+    /// Runs until a stop signal, then restores every thread. Every way out
+    /// restores: an error, and a panic of the event thread too.
     pub fn run(mut self) -> Result<(), DaemonError> {
-        let result = self.serve();
+        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.serve()));
         self.shutdown();
-        result
+        match served {
+            Ok(result) => result,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
     }
 
     fn serve(&mut self) -> Result<(), DaemonError> {
@@ -422,6 +445,16 @@ impl Daemon {
             let (records, lazy) = self.source.record_counts();
             self.metrics.records.set(records as i64);
             self.metrics.lazy_records.set(lazy as i64);
+            self.retry_leftover();
+            // A region truncated under us is no longer the guest's: its VM
+            // is restored and dropped before anything reads it (one fstat
+            // per VM per scan).
+            for vm in self.vms.iter_mut().flatten() {
+                if !vm.region_intact() {
+                    vm.gone = true;
+                }
+            }
+            self.drop_gone();
         }
         // Slot index == VM id; no list collected on this 2-kHz path.
         for id in 0..self.vms.len() as u32 {
@@ -453,14 +486,32 @@ impl Daemon {
         self.drop_gone();
     }
 
+    /// Restores every thread and clears the host halves; removes the state
+    /// file only when every thread it would list was restored or is gone
+    /// (else it is rewritten with those, for the next start).
     fn shutdown(&mut self) {
         let mut restored = 0;
         for vm in self.vms.iter_mut().flatten() {
-            restored += vm.restore_all();
+            let done = vm.restore_all();
+            restored += done.restored;
+            self.leftover.extend(done.left);
             vm.clear_host_halves();
         }
+        self.vms.clear();
         self.stop.store(true, Ordering::Relaxed);
-        let _ = std::fs::remove_file(&self.state_path);
+        let done = restore_records(&self.leftover);
+        restored += done.restored;
+        self.leftover = done.left;
+        if self.leftover.is_empty() {
+            let _ = std::fs::remove_file(&self.state_path);
+        } else if let Err(e) = self.save_state(std::iter::empty()) {
+            error!(error = %e, left = self.leftover.len(), "cannot record the threads left unrestored");
+        } else {
+            warn!(
+                left = self.leftover.len(),
+                "threads left unrestored stay in the state file"
+            );
+        }
         let _ = std::fs::remove_file(&self.cfg.config.daemon.control_socket);
         info!(restored, "restored every thread; exiting");
     }

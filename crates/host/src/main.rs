@@ -5,7 +5,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
-use pvsched_host::config::{Config, EventSourceKind, DEFAULT_CONFIG_PATH};
+use pvsched_base::caps::{self, Capability};
+use pvsched_host::config::{Config, DaemonConfig, EventSourceKind, DEFAULT_CONFIG_PATH};
 use pvsched_host::event_loop::{block_stop_signals, Daemon};
 use pvsched_host::events::{EventSource, SourceOptions};
 use pvsched_host::metrics::{self, Metrics};
@@ -105,20 +106,31 @@ fn run(resolved: pvsched_host::config::Resolved) -> Result<(), Box<dyn std::erro
     // killing the process with threads left boosted.
     block_stop_signals()?;
     // A predecessor that crashed may have left threads boosted.
-    match statefile::recover(&d.state_file) {
-        Ok(n) if n > 0 => info!(
-            restored = n,
+    let recovered = statefile::recover(&d.state_file).map_err(|e| format!("state file: {e}"))?;
+    if recovered.restored > 0 {
+        info!(
+            restored = recovered.restored,
             "restored threads a previous pvschedd left changed"
-        ),
-        Ok(_) => {}
-        Err(e) => return Err(format!("state file: {e}").into()),
+        );
+    }
+    if !recovered.left.is_empty() {
+        warn!(
+            left = recovered.left.len(),
+            "threads a previous pvschedd left changed could not be restored; kept in the state file and tried again"
+        );
     }
     let source = EventSource::open(&SourceOptions::from_config(&d))?;
     info!(source = source.name(), "event source");
+    // Least privilege from here on. Capabilities belong to a thread, not the
+    // process: drop them before the first helper thread (metrics, discovery,
+    // control) is spawned, so that every thread inherits the reduced sets.
+    // What start-up still does (bind sockets, mlockall, SCHED_FIFO) works
+    // with what is kept.
+    drop_privileges(&d)?;
     let metrics = Arc::new(Metrics::new());
     metrics::serve(&d.metrics, metrics.clone())
         .map_err(|e| format!("metrics {}: {e}", d.metrics))?;
-    let daemon = Daemon::new(resolved, source, metrics)?;
+    let daemon = Daemon::new(resolved, source, metrics, recovered.left)?;
     // Only the event thread runs RT: the helper threads were spawned above
     // and keep the default policy.
     // SCHED_FIFO above every boost it applies (a boosted vCPU must never
@@ -127,5 +139,67 @@ fn run(resolved: pvsched_host::config::Resolved) -> Result<(), Box<dyn std::erro
         warn!(error = %e, "event thread stays SCHED_OTHER: reactions may be late under load");
     }
     daemon.run()?;
+    Ok(())
+}
+
+/// The capabilities the running daemon keeps, each for one thing it does
+/// after start-up; everything else (CAP_BPF, CAP_SYS_ADMIN for a tracefs
+/// mount, CAP_SETPCAP, ...) is only needed before.
+fn running_capabilities(d: &DaemonConfig) -> Vec<Capability> {
+    let mut keep = vec![
+        // sched_setattr: RT policies, threads of other users, and restoring a
+        // nice value lower than the present one.
+        Capability::CAP_SYS_NICE,
+        // Region files and QMP sockets owned by the VMM's user (0600), opened
+        // read-write by a daemon that stays uid 0.
+        Capability::CAP_DAC_OVERRIDE,
+        // /proc/<pid>/maps of other users' processes (discovery): recent
+        // kernels (tested: 6.18) accept CAP_PERFMON for read-only access to
+        // another process's mm; CAP_SYS_PTRACE would also allow attaching.
+        Capability::CAP_PERFMON,
+    ];
+    if d.mlock && memlock_limited() {
+        // mlockall(MCL_FUTURE) locks every later mapping (thread stacks, heap,
+        // region files): beyond a finite RLIMIT_MEMLOCK they fail without it.
+        keep.push(Capability::CAP_IPC_LOCK);
+    }
+    keep
+}
+
+/// Whether RLIMIT_MEMLOCK is finite.
+fn memlock_limited() -> bool {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit we own.
+    let r = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) };
+    r != 0 || lim.rlim_cur != libc::RLIM_INFINITY
+}
+
+/// Keeps only [`running_capabilities`] (effective, permitted, bounding),
+/// clears the inheritable and ambient sets and sets no-new-privs. The uid
+/// stays 0 (files in /run and /dev/shm). Without privileges (a test as an
+/// ordinary user) it keeps what it has: nothing to drop is not an error.
+fn drop_privileges(d: &DaemonConfig) -> Result<(), Box<dyn std::error::Error>> {
+    let keep = running_capabilities(d);
+    let kept = caps::keep_only(&keep).map_err(|e| format!("dropping capabilities: {e}"))?;
+    let names = |c: &[Capability]| {
+        c.iter()
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    info!(
+        kept = %names(&kept.kept),
+        bounding = kept.bounding_reduced,
+        "capabilities dropped; no new privileges"
+    );
+    if !kept.missing.is_empty() {
+        warn!(
+            missing = %names(&kept.missing),
+            "started without capabilities the daemon uses: boosts or discovery may fail"
+        );
+    }
     Ok(())
 }

@@ -106,34 +106,53 @@ impl StateFile {
     }
 }
 
+/// What a restore of recorded threads did.
+#[derive(Debug, Default)]
+pub struct Restored {
+    /// Threads put back to their original parameters.
+    pub restored: usize,
+    /// Threads that still exist (same identity) but could not be put back:
+    /// they stay recorded, and are tried again.
+    pub left: Vec<ThreadRecord>,
+}
+
 /// Puts every recorded thread that still exists (same process, same start
-/// time) back to its original parameters. Returns how many were changed.
-pub fn restore_records(records: &[ThreadRecord]) -> usize {
-    let mut restored = 0;
+/// time) back to its original parameters, flags included.
+pub fn restore_records(records: &[ThreadRecord]) -> Restored {
+    let mut out = Restored::default();
     for r in records {
         if !ThreadHandle::matches_recorded(r.tgid, r.tid, r.start_time) {
             continue; // gone, or the id now names another thread
         }
-        match sched::get_params(r.tid) {
-            Ok(now) if now.same_class(&r.original) => {}
-            Ok(now) => match sched::set_params(r.tid, &r.original) {
-                Ok(()) => {
-                    info!(vm = %r.vm, tid = r.tid, from = %now, to = %r.original, "restored thread");
-                    restored += 1;
-                }
-                Err(e) => warn!(vm = %r.vm, tid = r.tid, error = %e, "cannot restore thread"),
-            },
-            Err(e) => warn!(vm = %r.vm, tid = r.tid, error = %e, "cannot read thread parameters"),
+        let result = sched::get_params(r.tid).and_then(|now| {
+            if now.same_setting(&r.original) {
+                return Ok(false);
+            }
+            sched::set_params(r.tid, &r.original)?;
+            info!(vm = %r.vm, tid = r.tid, from = %now, to = %r.original, "restored thread");
+            Ok(true)
+        });
+        match result {
+            Ok(changed) => out.restored += usize::from(changed),
+            // It exited between the identity check and now.
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+            Err(e) => {
+                warn!(vm = %r.vm, tid = r.tid, error = %e, "cannot restore thread; kept in the state file");
+                out.left.push(r.clone());
+            }
         }
     }
-    restored
+    out
 }
 
-/// At start: restores what a previous instance recorded, then removes its
-/// file. A file of a daemon that is still running is refused.
-pub fn recover(path: &Path) -> Result<usize, StateFileError> {
+/// At start: restores what a previous instance recorded. The file is
+/// removed only when every thread it lists was restored or is gone; the
+/// threads that could not be restored are returned, for the caller to keep
+/// recording and to try again. A file of a daemon that is still running is
+/// refused.
+pub fn recover(path: &Path) -> Result<Restored, StateFileError> {
     let Some(state) = StateFile::load(path)? else {
-        return Ok(0);
+        return Ok(Restored::default());
     };
     if state.daemon_pid != std::process::id() && process_alive_as_pvschedd(state.daemon_pid) {
         return Err(StateFileError::Parse {
@@ -141,14 +160,19 @@ pub fn recover(path: &Path) -> Result<usize, StateFileError> {
             msg: format!("pvschedd {} is still running", state.daemon_pid),
         });
     }
-    let n = restore_records(&state.threads);
-    info!(path = %path.display(), previous_pid = state.daemon_pid, restored = n, "recovered state of a previous pvschedd");
-    fs::remove_file(path).map_err(|e| StateFileError::Io {
-        path: path.to_path_buf(),
-        op: "remove",
-        source: e,
-    })?;
-    Ok(n)
+    let done = restore_records(&state.threads);
+    info!(
+        path = %path.display(), previous_pid = state.daemon_pid, restored = done.restored,
+        left = done.left.len(), "recovered state of a previous pvschedd"
+    );
+    if done.left.is_empty() {
+        fs::remove_file(path).map_err(|e| StateFileError::Io {
+            path: path.to_path_buf(),
+            op: "remove",
+            source: e,
+        })?;
+    }
+    Ok(done)
 }
 
 fn process_alive_as_pvschedd(pid: u32) -> bool {

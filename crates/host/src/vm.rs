@@ -9,7 +9,7 @@ use crate::actuator::Managed;
 use crate::discovery::{Found, VmThreads};
 use crate::events::Quiet;
 use crate::metrics::VmMetrics;
-use crate::statefile::ThreadRecord;
+use crate::statefile::{Restored, ThreadRecord};
 
 #[derive(Debug, thiserror::Error)]
 pub enum VmError {
@@ -75,16 +75,17 @@ impl ServedVm {
         } = found;
         let (name, cfg_index, region_mode) = (name.as_str(), *cfg_index, *region_mode);
         let threads = threads.clone();
-        let nr = threads.vcpus.len() as u32;
-        let mut region = if region_path.exists() {
-            RegionFile::open(region_path)
-        } else {
-            RegionFile::create(region_path, nr, region_mode)
-        }
-        .map_err(|e| VmError::Region {
-            vm: name.to_string(),
-            source: e,
-        })?;
+        // More than u32::MAX threads is refused with the rest (> MAX_SLOTS).
+        let nr = u32::try_from(threads.vcpus.len()).unwrap_or(u32::MAX);
+        // Created exclusively if missing; an existing file must be a regular
+        // file with one link and exactly the size for `nr` slots, or it is
+        // refused untouched. The mapping is that size and guarded against
+        // truncation (`region_intact`).
+        let mut region =
+            RegionFile::create(region_path, nr, region_mode).map_err(|e| VmError::Region {
+                vm: name.to_string(),
+                source: e,
+            })?;
         let generation = match region.region().validate() {
             Ok(v) if v.header.slot_count == nr => {
                 region.region_mut().adopt(&v);
@@ -149,6 +150,19 @@ impl ServedVm {
             reported_clamped: 0,
             gone: false,
         })
+    }
+
+    /// Whether the region is still the VM's file at the size it was mapped
+    /// at. Its owner may truncate it under us: an access then reads zero
+    /// pages (not the guest's), so the VM must be dropped. One `fstat`.
+    pub fn region_intact(&self) -> bool {
+        match self.region.check_intact() {
+            Ok(()) => true,
+            Err(e) => {
+                warn!(vm = %self.name, error = %e, "region file changed under us; dropping the VM");
+                false
+            }
+        }
     }
 
     pub fn records(&self) -> Vec<ThreadRecord> {
@@ -257,16 +271,20 @@ impl ServedVm {
         }
     }
 
-    /// Restores every thread; returns how many changed.
-    pub fn restore_all(&mut self) -> usize {
-        let mut n = 0;
+    /// Restores every thread: how many changed, and the records of those
+    /// that live but could not be restored (they must stay recorded).
+    pub fn restore_all(&mut self) -> Restored {
+        let mut out = Restored::default();
         for m in self.vcpus.iter_mut().chain(self.latency_path.iter_mut()) {
             match m.restore() {
-                Ok(true) => n += 1,
-                Ok(false) => {}
-                Err(e) => warn!(vm = %self.name, tid = m.handle.tid, error = %e, "cannot restore"),
+                Ok(changed) => out.restored += usize::from(changed),
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                Err(e) => {
+                    warn!(vm = %self.name, tid = m.handle.tid, error = %e, "cannot restore");
+                    out.left.push(m.record(&self.name));
+                }
             }
         }
-        n
+        out
     }
 }

@@ -7,7 +7,7 @@ use tracing::{error, info, warn};
 
 use crate::discovery::Snapshot;
 use crate::event_loop::Daemon;
-use crate::statefile::StateFile;
+use crate::statefile::{restore_records, StateFile, StateFileError, ThreadRecord};
 use crate::vm::ServedVm;
 
 impl Daemon {
@@ -23,47 +23,69 @@ impl Daemon {
             }
         }
         self.drop_gone();
-        let mut changed = false;
+        // Open the new VMs aside: none is served (and none can be boosted)
+        // before the state file lists its threads.
+        let mut new: Vec<ServedVm> = Vec::new();
         for f in &found {
-            if self.vms.iter().flatten().any(|vm| vm.name == f.name) {
-                continue;
-            }
-            let id = self
+            if self
                 .vms
                 .iter()
-                .position(Option::is_none)
-                .unwrap_or(self.vms.len()) as u32;
+                .flatten()
+                .chain(&new)
+                .any(|vm| vm.name == f.name)
+            {
+                continue;
+            }
+            let id = self.free_ids().nth(new.len()).unwrap_or(u32::MAX);
             let limits = f
                 .cfg_index
                 .and_then(|i| self.cfg.vm_limits.get(i).cloned())
                 .unwrap_or_else(|| self.cfg.default_limits.clone());
             let vm_metrics = self.metrics.vm(&f.name);
             match ServedVm::open(f, id, limits, vm_metrics) {
-                Ok(vm) => {
-                    for (i, m) in vm.vcpus.iter().enumerate() {
-                        self.source.track(m.handle.tid as u32, id, i as u32);
-                    }
-                    self.source.track_vmm(vm.threads.tgid as u32, id);
-                    info!(
-                        vm = %vm.name, tgid = vm.threads.tgid, vcpus = vm.vcpus.len(),
-                        accel = ?vm.threads.accel, generation = vm.generation, "serving VM"
-                    );
-                    if (id as usize) < self.vms.len() {
-                        self.vms[id as usize] = Some(vm);
-                    } else {
-                        self.vms.push(Some(vm));
-                    }
-                    changed = true;
-                }
+                Ok(vm) => new.push(vm),
                 Err(e) => warn!(vm = %f.name, error = %e, "cannot serve VM"),
             }
         }
-        if changed {
-            self.save_state();
+        if new.is_empty() {
+            return;
+        }
+        let records = new.iter().flat_map(ServedVm::records);
+        if let Err(e) = self.save_state(records) {
+            let names: Vec<&str> = new.iter().map(|vm| vm.name.as_str()).collect();
+            error!(error = %e, vms = ?names, "cannot record the threads in the state file: not serving");
+            return;
+        }
+        for vm in new {
+            let id = vm.id;
+            for (i, m) in vm.vcpus.iter().enumerate() {
+                self.source.track(m.handle.tid as u32, id, i as u32);
+            }
+            self.source.track_vmm(vm.threads.tgid as u32, id);
+            info!(
+                vm = %vm.name, tgid = vm.threads.tgid, vcpus = vm.vcpus.len(),
+                accel = ?vm.threads.accel, generation = vm.generation, "serving VM"
+            );
+            if (id as usize) < self.vms.len() {
+                self.vms[id as usize] = Some(vm);
+            } else {
+                self.vms.push(Some(vm));
+            }
         }
         self.metrics
             .vms
             .set(self.vms.iter().flatten().count() as i64);
+    }
+
+    /// VM ids free for new VMs, lowest first: empty slots, then new ones.
+    fn free_ids(&self) -> impl Iterator<Item = u32> + '_ {
+        let empty = self
+            .vms
+            .iter()
+            .enumerate()
+            .filter(|(_, slot)| slot.is_none())
+            .map(|(i, _)| i as u32);
+        empty.chain(self.vms.len() as u32..)
     }
 
     pub(crate) fn drop_gone(&mut self) {
@@ -73,30 +95,58 @@ impl Daemon {
                 continue;
             }
             if let Some(mut vm) = slot.take() {
-                let restored = vm.restore_all();
+                let done = vm.restore_all();
                 for m in &vm.vcpus {
                     self.source.untrack(m.handle.tid as u32);
                 }
                 self.source.untrack_vmm(vm.threads.tgid as u32);
-                info!(vm = %vm.name, tgid = vm.threads.tgid, restored, "VM gone; no longer served");
+                info!(
+                    vm = %vm.name, tgid = vm.threads.tgid, restored = done.restored,
+                    left = done.left.len(), "VM gone; no longer served"
+                );
+                self.leftover.extend(done.left);
                 changed = true;
             }
         }
         if changed {
-            self.save_state();
+            // A failure leaves the previous file, which lists more threads
+            // than are served: safe, since recovery checks each identity.
+            if let Err(e) = self.save_state(std::iter::empty()) {
+                error!(error = %e, "cannot rewrite the state file");
+            }
             self.metrics
                 .vms
                 .set(self.vms.iter().flatten().count() as i64);
         }
     }
 
-    fn save_state(&self) {
+    /// Tries again to restore threads whose restore failed earlier (by this
+    /// daemon or a predecessor); records the ones still left.
+    pub(crate) fn retry_leftover(&mut self) {
+        if self.leftover.is_empty() {
+            return;
+        }
+        let done = restore_records(&self.leftover);
+        if done.left.len() != self.leftover.len() {
+            self.leftover = done.left;
+            if let Err(e) = self.save_state(std::iter::empty()) {
+                error!(error = %e, "cannot rewrite the state file");
+            }
+        }
+    }
+
+    /// Writes the state file: every served VM's threads, `extra` (VMs about
+    /// to be served) and the threads left unrestored.
+    pub(crate) fn save_state(
+        &self,
+        extra: impl Iterator<Item = ThreadRecord>,
+    ) -> Result<(), StateFileError> {
         let mut state = StateFile::new();
         for vm in self.vms.iter().flatten() {
             state.threads.extend(vm.records());
         }
-        if let Err(e) = state.save(&self.state_path) {
-            error!(error = %e, "cannot write state file: a crash would leave boosted threads unrestored");
-        }
+        state.threads.extend(extra);
+        state.threads.extend(self.leftover.iter().cloned());
+        state.save(&self.state_path)
     }
 }

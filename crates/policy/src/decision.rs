@@ -57,6 +57,10 @@ pub enum Reason {
     ProactiveHalt,
     /// Boosted too long: held at CFS params until the throttle ends.
     Throttled,
+    /// A boost was wanted, but the budget of its class is spent (the VM's boost budget, or
+    /// this vCPU's critical-section budget for a critical section): held at CFS params until
+    /// the debt is repaid.
+    OverBudget,
     /// The VM is repaying boosted time: unboosted vCPU at `debt_nice`.
     Debt,
     /// The guest's CFS task has a nice or class (batch, idle) of its own.
@@ -77,6 +81,7 @@ impl Reason {
             Reason::ProactiveIrq => "proactive_irq",
             Reason::ProactiveHalt => "proactive_halt",
             Reason::Throttled => "throttled",
+            Reason::OverBudget => "over_budget",
             Reason::Debt => "debt",
             Reason::GuestNice => "guest_nice",
         }
@@ -104,9 +109,9 @@ pub struct Target {
     pub reason: Reason,
     /// `now` when `params` or the kind of `reason` last changed.
     pub since: u64,
-    /// The vCPU is throttled (boost refused) right now.
+    /// A boost is refused right now: `max_boost` throttle, or a wanted boost over budget.
     pub throttled: bool,
-    /// The VM was in debt at the last evaluation of this vCPU.
+    /// The VM's boost budget was latched (in debt) at the last evaluation of this vCPU.
     pub in_debt: bool,
 }
 
@@ -201,6 +206,7 @@ mod tests {
             "guest_rt"
         );
         assert_eq!(Reason::ProactiveIrq.to_string(), "proactive_irq");
+        assert_eq!(Reason::OverBudget.to_string(), "over_budget");
         assert_eq!(Reason::None.to_string(), "none");
     }
 

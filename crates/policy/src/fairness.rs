@@ -1,102 +1,166 @@
-//! Eventual fairness: the VM's boost budget as an integer token bucket.
+//! Fairness budgets: integer token buckets with a throttle latch.
 //!
-//! Units are *milli-nanoseconds* of vCPU time (1 boosted vCPU-ns = 1000 units), so that a
-//! share in permille needs no division:
+//! A VM's boosted time is bounded by two kinds of bucket (see the crate docs for which
+//! boosts each one charges):
 //!
-//! * the bucket earns `S x N` units per elapsed ns (`S` = `boost_share_permille`,
-//!   `N` = number of vCPUs);
-//! * every boosted, non-halted vCPU spends 1000 units per ns;
-//! * the bucket holds at most `C = S x N x W` units (`W` = `fairness_window_ns`): unused
-//!   share is banked for one window at most;
-//! * spending beyond the tokens becomes debt; earnings repay debt first (1:1), then refill
-//!   the bucket.
+//! * the **boost budget**, one per VM: every boosted, non-halted vCPU-ns, whatever the
+//!   reason; `boost_share_permille` of each vCPU's time, banked over `fairness_window_ns`
+//!   (default 500 ms per vCPU per 1 s window);
+//! * the **critical-section budget**, one per vCPU: the boosted, non-halted ns whose reason is
+//!   a critical section; `cs_budget_ns` per `cs_window_ns` (default 2 ms per 4 ms).
 //!
-//! Between two events the number of boosted vCPUs is constant, so the rates are constant
-//! and one step computes the exact result at any `dt`: no clock, no rounding (all `u128`,
+//! Each bucket is three integers, in *units* chosen per bucket so that no rate needs a
+//! division: it earns `earn` units per elapsed ns, every charged vCPU spends `cost` units per
+//! ns, and it holds at most `capacity` units (one window's budget: unused budget is banked for
+//! one window at most). Earnings repay an overdraft first (1:1), then refill the tokens.
+//!
+//! **The latch.** The bucket latches at the first instant it is empty while it is being
+//! drained (or overdrawn: the caller reacted late); from then on the caller refuses boosts of
+//! its class. It clears at the first instant the debt is repaid, the debt being the whole
+//! capacity plus any overdraft: a VM that spent its window's budget earns all of it back, 1:1
+//! at the window's rate, before it is boosted again. So a VM that asks all the time gets
+//! exactly its budget per window (a bucket of budget `B` per window `W` at 100 % demand: `W`
+//! boosted, `W` not, for `B = W / 2`), and the hysteresis keeps the latch from flapping. A
+//! bucket of capacity 0 is latched for good.
+//!
+//! Between two events the number of charged vCPUs is constant, so the rates are constant and
+//! one step computes the exact result at any `dt`: no clock, no rounding (all `u128`,
 //! saturating).
 
-/// The three numbers the bucket depends on.
+/// The rates of one bucket, in its units.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BudgetParams {
-    /// Boostable share of vCPU time, permille (0..=1000).
-    pub share_permille: u32,
-    /// vCPUs of the VM.
-    pub nr_vcpus: u32,
-    /// Banking window, ns.
-    pub window_ns: u64,
+    /// Units earned per elapsed ns.
+    pub earn: u128,
+    /// Units spent per charged vCPU-ns.
+    pub cost: u128,
+    /// Most units banked: one window's budget.
+    pub capacity: u128,
 }
 
 impl BudgetParams {
-    /// `S x N`: units earned per elapsed ns.
-    pub const fn earn_rate(&self) -> u128 {
-        self.share_permille as u128 * self.nr_vcpus as u128
+    /// A share of `nr_vcpus` vCPUs' time, in permille (0..=1000), banked over `window_ns`.
+    /// Units: milli-ns (1 vCPU-ns = 1000 units), so earn = `S x N`, capacity = `S x N x W`.
+    pub const fn share(share_permille: u32, nr_vcpus: u32, window_ns: u64) -> BudgetParams {
+        let earn = share_permille as u128 * nr_vcpus as u128;
+        BudgetParams {
+            earn,
+            cost: 1000,
+            capacity: earn.saturating_mul(window_ns as u128),
+        }
     }
 
-    /// `S x N x W`: the bucket's capacity, units.
-    pub const fn capacity(&self) -> u128 {
-        self.earn_rate() * self.window_ns as u128
+    /// `budget_ns` of each of `nr_vcpus` vCPUs per `window_ns` (budget <= window).
+    /// Units: 1 vCPU-ns = `W` units, so earn = `B x N`, capacity = `B x N x W`.
+    pub const fn window(budget_ns: u64, nr_vcpus: u32, window_ns: u64) -> BudgetParams {
+        let earn = (budget_ns as u128).saturating_mul(nr_vcpus as u128);
+        BudgetParams {
+            earn,
+            cost: window_ns as u128,
+            capacity: earn.saturating_mul(window_ns as u128),
+        }
+    }
+
+    /// `units` as vCPU-ns, rounded down.
+    fn floor_ns(&self, units: u128) -> u64 {
+        let ns = units.checked_div(self.cost).unwrap_or(0);
+        u64::try_from(ns).unwrap_or(u64::MAX)
+    }
+
+    /// `units` as vCPU-ns, rounded up (so a debt never reads as 0 ns).
+    fn ceil_ns(&self, units: u128) -> u64 {
+        let ns = if self.cost == 0 {
+            0
+        } else {
+            units.div_ceil(self.cost)
+        };
+        u64::try_from(ns).unwrap_or(u64::MAX)
     }
 }
 
-/// Units per boosted vCPU-ns.
-pub const UNITS_PER_NS: u128 = 1000;
-
-/// Tokens banked and debt owed, in units (see the module docs). At most one of them is
-/// non-zero.
+/// Tokens banked, overdraft owed and the latch, in units (see the module docs). At most one
+/// of tokens and overdraft is non-zero.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Budget {
     tokens: u128,
-    debt: u128,
+    overdraft: u128,
+    latched: bool,
 }
 
 impl Budget {
-    /// A full bucket: a VM starts with one window of boost banked.
+    /// A full bucket: a VM starts with one window's budget banked (latched if that is 0).
     pub const fn full(p: &BudgetParams) -> Budget {
         Budget {
-            tokens: p.capacity(),
-            debt: 0,
+            tokens: p.capacity,
+            overdraft: 0,
+            latched: p.capacity == 0,
         }
     }
 
-    /// A bucket with explicit contents (tests, state restore).
-    pub const fn from_units(tokens: u128, debt: u128) -> Budget {
-        if debt > 0 {
-            Budget { tokens: 0, debt }
+    /// A bucket with explicit contents (tests, state restore). An overdraft implies the latch.
+    pub const fn from_units(tokens: u128, overdraft: u128, latched: bool) -> Budget {
+        if overdraft > 0 {
+            Budget {
+                tokens: 0,
+                overdraft,
+                latched: true,
+            }
         } else {
-            Budget { tokens, debt: 0 }
+            Budget {
+                tokens,
+                overdraft: 0,
+                latched,
+            }
         }
     }
 
-    /// `dt` ns passed with `boosted` vCPUs charged the whole time.
-    pub fn advance(&mut self, p: &BudgetParams, dt: u64, boosted: u32) {
-        if dt == 0 {
+    /// `dt` ns passed with `charged` vCPUs charged the whole time; then the latch is updated.
+    /// With `dt == 0` only the latch is: an empty bucket that starts being drained latches at
+    /// once.
+    pub fn advance(&mut self, p: &BudgetParams, dt: u64, charged: u32) {
+        if charged == 0 && !self.latched && self.tokens == p.capacity {
+            // Full and not drained (most vCPUs, most of the time): nothing can change.
             return;
         }
-        let earn = p.earn_rate().saturating_mul(dt as u128);
-        let spend = UNITS_PER_NS
-            .saturating_mul(boosted as u128)
-            .saturating_mul(dt as u128);
-        if earn >= spend {
-            let net = earn - spend;
-            let repaid = net.min(self.debt);
-            self.debt -= repaid;
-            self.tokens = self.tokens.saturating_add(net - repaid).min(p.capacity());
-        } else {
-            let net = spend - earn;
-            let taken = net.min(self.tokens);
-            self.tokens -= taken;
-            self.debt = self.debt.saturating_add(net - taken);
+        let earn_rate = p.earn;
+        let spend_rate = p.cost.saturating_mul(charged as u128);
+        if dt > 0 {
+            let earn = earn_rate.saturating_mul(dt as u128);
+            let spend = spend_rate.saturating_mul(dt as u128);
+            if earn >= spend {
+                let net = earn - spend;
+                let repaid = net.min(self.overdraft);
+                self.overdraft -= repaid;
+                self.tokens = self.tokens.saturating_add(net - repaid).min(p.capacity);
+            } else {
+                let net = spend - earn;
+                let taken = net.min(self.tokens);
+                self.tokens -= taken;
+                self.overdraft = self.overdraft.saturating_add(net - taken);
+            }
+        }
+        if self.overdraft > 0 || (self.tokens == 0 && spend_rate > earn_rate) || p.capacity == 0 {
+            self.latched = true;
+        } else if self.latched && self.tokens >= p.capacity {
+            self.latched = false;
         }
     }
 
-    /// New limits: keep the debt, cap the tokens at the new capacity.
+    /// New rates: keep the debt and the latch, cap the tokens at the new capacity (a latch
+    /// whose debt the new capacity no longer exceeds clears; a capacity of 0 latches).
     pub fn rescale(&mut self, p: &BudgetParams) {
-        self.tokens = self.tokens.min(p.capacity());
+        self.tokens = self.tokens.min(p.capacity);
+        if p.capacity == 0 {
+            self.latched = true;
+        } else if self.latched && self.overdraft == 0 && self.tokens >= p.capacity {
+            self.latched = false;
+        }
     }
 
-    /// Whether the VM owes boosted time.
-    pub const fn in_debt(&self) -> bool {
-        self.debt > 0
+    /// Whether boosts of this bucket's class are refused: the bucket ran dry and its debt is
+    /// not repaid yet.
+    pub const fn latched(&self) -> bool {
+        self.latched
     }
 
     /// Banked tokens, units.
@@ -104,32 +168,48 @@ impl Budget {
         self.tokens
     }
 
-    /// Debt, units.
-    pub const fn debt(&self) -> u128 {
-        self.debt
+    /// Spending beyond the tokens, units (the caller reacted after the bucket ran dry).
+    pub const fn overdraft(&self) -> u128 {
+        self.overdraft
     }
 
-    /// Debt in boosted vCPU-ns, rounded up (so "in debt" never reads as 0 ns).
-    pub fn debt_ns(&self) -> u64 {
-        u64::try_from(self.debt.div_ceil(UNITS_PER_NS)).unwrap_or(u64::MAX)
+    /// What must be earned before the latch clears, units: the capacity minus the tokens plus
+    /// the overdraft while latched, else 0.
+    pub fn debt(&self, p: &BudgetParams) -> u128 {
+        if self.latched {
+            p.capacity
+                .saturating_sub(self.tokens)
+                .saturating_add(self.overdraft)
+        } else {
+            0
+        }
     }
 
-    /// Banked tokens in boosted vCPU-ns, rounded down.
-    pub fn tokens_ns(&self) -> u64 {
-        u64::try_from(self.tokens / UNITS_PER_NS).unwrap_or(u64::MAX)
+    /// Boosted vCPU-ns that may still be spent: the tokens, rounded down; 0 while latched.
+    pub fn remaining_ns(&self, p: &BudgetParams) -> u64 {
+        if self.latched {
+            0
+        } else {
+            p.floor_ns(self.tokens)
+        }
     }
 
-    /// In how many ns [`Budget::in_debt`] flips if `boosted` vCPUs stay charged: the first
-    /// instant the debt is fully repaid (`ceil(debt / net)`), or the first instant spending
-    /// exceeds the tokens (`floor(tokens / -net) + 1`). `None` when it never flips at this
-    /// rate. Always >= 1.
-    pub fn next_flip_ns(&self, p: &BudgetParams, boosted: u32) -> Option<u64> {
-        let earn = p.earn_rate();
-        let spend = UNITS_PER_NS.saturating_mul(boosted as u128);
-        let ns = if self.debt > 0 && earn > spend {
-            self.debt.div_ceil(earn - spend)
-        } else if self.debt == 0 && spend > earn {
-            self.tokens / (spend - earn) + 1
+    /// [`Budget::debt`] in vCPU-ns, rounded up.
+    pub fn debt_ns(&self, p: &BudgetParams) -> u64 {
+        p.ceil_ns(self.debt(p))
+    }
+
+    /// In how many ns the latch flips if `charged` vCPUs stay charged: the first instant an
+    /// unlatched bucket is empty (`ceil(tokens / net)`, 0 if it is empty already), or the
+    /// first instant a latched one is repaid (`ceil(debt / net)`, at least 1). `None` when it
+    /// never flips at this rate.
+    pub fn next_flip_ns(&self, p: &BudgetParams, charged: u32) -> Option<u64> {
+        let earn = p.earn;
+        let spend = p.cost.saturating_mul(charged as u128);
+        let ns = if !self.latched && spend > earn {
+            self.tokens.div_ceil(spend - earn)
+        } else if self.latched && p.capacity > 0 && earn > spend {
+            self.debt(p).div_ceil(earn - spend).max(1)
         } else {
             return None;
         };
@@ -141,119 +221,187 @@ impl Budget {
 mod tests {
     use super::*;
 
-    const P: BudgetParams = BudgetParams {
-        share_permille: 500,
-        nr_vcpus: 2,
-        window_ns: 1_000,
-    };
+    /// 500 ns of budget per 1000 ns window, one vCPU.
+    const P: BudgetParams = BudgetParams::window(500, 1, 1_000);
 
-    #[test]
-    fn capacity_is_share_times_vcpus_times_window() {
-        assert_eq!(P.capacity(), 500 * 2 * 1_000);
-        assert_eq!(Budget::full(&P).tokens_ns(), 1_000);
+    /// Runs `b` for `until` ns with one vCPU asking all the time, boosted whenever the bucket
+    /// is not latched, stepping at every flip (as a caller ticking at `next_deadline` does).
+    /// Returns the boosted ns.
+    fn always_asking(b: &mut Budget, p: &BudgetParams, until: u64) -> u64 {
+        let (mut t, mut boosted) = (0u64, 0u64);
+        while t < until {
+            let charged = u32::from(!b.latched());
+            let step = b
+                .next_flip_ns(p, charged)
+                .unwrap_or(u64::MAX)
+                .min(until - t);
+            b.advance(p, step, charged);
+            boosted += step * u64::from(charged);
+            t += step;
+        }
+        boosted
     }
 
     #[test]
-    fn boosting_within_the_share_costs_nothing() {
+    fn capacity_is_one_windows_budget_of_every_vcpu() {
+        let two = BudgetParams::window(500, 2, 1_000);
+        assert_eq!(Budget::full(&two).remaining_ns(&two), 1_000);
+        let share = BudgetParams::share(500, 2, 1_000);
+        assert_eq!(Budget::full(&share).remaining_ns(&share), 1_000);
+    }
+
+    #[test]
+    fn a_vcpu_asking_all_the_time_gets_exactly_its_budget_per_window_over_ten_windows() {
         let mut b = Budget::full(&P);
-        b.advance(&P, 1_000_000, 1); // 1 of 2 vCPUs boosted = exactly the 50 % share
-        assert_eq!(b, Budget::full(&P));
+
+        let boosted = always_asking(&mut b, &P, 10 * 1_000);
+
+        // From a full bucket: 1000 boosted (the bank plus what it earns meanwhile), 1000
+        // latched while the whole window's budget is earned back, and so on.
+        assert_eq!(boosted, 10 * 500);
     }
 
     #[test]
-    fn boosting_beyond_the_share_drains_tokens_then_builds_debt() {
+    fn the_share_form_gives_the_same_budget_as_the_window_form() {
+        let p = BudgetParams::share(500, 1, 1_000);
+        let mut b = Budget::full(&p);
+
+        assert_eq!(always_asking(&mut b, &p, 10 * 1_000), 10 * 500);
+    }
+
+    #[test]
+    fn boosting_within_the_rate_costs_nothing() {
+        let two = BudgetParams::window(500, 2, 1_000);
+        let mut b = Budget::full(&two);
+        b.advance(&two, 1_000_000, 1); // 1 of 2 vCPUs boosted = exactly the rate
+        assert_eq!(b, Budget::full(&two));
+    }
+
+    #[test]
+    fn the_latch_sets_at_the_first_instant_the_bucket_is_empty() {
+        let b = Budget::full(&P);
+        // Spend 1000 units/ns, earn 500: 500_000 units last exactly 1000 ns.
+        assert_eq!(b.next_flip_ns(&P, 1), Some(1_000));
+        let mut before = b;
+        before.advance(&P, 999, 1);
+        assert!(!before.latched());
+        assert_eq!(before.remaining_ns(&P), 0, "500 units left: under 1 ns");
+        let mut at = b;
+        at.advance(&P, 1_000, 1);
+        assert!(at.latched());
+        assert_eq!(at.debt_ns(&P), 500, "the whole window's budget is owed");
+    }
+
+    #[test]
+    fn the_latch_clears_only_when_the_debt_is_repaid_one_to_one() {
         let mut b = Budget::full(&P);
-        // 2 boosted: spend 2000/ns, earn 1000/ns, net -1000/ns = -1 vCPU-ns per ns.
-        b.advance(&P, 600, 2);
-        assert_eq!((b.tokens_ns(), b.debt_ns()), (400, 0));
-        b.advance(&P, 600, 2);
-        assert_eq!((b.tokens_ns(), b.debt_ns()), (0, 200));
-        assert!(b.in_debt());
+        b.advance(&P, 1_000, 1);
+        assert_eq!(
+            b.next_flip_ns(&P, 0),
+            Some(1_000),
+            "500 ns owed at 0.5 ns per ns"
+        );
+
+        b.advance(&P, 600, 0);
+        let halfway = (b.latched(), b.debt_ns(&P), b.remaining_ns(&P));
+        b.advance(&P, 399, 0);
+        let just_before = (b.latched(), b.debt_ns(&P));
+        b.advance(&P, 1, 0);
+
+        assert_eq!(
+            halfway,
+            (true, 200, 0),
+            "tokens earned back do not count yet"
+        );
+        assert_eq!(just_before, (true, 1));
+        assert!(!b.latched());
+        assert_eq!(b.remaining_ns(&P), 500);
     }
 
     #[test]
-    fn debt_is_repaid_one_to_one_before_tokens_refill() {
-        let mut b = Budget::from_units(0, 300 * UNITS_PER_NS);
-        // Nobody boosted: earn 1000 units/ns = 1 vCPU-ns per ns.
-        b.advance(&P, 200, 0);
-        assert_eq!((b.tokens_ns(), b.debt_ns()), (0, 100));
-        b.advance(&P, 250, 0);
-        assert_eq!((b.tokens_ns(), b.debt_ns()), (150, 0));
-        assert!(!b.in_debt());
+    fn an_overdraft_latches_and_is_repaid_before_the_bucket_refills() {
+        let mut b = Budget::full(&P);
+        // The caller reacted 100 ns late: 50 ns of vCPU time overdrawn.
+        b.advance(&P, 1_100, 1);
+        assert!(b.latched());
+        assert_eq!(b.overdraft(), 50 * 1_000);
+        assert_eq!(b.debt_ns(&P), 550);
+
+        b.advance(&P, 100, 0);
+        assert_eq!((b.overdraft(), b.tokens()), (0, 0));
+        assert_eq!(b.next_flip_ns(&P, 0), Some(1_000));
     }
 
     #[test]
-    fn tokens_never_exceed_one_window() {
-        let mut b = Budget::from_units(0, 0);
+    fn an_idle_vm_banks_at_most_one_window() {
+        let mut b = Budget::from_units(0, 0, false);
+
         b.advance(&P, u64::MAX, 0);
-        assert_eq!(b.tokens(), P.capacity());
+
+        assert_eq!(b.tokens(), P.capacity);
+        assert_eq!(b.remaining_ns(&P), 500);
     }
 
     #[test]
-    fn next_flip_is_the_first_instant_debt_is_repaid() {
-        let b = Budget::from_units(0, 1001);
-        // net +1000 units/ns with nobody boosted: 1001 units take 2 ns.
-        assert_eq!(b.next_flip_ns(&P, 0), Some(2));
-        let mut after = b;
-        after.advance(&P, 1, 0);
-        assert!(after.in_debt());
-        after.advance(&P, 1, 0);
-        assert!(!after.in_debt());
-    }
+    fn an_empty_bucket_latches_as_soon_as_it_is_drained() {
+        let mut b = Budget::from_units(0, 0, false);
+        assert_eq!(b.next_flip_ns(&P, 1), Some(0));
 
-    #[test]
-    fn next_flip_is_the_first_instant_debt_appears() {
-        let b = Budget::from_units(2000, 0);
-        // net -1000 units/ns: 2000 tokens last exactly 2 ns, debt appears at 3.
-        assert_eq!(b.next_flip_ns(&P, 2), Some(3));
-        let mut at2 = b;
-        at2.advance(&P, 2, 2);
-        assert!(!at2.in_debt());
-        let mut at3 = b;
-        at3.advance(&P, 3, 2);
-        assert!(at3.in_debt());
+        b.advance(&P, 0, 1);
+
+        assert!(b.latched());
     }
 
     #[test]
     fn no_flip_when_rates_balance() {
-        assert_eq!(Budget::from_units(5, 0).next_flip_ns(&P, 1), None);
-        assert_eq!(Budget::from_units(0, 5).next_flip_ns(&P, 1), None);
-        assert_eq!(Budget::from_units(5, 0).next_flip_ns(&P, 0), None);
+        let two = BudgetParams::window(500, 2, 1_000);
+        assert_eq!(Budget::full(&two).next_flip_ns(&two, 1), None);
+        assert_eq!(Budget::full(&two).next_flip_ns(&two, 0), None);
+        let latched = Budget::from_units(5, 0, true);
+        assert_eq!(latched.next_flip_ns(&two, 1), None);
     }
 
     #[test]
-    fn zero_share_never_repays() {
-        let p = BudgetParams {
-            share_permille: 0,
-            ..P
-        };
+    fn a_zero_budget_is_latched_for_good() {
+        let p = BudgetParams::share(0, 2, 1_000);
         let mut b = Budget::full(&p);
-        b.advance(&p, 10, 1);
-        assert_eq!(b.debt_ns(), 10);
+        assert!(b.latched());
+
+        b.advance(&p, u64::MAX, 0);
+
+        assert!(b.latched());
         assert_eq!(b.next_flip_ns(&p, 0), None);
+        assert_eq!(b.remaining_ns(&p), 0);
     }
 
     #[test]
-    fn rescale_keeps_debt_and_caps_tokens() {
-        let small = BudgetParams { window_ns: 10, ..P };
+    fn rescale_keeps_the_debt_and_caps_tokens() {
+        let small = BudgetParams::window(5, 1, 1_000);
         let mut b = Budget::full(&P);
         b.rescale(&small);
-        assert_eq!(b.tokens(), small.capacity());
-        let mut d = Budget::from_units(0, 7);
-        d.rescale(&small);
-        assert_eq!(d.debt(), 7);
+        assert_eq!(b.tokens(), small.capacity);
+
+        let mut owing = Budget::from_units(0, 7, true);
+        owing.rescale(&small);
+        assert_eq!(owing.overdraft(), 7);
+        assert!(owing.latched());
+
+        let mut nearly = Budget::from_units(small.capacity, 0, true);
+        nearly.rescale(&small);
+        assert!(
+            !nearly.latched(),
+            "nothing left to repay at the new capacity"
+        );
     }
 
     #[test]
     fn huge_intervals_saturate_instead_of_overflowing() {
-        let p = BudgetParams {
-            share_permille: 0,
-            nr_vcpus: crate::MAX_VCPUS,
-            window_ns: u64::MAX,
-        };
-        let mut b = Budget::from_units(0, u128::MAX - 1);
+        let p = BudgetParams::share(0, crate::MAX_VCPUS, u64::MAX);
+        let mut b = Budget::from_units(0, u128::MAX - 1, true);
         b.advance(&p, u64::MAX, crate::MAX_VCPUS);
-        assert_eq!(b.debt(), u128::MAX);
-        assert_eq!(b.debt_ns(), u64::MAX);
+        assert_eq!(b.overdraft(), u128::MAX);
+        let big = BudgetParams::window(u64::MAX, crate::MAX_VCPUS, u64::MAX);
+        assert_eq!(big.capacity, u128::MAX);
+        assert_eq!(Budget::full(&big).debt_ns(&big), 0);
     }
 }

@@ -1,9 +1,8 @@
-//! pvsched-policy: the decision engine shared by the host daemon (pvschedd) and the
-//! simulator.
+//! pvsched-policy: the decision engine of the host daemon (pvschedd).
 //!
 //! `(state, event, now) -> decisions`. Pure: no I/O, no clock, no threads, no randomness;
-//! the same inputs always give the same outputs, so the simulator's runs are the daemon's
-//! runs. Time is the caller's `now` (ns, host monotonic clock).
+//! the same inputs always give the same outputs, so a test that replays events sees exactly
+//! what the daemon would have done. Time is the caller's `now` (ns, host monotonic clock).
 //!
 //! ```
 //! use pvsched_policy::{Decisions, Event, VmLimits, VmState};
@@ -15,14 +14,15 @@
 //! vm.handle(1_000, &Event::GuestUpdate { vcpu: 0, guest, consistent: true }, &mut out);
 //! assert_eq!(out.len(), 1);
 //! assert!(out[0].params.is_rt());
-//! // Arm one timer for the next instant a Tick could change something.
-//! assert_eq!(vm.next_deadline(), Some(1_000 + VmLimits::default().max_boost_ns));
+//! // Arm one timer for the next instant a Tick could change something: here the instant
+//! // the vCPU's critical-section budget (2 ms, earned back at 0.5 ns per ns) runs dry.
+//! assert_eq!(vm.next_deadline(), Some(1_000 + 4_000_000));
 //! ```
 //!
 //! # Rules
 //!
 //! Per vCPU, at every event about it (and for every vCPU at a [`Event::Tick`], after
-//! [`VmState::set_limits`], and when the VM enters or leaves debt):
+//! [`VmState::set_limits`], and when the VM's boost budget latches or clears):
 //!
 //! 1. **Guest reasons** (only from a consistent half with `GF_ACTIVE` set): a critical
 //!    section (`cs_flags != 0`), an RT task (1:1 policy and priority), a `SCHED_DEADLINE`
@@ -45,8 +45,16 @@
 //!    `nice_min..=nice_max`; RT/deadline tasks that are not boosted, idle vCPUs and silent
 //!    guests get Other at `clamp(0)`. `Reason::GuestNice` when the guest's class or nice
 //!    made the params differ from that plain Other.
-//! 6. **Debt**: while the VM owes boosted time ([`fairness`]), unboosted vCPUs get
-//!    `nice = max(nice, debt_nice)` (`Reason::Debt` when that raised it).
+//! 6. **Budgets** ([`fairness`]): every boosted, non-halted vCPU-ns is charged to the VM's
+//!    *boost budget* (`boost_share_permille` of its vCPU time, banked over
+//!    `fairness_window_ns`); a boosted, non-halted ns whose reason is a critical section is
+//!    charged to that vCPU's *critical-section budget* too (`cs_budget_ns` per
+//!    `cs_window_ns`). A budget that runs dry latches until all of it is earned back. While
+//!    the boost budget is latched no vCPU is boosted, boosts in force end at once, and
+//!    unboosted vCPUs get `nice = max(nice, debt_nice)` (`Reason::Debt` when that raised it);
+//!    while a vCPU's critical-section budget is latched its critical sections are ignored
+//!    (another reason may still boost it). A wanted boost refused so is `Reason::OverBudget`,
+//!    `throttled`.
 //!
 //! A decision is emitted only when a vCPU's params, or the kind of its reason, change.
 
@@ -61,5 +69,5 @@ pub use decision::{Decision, Decisions, Reason, SchedParams, Target};
 pub use event::{Event, EventKind, ExitReason, WakeSource};
 pub use fairness::{Budget, BudgetParams};
 pub use guest::{GuestPolicy, GuestView, PendingHint};
-pub use limits::{AllowedPolicies, HostPolicy, LimitsError, VmLimits, MAX_VCPUS};
+pub use limits::{AllowedPolicies, HostPolicy, LimitsError, VmLimits, MAX_CS_WINDOW_NS, MAX_VCPUS};
 pub use state::{RunStatus, VcpuStats, VmState, VmStats};

@@ -218,16 +218,32 @@ pub struct VmLimits {
     /// How long a throttled vCPU stays unboosted. Default 50 ms (so a guest that is always
     /// asking is boosted at most half the time).
     pub throttle_ns: u64,
-    /// Share of the VM's vCPU time (elapsed time x nr_vcpus) that may be boosted, in
-    /// permille, 0..=1000. Default 500.
+    /// The VM's boost budget: the share of its vCPU time (elapsed time x nr_vcpus) that may be
+    /// boosted, whatever the reason, in permille, 0..=1000. Default 500: 500 ms per vCPU per
+    /// 1 s window. Enforced ([`crate::fairness`]): once the VM has spent its banked budget, no
+    /// vCPU of it is boosted until the window's budget is earned back. 0 refuses every boost.
     pub boost_share_permille: u32,
-    /// Window over which unused share can be banked: the budget bucket holds at most
-    /// `share x window x nr_vcpus`. Default 1 s.
+    /// Window of the boost budget: the bucket holds at most `share x window x nr_vcpus`
+    /// (unused budget is banked for one window), and a VM that ran it dry waits until all of
+    /// it is earned back. Default 1 s.
     pub fairness_window_ns: u64,
-    /// Nice of the VM's unboosted vCPUs while the VM is in debt (`max` with their normal
-    /// nice), -20..=19. Default 5 (about a third of the CFS weight of nice 0).
+    /// Nice of the VM's unboosted vCPUs while its boost budget is latched (`max` with their
+    /// normal nice), -20..=19. Default 5 (about a third of the CFS weight of nice 0).
     pub debt_nice: i8,
+    /// Each vCPU's critical-section budget: boosted time whose reason is a critical section,
+    /// per `cs_window_ns`, > 0 and <= `cs_window_ns`. Default 2 ms: a vCPU preempted in a
+    /// critical section gets about one host tick to leave it (eCS), at most ~4 ms in a row,
+    /// then no critical-section boost until its 2 ms are earned back. Legitimate critical
+    /// sections last microseconds (the boost lasts until the next read, <= ~0.5 ms).
+    pub cs_budget_ns: u64,
+    /// Window of the critical-section budget, 1..=[`MAX_CS_WINDOW_NS`]. Default 4 ms: the
+    /// budget is repaid 1:1 (2 ms boosted, 2 ms not), as pvsched v3's critical-section debt.
+    pub cs_window_ns: u64,
 }
+
+/// Longest `cs_window_ns` (1 h): bounds the critical-section bucket's units (`budget x window`)
+/// so that its arithmetic stays exact in `u128`.
+pub const MAX_CS_WINDOW_NS: u64 = 3_600_000_000_000;
 
 impl Default for VmLimits {
     fn default() -> Self {
@@ -254,6 +270,8 @@ impl Default for VmLimits {
             boost_share_permille: 500,
             fairness_window_ns: 1_000_000_000,
             debt_nice: 5,
+            cs_budget_ns: 2_000_000,
+            cs_window_ns: 4_000_000,
         }
     }
 }
@@ -269,6 +287,12 @@ pub enum LimitsError {
     BoostPriority(u8),
     #[error("boost_share_permille must be 0..=1000, not {0}")]
     BoostSharePermille(u32),
+    #[error("cs_budget_ns must be > 0 (to refuse critical-section boosts, clear honor_critical_sections)")]
+    CsBudgetNs,
+    #[error("cs_budget_ns ({budget}) must be <= cs_window_ns ({window})")]
+    CsBudgetOverWindow { budget: u64, window: u64 },
+    #[error("cs_window_ns must be 1..={MAX_CS_WINDOW_NS}, not {0}")]
+    CsWindowNs(u64),
     #[error("deadline_priority must be 1..=99, not {0}")]
     DeadlinePriority(u8),
     #[error("debt_nice must be -20..=19, not {0}")]
@@ -320,6 +344,18 @@ impl VmLimits {
         }
         if self.boost_share_permille > 1000 {
             return Err(LimitsError::BoostSharePermille(self.boost_share_permille));
+        }
+        if self.cs_budget_ns == 0 {
+            return Err(LimitsError::CsBudgetNs);
+        }
+        if self.cs_window_ns == 0 || self.cs_window_ns > MAX_CS_WINDOW_NS {
+            return Err(LimitsError::CsWindowNs(self.cs_window_ns));
+        }
+        if self.cs_budget_ns > self.cs_window_ns {
+            return Err(LimitsError::CsBudgetOverWindow {
+                budget: self.cs_budget_ns,
+                window: self.cs_window_ns,
+            });
         }
         if !rt_prio_ok(self.deadline_priority) {
             return Err(LimitsError::DeadlinePriority(self.deadline_priority));
@@ -410,7 +446,7 @@ mod tests {
     #[test]
     fn validate_names_each_bad_field() {
         type Mutation = fn(&mut VmLimits);
-        let cases: [(Mutation, LimitsError); 15] = [
+        let cases: [(Mutation, LimitsError); 19] = [
             (|l| l.allowed.other = false, LimitsError::AllowedOther),
             (
                 |l| l.boost_policy = HostPolicy::Batch,
@@ -421,6 +457,22 @@ mod tests {
             (
                 |l| l.boost_share_permille = 1001,
                 LimitsError::BoostSharePermille(1001),
+            ),
+            (|l| l.cs_budget_ns = 0, LimitsError::CsBudgetNs),
+            (
+                |l| l.cs_budget_ns = l.cs_window_ns + 1,
+                LimitsError::CsBudgetOverWindow {
+                    budget: 4_000_001,
+                    window: 4_000_000,
+                },
+            ),
+            (|l| l.cs_window_ns = 0, LimitsError::CsWindowNs(0)),
+            (
+                |l| {
+                    l.cs_budget_ns = 1;
+                    l.cs_window_ns = MAX_CS_WINDOW_NS + 1;
+                },
+                LimitsError::CsWindowNs(MAX_CS_WINDOW_NS + 1),
             ),
             (
                 |l| l.deadline_priority = 0,

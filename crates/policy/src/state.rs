@@ -50,8 +50,20 @@ pub struct VcpuStats {
     pub decisions: u64,
     /// Guest-half fields clamped or ignored.
     pub clamped_inputs: u64,
-    /// Time boosted and not halted (the time charged to the VM's budget), ns.
+    /// Time boosted and not halted (the time charged to the VM's boost budget), ns.
     pub boosted_ns: u64,
+    /// Of that, time boosted for a critical section (charged to this vCPU's critical-section
+    /// budget too), ns.
+    pub cs_boosted_ns: u64,
+    /// Critical-section budget left, ns (rounded down; 0 while latched).
+    pub cs_budget_ns: u64,
+    /// Critical-section time to earn back before the latch clears, ns (rounded up; 0 when
+    /// not latched).
+    pub cs_debt_ns: u64,
+    /// Critical-section boosts are refused: the budget ran dry and is not repaid yet.
+    pub cs_latched: bool,
+    /// Times a wanted boost was refused (or ended) for want of budget.
+    pub over_budget: u64,
 }
 
 /// Counters of one VM, as of the last event.
@@ -72,11 +84,22 @@ pub struct VmStats {
     pub time_regressions: u64,
     /// Boosted, non-halted vCPU time, ns, all vCPUs.
     pub boosted_ns_total: u64,
-    /// Boosted time owed beyond the VM's share, ns (rounded up).
+    /// Boost budget to earn back before its latch clears, ns (rounded up; 0 when not latched).
     pub debt_ns: u64,
-    /// Boosted time banked, ns (rounded down).
+    /// Boost budget left, ns (rounded down; 0 while latched).
     pub budget_ns: u64,
+    /// The boost budget is latched: no vCPU of the VM is boosted until `debt_ns` is repaid.
     pub in_debt: bool,
+    /// Time boosted for a critical section, ns, all vCPUs.
+    pub cs_boosted_ns_total: u64,
+    /// Critical-section budget left, ns, summed over the vCPUs.
+    pub cs_budget_ns: u64,
+    /// Critical-section debt, ns, summed over the vCPUs.
+    pub cs_debt_ns: u64,
+    /// vCPUs whose critical-section budget is latched.
+    pub cs_latched_vcpus: u32,
+    /// Wanted boosts refused (or ended) for want of budget, all vCPUs.
+    pub over_budget_total: u64,
     pub overloaded: bool,
     /// Latest `now` seen.
     pub now: u64,
@@ -127,13 +150,19 @@ struct Vcpu {
     last_rt: Option<u64>,
     throttled_until: Option<u64>,
     target: Target,
-    /// `now` since which the vCPU is charged to the budget; `Some` iff charged.
+    /// `now` since which the vCPU is charged to the boost budget; `Some` iff charged.
     charged_since: Option<u64>,
+    /// This vCPU's critical-section budget, accounted up to `cs_at`.
+    cs: Budget,
+    cs_at: u64,
+    /// `now` since which the vCPU is charged to its critical-section budget (charged, and
+    /// boosted for a critical section); `Some` iff so.
+    cs_charged_since: Option<u64>,
     stats: VcpuStats,
 }
 
 impl Vcpu {
-    fn new() -> Vcpu {
+    fn new(cs: Budget) -> Vcpu {
         Vcpu {
             guest: GuestView::inconsistent(),
             status: RunStatus::Unknown,
@@ -152,8 +181,28 @@ impl Vcpu {
                 in_debt: false,
             },
             charged_since: None,
+            cs,
+            cs_at: 0,
+            cs_charged_since: None,
             stats: VcpuStats::default(),
         }
+    }
+
+    /// Brings the critical-section budget up to `now` under the charge in force since
+    /// `cs_at`.
+    fn advance_cs(&mut self, p: &BudgetParams, now: u64) {
+        let dt = now.saturating_sub(self.cs_at);
+        let charged = u32::from(self.cs_charged_since.is_some());
+        self.cs.advance(p, dt, charged);
+        self.cs_at = self.cs_at.max(now);
+    }
+
+    /// The critical-section budget as it stands at `now` (for reports).
+    fn cs_at_time(&self, p: &BudgetParams, now: u64) -> Budget {
+        let mut b = self.cs;
+        let charged = u32::from(self.cs_charged_since.is_some());
+        b.advance(p, now.saturating_sub(self.cs_at), charged);
+        b
     }
 }
 
@@ -161,13 +210,14 @@ impl Vcpu {
 /// later one replaces the current best only with a strictly higher RT priority.
 type Candidate = (SchedParams, Reason);
 
-/// All state of one VM: its limits, its vCPUs, its budget. See the crate docs for the rules.
+/// All state of one VM: its limits, its vCPUs, its budgets. See the crate docs for the rules.
 #[derive(Clone, Debug)]
 pub struct VmState {
     limits: VmLimits,
     vcpus: Vec<Vcpu>,
+    /// The VM's boost budget (every boosted, non-halted vCPU-ns).
     budget: Budget,
-    /// vCPUs charged to the budget right now.
+    /// vCPUs charged to the boost budget right now.
     charged: u32,
     now: u64,
     /// Every vCPU must be re-evaluated at the next event (new limits, new state).
@@ -177,8 +227,8 @@ pub struct VmState {
 }
 
 impl VmState {
-    /// A VM with `nr_vcpus` vCPUs (1..=[`MAX_VCPUS`]), all at [`SchedParams::NORMAL`], and a
-    /// full budget. The first [`VmState::handle`] re-evaluates every vCPU, so limits that
+    /// A VM with `nr_vcpus` vCPUs (1..=[`MAX_VCPUS`]), all at [`SchedParams::NORMAL`], and
+    /// full budgets. The first [`VmState::handle`] re-evaluates every vCPU, so limits that
     /// exclude nice 0 take effect at once.
     pub fn new(limits: VmLimits, nr_vcpus: u32) -> Result<VmState, LimitsError> {
         limits.validate()?;
@@ -186,9 +236,10 @@ impl VmState {
             return Err(LimitsError::NrVcpus(nr_vcpus));
         }
         let budget = Budget::full(&budget_params(&limits, nr_vcpus));
+        let cs = Budget::full(&cs_params(&limits));
         Ok(VmState {
             limits,
-            vcpus: vec![Vcpu::new(); nr_vcpus as usize],
+            vcpus: vec![Vcpu::new(cs); nr_vcpus as usize],
             budget,
             charged: 0,
             now: 0,
@@ -203,11 +254,20 @@ impl VmState {
 
     /// Replaces the limits (run-time tunables). Takes effect at the next event: every vCPU is
     /// re-evaluated then, and [`VmState::next_deadline`] reports "now" until it happens.
-    /// Debt is kept; banked tokens are capped at the new capacity.
+    /// Debts and latches are kept; banked tokens are capped at the new capacities.
     pub fn set_limits(&mut self, limits: VmLimits) -> Result<(), LimitsError> {
         limits.validate()?;
+        // Critical-section budgets are accounted lazily: bring them to now at the old rates.
+        let (old_cs, now) = (cs_params(&self.limits), self.now);
+        for v in &mut self.vcpus {
+            v.advance_cs(&old_cs, now);
+        }
         self.limits = limits;
         self.budget.rescale(&self.budget_params());
+        let new_cs = cs_params(&self.limits);
+        for v in &mut self.vcpus {
+            v.cs.rescale(&new_cs);
+        }
         self.reeval_all = true;
         Ok(())
     }
@@ -235,14 +295,32 @@ impl VmState {
         self.vcpus.get(vcpu as usize).map(|v| &v.guest)
     }
 
-    /// Whether the VM owes boosted time.
+    /// Whether the VM's boost budget is latched: it spent its budget and is earning it back;
+    /// no vCPU of it is boosted meanwhile.
     pub fn in_debt(&self) -> bool {
-        self.budget.in_debt()
+        self.budget.latched()
     }
 
-    /// The budget bucket (tokens and debt, in milli-ns units).
+    /// The boost budget bucket (in the units of [`VmState::budget_params`]).
     pub fn budget(&self) -> &Budget {
         &self.budget
+    }
+
+    /// The rates of the boost budget.
+    pub fn budget_params(&self) -> BudgetParams {
+        budget_params(&self.limits, self.nr_vcpus())
+    }
+
+    /// `vcpu`'s critical-section budget as of the last event; `None` for an index the VM
+    /// does not have.
+    pub fn cs_budget(&self, vcpu: u32) -> Option<Budget> {
+        let v = self.vcpus.get(vcpu as usize)?;
+        Some(v.cs_at_time(&self.cs_params(), self.now))
+    }
+
+    /// The rates of each vCPU's critical-section budget.
+    pub fn cs_params(&self) -> BudgetParams {
+        cs_params(&self.limits)
     }
 
     /// Handles one event at `now` (ns, host clock) and puts into `out` (cleared first) one
@@ -257,9 +335,9 @@ impl VmState {
             now
         };
         self.stats.events[event.kind().index()] += 1;
-        let was_in_debt = self.budget.in_debt();
+        let was_in_debt = self.budget.latched();
         self.advance(now);
-        if was_in_debt != self.budget.in_debt() {
+        if was_in_debt != self.budget.latched() {
             self.reeval_all = true;
         }
 
@@ -292,8 +370,8 @@ impl VmState {
     }
 
     /// The earliest `now` at which a [`Event::Tick`] could change a decision (proactive boost
-    /// expiry, `max_boost` reached, throttle end, debt starting or paid), or `None` if only a
-    /// new event can. May be <= [`VmState::now`] (then tick at once).
+    /// expiry, `max_boost` reached, throttle end, a budget latch setting or clearing), or
+    /// `None` if only a new event can. May be <= [`VmState::now`] (then tick at once).
     pub fn next_deadline(&self) -> Option<u64> {
         if self.reeval_all {
             return Some(self.now);
@@ -302,7 +380,12 @@ impl VmState {
         let mut offer = |t: u64| {
             best = Some(best.map_or(t, |b| b.min(t)));
         };
+        let cs = self.cs_params();
         for v in &self.vcpus {
+            let charged = u32::from(v.cs_charged_since.is_some());
+            if let Some(dt) = v.cs.next_flip_ns(&cs, charged) {
+                offer(v.cs_at.saturating_add(dt));
+            }
             if let Some(p) = v.proactive {
                 offer(p.until);
             }
@@ -330,6 +413,14 @@ impl VmState {
         let mut s = v.stats;
         s.status = v.status;
         s.boosted_ns = s.boosted_ns.saturating_add(charged_ns(v, self.now));
+        s.cs_boosted_ns = s
+            .cs_boosted_ns
+            .saturating_add(since_ns(v.cs_charged_since, self.now));
+        let p = self.cs_params();
+        let cs = v.cs_at_time(&p, self.now);
+        s.cs_budget_ns = cs.remaining_ns(&p);
+        s.cs_debt_ns = cs.debt_ns(&p);
+        s.cs_latched = cs.latched();
         Some(s)
     }
 
@@ -337,9 +428,18 @@ impl VmState {
     pub fn vm_stats(&self) -> VmStats {
         let mut s = self.stats;
         s.boosted_vcpus = self.charged;
-        s.debt_ns = self.budget.debt_ns();
-        s.budget_ns = self.budget.tokens_ns();
-        s.in_debt = self.budget.in_debt();
+        let p = self.budget_params();
+        s.debt_ns = self.budget.debt_ns(&p);
+        s.budget_ns = self.budget.remaining_ns(&p);
+        s.in_debt = self.budget.latched();
+        for i in 0..self.nr_vcpus() {
+            if let Some(v) = self.vcpu_stats(i) {
+                s.cs_boosted_ns_total = s.cs_boosted_ns_total.saturating_add(v.cs_boosted_ns);
+                s.cs_budget_ns = s.cs_budget_ns.saturating_add(v.cs_budget_ns);
+                s.cs_debt_ns = s.cs_debt_ns.saturating_add(v.cs_debt_ns);
+                s.cs_latched_vcpus += u32::from(v.cs_latched);
+            }
+        }
         s.overloaded = self.overloaded;
         s.now = self.now;
         s
@@ -362,7 +462,7 @@ impl VmState {
         if self.overloaded {
             flags |= abi::HF_OVERLOADED;
         }
-        if self.budget.in_debt() {
+        if self.budget.latched() {
             flags |= abi::HF_IN_DEBT;
         }
         abi::HostHalf {
@@ -384,16 +484,13 @@ impl VmState {
         }
     }
 
-    fn budget_params(&self) -> BudgetParams {
-        budget_params(&self.limits, self.nr_vcpus())
-    }
-
     /// Moves the clock to `now`: charges the budget for the interval since the last event.
     fn advance(&mut self, now: u64) {
         let dt = now - self.now;
+        // Also at dt == 0: an empty bucket being drained latches at once.
+        let p = self.budget_params();
+        self.budget.advance(&p, dt, self.charged);
         if dt > 0 {
-            let p = self.budget_params();
-            self.budget.advance(&p, dt, self.charged);
             let charged_ns = (dt as u128) * (self.charged as u128);
             self.stats.boosted_ns_total = self
                 .stats
@@ -487,7 +584,8 @@ impl VmState {
     /// Recomputes the target of vCPU `i` at `now`; pushes a decision if it changed.
     fn evaluate(&mut self, i: usize, now: u64, out: &mut Decisions) {
         let limits = &self.limits;
-        let in_debt = self.budget.in_debt();
+        let in_debt = self.budget.latched();
+        let cs = cs_params(limits);
         let v = &mut self.vcpus[i];
 
         if v.proactive.is_some_and(|p| now >= p.until) {
@@ -498,12 +596,21 @@ impl VmState {
         }
 
         account_burst(v, now);
+        v.advance_cs(&cs, now);
 
-        let mut boost = if v.throttled_until.is_some() {
+        let wanted = if v.throttled_until.is_some() {
             None
         } else {
-            best_boost(limits, v)
+            best_boost(limits, v, true)
         };
+        // Budgets: a latched boost budget refuses every boost; a latched critical-section
+        // budget refuses the critical section, and the next-strongest reason may stand.
+        let mut boost = match wanted {
+            Some(_) if in_debt => None,
+            Some((_, Reason::CriticalSection(_))) if v.cs.latched() => best_boost(limits, v, false),
+            w => w,
+        };
+        let over_budget = wanted.is_some() && boost.is_none();
         if boost.is_some() && v.boost_start.is_some() && v.burst_ns >= limits.max_boost_ns {
             v.throttled_until = Some(now.saturating_add(limits.throttle_ns));
             v.stats.throttles += 1;
@@ -512,7 +619,7 @@ impl VmState {
             v.burst_ns = 0;
             boost = None;
         }
-        let throttled = v.throttled_until.is_some();
+        let throttled = v.throttled_until.is_some() || over_budget;
 
         let (params, reason) = match boost {
             Some(c) => c,
@@ -522,8 +629,10 @@ impl VmState {
                     params.nice = limits.debt_nice;
                     reason = Reason::Debt;
                 }
-                if throttled {
+                if v.throttled_until.is_some() {
                     reason = Reason::Throttled;
+                } else if over_budget {
+                    reason = Reason::OverBudget;
                 }
                 (params, reason)
             }
@@ -553,7 +662,22 @@ impl VmState {
             }
             _ => {}
         }
+        // The critical-section budget is charged by the reason in force, which may change
+        // under the same params (a guest RT task taking over from a critical section).
+        let cs_charge = charge && matches!(reason, Reason::CriticalSection(_));
+        match (cs_charge, v.cs_charged_since) {
+            (true, None) => v.cs_charged_since = Some(now),
+            (false, Some(since)) => {
+                v.stats.cs_boosted_ns = v.stats.cs_boosted_ns.saturating_add(now - since);
+                v.cs_charged_since = None;
+            }
+            _ => {}
+        }
 
+        if reason == Reason::OverBudget && v.target.reason != Reason::OverBudget {
+            v.stats.over_budget += 1;
+            self.stats.over_budget_total += 1;
+        }
         let changed = params != v.target.params || !reason.same_kind(&v.target.reason);
         v.target.reason = reason;
         v.target.throttled = throttled;
@@ -574,17 +698,28 @@ impl VmState {
     }
 }
 
+/// The VM's boost budget: `boost_share_permille` of its vCPU time over `fairness_window_ns`.
 fn budget_params(limits: &VmLimits, nr_vcpus: u32) -> BudgetParams {
-    BudgetParams {
-        share_permille: limits.boost_share_permille,
+    BudgetParams::share(
+        limits.boost_share_permille,
         nr_vcpus,
-        window_ns: limits.fairness_window_ns,
-    }
+        limits.fairness_window_ns,
+    )
+}
+
+/// One vCPU's critical-section budget: `cs_budget_ns` per `cs_window_ns`.
+fn cs_params(limits: &VmLimits) -> BudgetParams {
+    BudgetParams::window(limits.cs_budget_ns, 1, limits.cs_window_ns)
 }
 
 /// Boosted, non-halted time of the running charge interval, up to `now`.
 fn charged_ns(v: &Vcpu, now: u64) -> u64 {
-    v.charged_since.map_or(0, |s| now.saturating_sub(s))
+    since_ns(v.charged_since, now)
+}
+
+/// Time since `since` up to `now`, 0 if `None`.
+fn since_ns(since: Option<u64>, now: u64) -> u64 {
+    since.map_or(0, |s| now.saturating_sub(s))
 }
 
 /// Brings a vCPU's burst up to `now`: boosted time on a CPU adds, anything else drains.
@@ -717,14 +852,16 @@ fn best_guest(limits: &VmLimits, g: &GuestView, allow_cs: bool) -> Option<Candid
 }
 
 /// The strongest boost for a vCPU: the guest's reasons, then a running proactive boost
-/// (if its switch is still on).
-fn best_boost(limits: &VmLimits, v: &Vcpu) -> Option<Candidate> {
+/// (if its switch is still on). `cs_ok` false leaves critical sections out (their budget is
+/// spent).
+fn best_boost(limits: &VmLimits, v: &Vcpu, cs_ok: bool) -> Option<Candidate> {
     // A critical section starts a boost only when the vCPU is not running on the host
     // (preempted, waking, or not seen yet): a running vCPU needs no CPU, and its critical
     // sections last microseconds, shorter than any reaction. A boost it already has is kept
     // while the flags stay set.
-    let allow_cs =
-        v.status != RunStatus::Running || matches!(v.target.reason, Reason::CriticalSection(_));
+    let allow_cs = cs_ok
+        && (v.status != RunStatus::Running
+            || matches!(v.target.reason, Reason::CriticalSection(_)));
     let mut best = best_guest(limits, &v.guest, allow_cs);
     if let Some(p) = v.proactive {
         let enabled = match p.reason {

@@ -885,7 +885,7 @@ fn guest_rt_task_spinning_for_5s_is_never_boosted_longer_than_max_boost() {
     assert_eq!(boosted_total, 2_500 * MS);
 }
 
-// ---- 6. eventual fairness ----
+// ---- 6. fairness budgets ----
 
 fn debt_limits() -> VmLimits {
     VmLimits {
@@ -896,57 +896,121 @@ fn debt_limits() -> VmLimits {
     }
 }
 
-#[test]
-fn boosting_beyond_the_share_puts_unboosted_vcpus_at_debt_nice() {
-    // 2 vCPUs x 25 % = 0.5 vCPU-ns earned per ns; the bucket holds 0.5 x 10 ms = 5 ms.
-    let mut vm = vm(debt_limits(), 2);
-    step(&mut vm, 0, upd(0, cs(2, abi::CS_LOCK)));
-    // One vCPU boosted: spend 1, earn 0.5 per ns; 5 ms of tokens last 10 ms.
-    let debt_start = vm.next_deadline();
+fn fifo(seq: u32) -> GuestHalf {
+    task(seq, abi::POLICY_FIFO, 5, 0)
+}
 
-    let at_start = step(&mut vm, 10 * MS + 1, Event::Tick);
-
-    assert_eq!(debt_start, Some(10 * MS + 1));
-    assert!(vm.in_debt());
-    assert_eq!(at_start.len(), 1, "only the unboosted vCPU changes");
-    assert_eq!(at_start[0].vcpu, 1);
-    assert_eq!(at_start[0].params, cfs(HostPolicy::Other, 5));
-    assert_eq!(at_start[0].reason, Reason::Debt);
-    assert!(at_start[0].in_debt);
+/// Boosted time per vCPU in `decisions` (one vCPU-time list per vCPU, never halted), each
+/// boost running from its decision to the next non-RT one or `until`; and the longest one.
+fn boosted_time(
+    first: &[(u64, Decision)],
+    later: &[(u64, Decision)],
+    nr: usize,
+    until: u64,
+) -> (u64, u64) {
+    let mut since: Vec<Option<u64>> = vec![None; nr];
+    let (mut total, mut longest) = (0, 0);
+    for (at, d) in first.iter().chain(later) {
+        let s = &mut since[d.vcpu as usize];
+        match (d.params.is_rt(), *s) {
+            (true, None) => *s = Some(*at),
+            (false, Some(b)) => {
+                total += at - b;
+                longest = longest.max(at - b);
+                *s = None;
+            }
+            _ => {}
+        }
+    }
+    for b in since.into_iter().flatten() {
+        total += until - b;
+        longest = longest.max(until - b);
+    }
+    (total, longest)
 }
 
 #[test]
-fn debt_drains_as_budget_accrues_and_then_params_return_to_normal() {
+fn spending_the_boost_budget_ends_every_boost_and_puts_the_vm_in_debt() {
+    // 2 vCPUs x 25 % = 0.5 vCPU-ns earned per ns; the bucket holds 0.5 x 10 ms = 5 ms.
     let mut vm = vm(debt_limits(), 2);
-    step(&mut vm, 0, upd(0, cs(2, abi::CS_LOCK)));
-    step(&mut vm, 10 * MS + 1, Event::Tick);
+    step(&mut vm, 0, upd(0, fifo(2)));
+    // One vCPU boosted: spend 1, earn 0.5 per ns; 5 ms of tokens last 10 ms.
+    let latch_at = vm.next_deadline();
 
-    // At 20 ms: 20 ms x 0.5 net spend - 5 ms of tokens = 5 ms of debt.
-    let unboost = step(&mut vm, 20 * MS, upd(0, half(4)));
-    let debt_ns = vm.vm_stats().debt_ns;
-    let paid_at = vm.next_deadline();
-    let paid = step(&mut vm, 30 * MS, Event::Tick);
+    let at_latch = step(&mut vm, 10 * MS, Event::Tick);
 
-    assert_eq!(unboost[0].params, cfs(HostPolicy::Other, 5));
-    assert_eq!(debt_ns, 5 * MS);
-    assert_eq!(paid_at, Some(30 * MS), "repaid 1:1 at 0.5 vCPU per ns");
+    assert_eq!(latch_at, Some(10 * MS));
+    assert!(vm.in_debt());
+    assert_eq!(at_latch.len(), 2);
+    assert_eq!(at_latch[0].vcpu, 0);
+    assert_eq!(at_latch[0].params, cfs(HostPolicy::Other, 5));
+    assert_eq!(at_latch[0].reason, Reason::OverBudget);
+    assert!(at_latch[0].throttled && at_latch[0].in_debt);
+    assert_eq!(at_latch[1].params, cfs(HostPolicy::Other, 5));
+    assert_eq!(at_latch[1].reason, Reason::Debt);
+    assert_eq!(
+        vm.vm_stats().debt_ns,
+        5 * MS,
+        "the whole window's budget is owed"
+    );
+    assert_eq!(vm.vm_stats().budget_ns, 0);
+}
+
+#[test]
+fn a_vm_in_debt_is_refused_new_boosts_until_the_whole_budget_is_earned_back() {
+    let mut vm = vm(debt_limits(), 2);
+    step(&mut vm, 0, upd(0, fifo(2)));
+    step(&mut vm, 10 * MS, Event::Tick);
+
+    let asked = step(&mut vm, 15 * MS, upd(1, fifo(2)));
+    let debt_halfway = vm.vm_stats().debt_ns;
+    let repaid_at = vm.next_deadline();
+    let before = step(&mut vm, 20 * MS - 1, Event::Tick);
+    let repaid = step(&mut vm, 20 * MS, Event::Tick);
+
+    assert_eq!(asked.len(), 1);
+    assert_eq!(asked[0].reason, Reason::OverBudget);
+    assert!(!asked[0].params.is_rt());
+    assert_eq!(debt_halfway, 5 * MS / 2, "repaid 1:1 at 0.5 vCPU-ns per ns");
+    assert_eq!(repaid_at, Some(20 * MS));
+    assert!(before.is_empty());
     assert!(!vm.in_debt());
-    assert_eq!(paid.len(), 2);
-    assert!(paid
-        .iter()
-        .all(|d| d.params == SchedParams::NORMAL && d.reason == Reason::None));
+    assert_eq!(repaid.len(), 2);
+    assert!(repaid.iter().all(|d| d.params == rt(HostPolicy::Fifo, 5)));
+    assert_eq!(vm.vm_stats().over_budget_total, 2);
+}
+
+#[test]
+fn a_latched_boost_budget_refuses_every_reason() {
+    let mut vm = vm(debt_limits(), 2);
+    step(&mut vm, 0, upd(0, fifo(2)));
+    step(&mut vm, 10 * MS, Event::Tick);
+
+    let cs_asked = step(&mut vm, 11 * MS, upd(1, cs(2, abi::CS_HARDIRQ)));
+    let woken = step(
+        &mut vm,
+        12 * MS,
+        Event::Woken {
+            vcpu: 1,
+            source: WakeSource::Io,
+        },
+    );
+
+    assert_eq!(cs_asked[0].reason, Reason::OverBudget);
+    assert!(woken.is_empty(), "still refused: no new decision");
+    assert!(!vm.target(1).unwrap().params.is_rt());
 }
 
 #[test]
 fn debt_nice_never_lowers_a_higher_guest_nice() {
     let mut vm = vm(debt_limits(), 2);
     step(&mut vm, 0, upd(1, task(2, abi::POLICY_NORMAL, 0, 12)));
-    step(&mut vm, 0, upd(0, cs(2, abi::CS_LOCK)));
+    step(&mut vm, 0, upd(0, fifo(2)));
 
-    let out = step(&mut vm, 10 * MS + 1, Event::Tick);
+    let out = step(&mut vm, 10 * MS, Event::Tick);
 
     assert!(vm.in_debt());
-    assert!(out.is_empty());
+    assert_eq!(out.len(), 1, "only the vCPU that lost its boost");
     assert_eq!(
         target(&vm, 1),
         (cfs(HostPolicy::Other, 12), Reason::GuestNice)
@@ -969,6 +1033,180 @@ fn halted_boosted_vcpu_is_not_charged() {
 
     assert_eq!(vm.vm_stats().boosted_vcpus, 0);
     assert_eq!(vm.vm_stats().boosted_ns_total, 0);
+}
+
+#[test]
+fn a_guest_claiming_an_rt_task_on_every_vcpu_forever_gets_at_most_its_budget() {
+    // An admin gave this VM 200 ms per vCPU per second; max_boost alone (50 ms on, 50 ms
+    // off) would let it have 500.
+    let limits = VmLimits {
+        boost_share_permille: 200,
+        ..VmLimits::default()
+    };
+    let budget_per_window = 2 * 200 * MS;
+    let mut vm = vm(limits, 2);
+    let mut first = step(&mut vm, 0, upd(0, fifo(2)));
+    first.extend(step(&mut vm, 0, upd(1, fifo(2))));
+    let first: Vec<_> = first.into_iter().map(|d| (0, d)).collect();
+
+    let later = tick_until(&mut vm, 10_000 * MS);
+    let (boosted, _) = boosted_time(&first, &later, 2, 10_000 * MS);
+
+    assert!(
+        boosted <= 10 * budget_per_window + budget_per_window,
+        "boosted {} ms in 10 s",
+        boosted / MS
+    );
+    assert!(boosted >= 9 * budget_per_window, "it still gets its share");
+    assert_eq!(boosted, vm.vm_stats().boosted_ns_total);
+}
+
+#[test]
+fn a_guest_claiming_a_critical_section_forever_is_boosted_about_one_tick_at_a_time() {
+    let mut vm = vm(base(), 1);
+    step(&mut vm, 0, Event::Preempted { vcpu: 0 });
+    let first: Vec<_> = step(&mut vm, 0, upd(0, cs(2, abi::CS_HARDIRQ)))
+        .into_iter()
+        .map(|d| (0, d))
+        .collect();
+
+    let later = tick_until(&mut vm, 1_000 * MS);
+    let (boosted, longest) = boosted_time(&first, &later, 1, 1_000 * MS);
+
+    // 2 ms of budget drained at a net 0.5 ns per ns: 4 ms boosted, then 4 ms to earn the
+    // 2 ms back (max_boost alone: 50 ms boosted at a time).
+    assert_eq!(longest, 4 * MS);
+    assert_eq!(boosted, 500 * MS);
+    assert!(later
+        .iter()
+        .any(|(_, d)| d.reason == Reason::OverBudget && d.throttled));
+    assert_eq!(vm.vm_stats().cs_boosted_ns_total, 500 * MS);
+}
+
+#[test]
+fn a_spent_critical_section_budget_leaves_the_guests_other_reasons_standing() {
+    let mut vm = vm(base(), 1);
+    step(&mut vm, 0, Event::Preempted { vcpu: 0 });
+    let mut h = cs(2, abi::CS_SOFTIRQ);
+    h.policy = abi::POLICY_FIFO;
+    h.rt_priority = 3;
+    let start = step(&mut vm, 0, upd(0, h));
+
+    let at_latch = step(&mut vm, 4 * MS, Event::Tick);
+
+    assert_eq!(start[0].reason, Reason::CriticalSection(abi::CS_SOFTIRQ));
+    assert_eq!(at_latch[0].params, rt(HostPolicy::Fifo, 3));
+    assert_eq!(
+        at_latch[0].reason,
+        Reason::GuestRt {
+            policy: abi::POLICY_FIFO,
+            priority: 3
+        }
+    );
+    assert!(vm.vcpu_stats(0).unwrap().cs_latched);
+    assert!(!vm.in_debt());
+}
+
+#[test]
+fn a_critical_section_boost_comes_back_once_its_budget_is_earned_back() {
+    let mut vm = vm(base(), 1);
+    step(&mut vm, 0, Event::Preempted { vcpu: 0 });
+    step(&mut vm, 0, upd(0, cs(2, abi::CS_HARDIRQ)));
+    step(&mut vm, 4 * MS, Event::Tick);
+
+    let owed = vm.vcpu_stats(0).unwrap();
+    let back_at = vm.next_deadline();
+    let back = step(&mut vm, 8 * MS, Event::Tick);
+
+    assert_eq!(
+        (owed.cs_latched, owed.cs_debt_ns, owed.cs_budget_ns),
+        (true, 2 * MS, 0)
+    );
+    assert_eq!(back_at, Some(8 * MS));
+    assert_eq!(back[0].reason, Reason::CriticalSection(abi::CS_HARDIRQ));
+    let s = vm.vcpu_stats(0).unwrap();
+    assert_eq!((s.cs_latched, s.cs_budget_ns), (false, 2 * MS));
+}
+
+#[test]
+fn critical_section_budgets_are_per_vcpu() {
+    let mut vm = vm(base(), 2);
+    step(&mut vm, 0, Event::Preempted { vcpu: 0 });
+    step(&mut vm, 0, upd(0, cs(2, abi::CS_HARDIRQ)));
+    step(&mut vm, 4 * MS, Event::Tick);
+
+    step(&mut vm, 5 * MS, Event::Preempted { vcpu: 1 });
+    let other = step(&mut vm, 5 * MS, upd(1, cs(2, abi::CS_HARDIRQ)));
+
+    assert!(vm.vcpu_stats(0).unwrap().cs_latched);
+    assert_eq!(other[0].reason, Reason::CriticalSection(abi::CS_HARDIRQ));
+    assert_eq!(vm.vm_stats().cs_latched_vcpus, 1);
+}
+
+/// One vCPU's 10 ms audio-like period from `t0`: woken, RT work for 500 us (5 %), idle and
+/// halted; preempted in an interrupt handler for 400 us in between, as on a loaded host.
+fn audio_period(vm: &mut VmState, vcpu: u32, t0: u64, seq: &mut u32) -> Vec<(u64, Decision)> {
+    let us = 1_000;
+    let mut next = || {
+        *seq += 2;
+        *seq
+    };
+    let mut events = vec![
+        (
+            t0,
+            Event::Woken {
+                vcpu,
+                source: WakeSource::Timer,
+            },
+        ),
+        (t0 + 5 * us, Event::Running { vcpu }),
+        (
+            t0 + 10 * us,
+            upd(vcpu, task(next(), abi::POLICY_FIFO, 50, 0)),
+        ),
+        (t0 + 510 * us, upd(vcpu, idle(next()))),
+        (t0 + 520 * us, Event::Blocked { vcpu }),
+        (t0 + 3_000 * us, Event::Running { vcpu }),
+        (t0 + 3_100 * us, upd(vcpu, cs(next(), abi::CS_HARDIRQ))),
+        (t0 + 3_150 * us, Event::Preempted { vcpu }),
+        (t0 + 3_550 * us, Event::Running { vcpu }),
+        (t0 + 3_600 * us, upd(vcpu, idle(next()))),
+        (t0 + 3_610 * us, Event::Blocked { vcpu }),
+    ];
+    let mut out = Vec::new();
+    for (at, ev) in events.drain(..) {
+        out.extend(tick_until(vm, at));
+        out.extend(step(vm, at, ev).into_iter().map(|d| (at, d)));
+    }
+    out
+}
+
+#[test]
+fn a_well_behaved_guest_at_five_percent_duty_is_never_refused() {
+    let mut vm = vm(VmLimits::default(), 2);
+    let mut seqs = [0u32; 2];
+    let mut all = Vec::new();
+
+    for period in 0..1_000u64 {
+        for vcpu in 0..2 {
+            let t0 = period * 10 * MS + u64::from(vcpu) * 5 * MS;
+            all.extend(audio_period(&mut vm, vcpu, t0, &mut seqs[vcpu as usize]));
+        }
+    }
+
+    let rt_work = all
+        .iter()
+        .filter(|(_, d)| matches!(d.reason, Reason::GuestRt { .. }))
+        .count();
+    assert!(all.iter().all(|(_, d)| d.reason != Reason::OverBudget));
+    assert!(all.iter().all(|(_, d)| !d.throttled && !d.in_debt));
+    assert!(rt_work >= 2_000, "{rt_work} RT boosts in 2000 periods");
+    let s = vm.vm_stats();
+    assert_eq!((s.over_budget_total, s.throttles_total), (0, 0));
+    assert!(
+        s.cs_boosted_ns_total > 0,
+        "the interrupt handlers were boosted"
+    );
 }
 
 // ---- 7. decisions only on change ----
@@ -1032,7 +1270,7 @@ fn out_of_range_vcpu_is_ignored_and_counted() {
 #[test]
 fn time_going_backwards_is_handled_at_the_latest_now_and_counted() {
     let mut vm = vm(base(), 1);
-    step(&mut vm, 1_000, upd(0, cs(2, abi::CS_NMI)));
+    step(&mut vm, 1_000, upd(0, fifo(2)));
 
     step(&mut vm, 10, Event::Tick);
 

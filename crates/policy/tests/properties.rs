@@ -1,131 +1,22 @@
 //! Property tests: the trust-boundary invariants hold for any guest input, any event
 //! sequence and any valid limits.
 
+mod common;
+
+use common::{arb_half, arb_limits, check_budgets, check_params, Charged};
 use proptest::prelude::*;
 use pvsched_abi as abi;
-use pvsched_abi::GuestHalf;
 use pvsched_policy::{
-    AllowedPolicies, Decision, Decisions, Event, ExitReason, GuestView, HostPolicy, RunStatus,
-    VmLimits, VmState, WakeSource,
+    Decision, Decisions, Event, ExitReason, GuestView, RunStatus, VmLimits, VmState, WakeSource,
 };
 
 /// Ticks at one instant before we call it a livelock (one per vCPU state change at most).
 const MAX_TICKS_AT_ONCE: usize = 8;
 
-/// With ticks at every deadline, a 1 ns `max_boost` and `throttle` cost one tick per ns:
-/// gaps are capped at this many of the shortest period so that runs stay small. Without
-/// ticks, gaps are taken as they come.
+/// With ticks at every deadline, a 1 ns `max_boost`, `throttle` or `cs_window` cost one tick
+/// per ns: gaps are capped at this many of the shortest period so that runs stay small.
+/// Without ticks, gaps are taken as they come.
 const MAX_PERIODS_PER_GAP: u64 = 64;
-
-fn arb_u32_biased(small: u32) -> impl Strategy<Value = u32> {
-    prop_oneof![0..=small, any::<u32>()]
-}
-
-/// Any guest half: every field any value, biased toward values that mean something.
-fn arb_half() -> impl Strategy<Value = GuestHalf> {
-    let flags = prop_oneof![0..=abi::GF_ALL, any::<u32>()];
-    let cs = prop_oneof![Just(0u32), 0..=abi::CS_ALL, any::<u32>()];
-    let nice = prop_oneof![-25i32..=25, any::<i32>()];
-    let seq = prop_oneof![(0u32..64).prop_map(|s| s * 2), any::<u32>()];
-    let pending = prop_oneof![
-        Just(0u64),
-        (0u64..8, 0u64..=120)
-            .prop_map(|(pol, prio)| abi::PENDING_VALID | (pol << abi::PENDING_POLICY_SHIFT) | prio),
-        any::<u64>(),
-    ];
-    (
-        (seq, flags, cs, arb_u32_biased(7), arb_u32_biased(120), nice),
-        (any::<u64>(), any::<[u64; 4]>(), pending, any::<u64>()),
-        any::<[u64; 6]>(),
-    )
-        .prop_map(
-            |(
-                (seq, flags, cs_flags, policy, rt_priority, nice),
-                (update_ns, counts, guest_pending, boost_req_count),
-                guest_reserved,
-            )| GuestHalf {
-                seq,
-                flags,
-                cs_flags,
-                policy,
-                rt_priority,
-                nice,
-                update_ns,
-                hardirq_count: counts[0],
-                softirq_count: counts[1],
-                nmi_count: counts[2],
-                switch_count: counts[3],
-                guest_pending,
-                boost_req_count,
-                guest_reserved,
-            },
-        )
-}
-
-fn arb_duration() -> impl Strategy<Value = u64> {
-    prop_oneof![1u64..=1_000, 1u64..=200_000_000]
-}
-
-fn arb_limits() -> impl Strategy<Value = VmLimits> {
-    let allowed = any::<[bool; 4]>().prop_map(|[batch, idle, fifo, rr]| AllowedPolicies {
-        other: true,
-        batch,
-        idle,
-        fifo,
-        rr,
-    });
-    let prios = (1u8..=99, 1u8..=99, 1u8..=99);
-    let nices = (-20i8..=19, -20i8..=19, -20i8..=19);
-    let bools = any::<[bool; 7]>();
-    let durations = (
-        arb_duration(),
-        arb_duration(),
-        arb_duration(),
-        1u64..=2_000_000_000,
-    );
-    (
-        allowed,
-        any::<bool>(),
-        prios,
-        nices,
-        bools,
-        durations,
-        0u32..=1000,
-    )
-        .prop_map(
-            |(allowed, fifo, (bp, mp, dp), (a, b, debt_nice), h, (pb, mb, th, win), share)| {
-                VmLimits {
-                    allowed,
-                    boost_policy: if fifo {
-                        HostPolicy::Fifo
-                    } else {
-                        HostPolicy::Rr
-                    },
-                    boost_priority: bp,
-                    max_rt_priority: mp,
-                    deadline_priority: dp,
-                    nice_min: a.min(b),
-                    nice_max: a.max(b),
-                    honor_critical_sections: h[0],
-                    honor_guest_rt: h[1],
-                    honor_boost_request: h[2],
-                    honor_pending_hint: h[3],
-                    proactive_wake: h[4],
-                    proactive_irq: h[5],
-                    proactive_halt: h[6],
-                    halt_boost_ns: th.max(pb),
-                    proactive_boost_ns: pb,
-                    max_boost_ns: mb,
-                    // Zero (no grace) or the proactive length: both must keep every bound.
-                    inconsistent_grace_ns: if h[0] ^ h[6] { pb } else { 0 },
-                    throttle_ns: th,
-                    boost_share_permille: share,
-                    fairness_window_ns: win,
-                    debt_nice,
-                }
-            },
-        )
-}
 
 fn arb_vcpu() -> impl Strategy<Value = u32> {
     prop_oneof![8 => 0u32..4, 1 => 4u32..8, 1 => any::<u32>()]
@@ -184,25 +75,6 @@ struct Trace {
     halves: Vec<abi::HostHalf>,
 }
 
-fn check_params(limits: &VmLimits, d: &Decision) -> Result<(), TestCaseError> {
-    let p = d.params;
-    prop_assert!(limits.allowed.allows(p.policy), "policy not allowed: {d:?}");
-    if p.is_rt() {
-        prop_assert!(p.rt_priority >= 1, "RT at prio 0: {d:?}");
-        prop_assert!(
-            p.rt_priority <= limits.max_rt_priority,
-            "prio above cap: {d:?}"
-        );
-    } else {
-        prop_assert_eq!(p.rt_priority, 0, "CFS with an RT prio: {:?}", d);
-    }
-    prop_assert!((-20..=19).contains(&p.nice), "nice out of range: {d:?}");
-    let in_range = (limits.nice_min..=limits.nice_max).contains(&p.nice);
-    let debt = d.in_debt && !p.is_rt() && p.nice == limits.debt_nice;
-    prop_assert!(in_range || debt, "nice outside the limits: {d:?}");
-    Ok(())
-}
-
 /// Runs the events; with `ticks`, delivers a Tick at every deadline before the event after
 /// it. Checks the invariants on the way.
 fn run(
@@ -216,11 +88,20 @@ fn run(
     let mut decisions = Vec::new();
     let mut boosted_since: Vec<Option<u64>> = vec![None; nr as usize];
     let mut now = 0u64;
+    // A critical-section budget latches and clears about once per cs window.
     let period = limits
         .max_boost_ns
         .min(limits.throttle_ns)
-        .min(limits.proactive_boost_ns);
+        .min(limits.proactive_boost_ns)
+        .min(limits.cs_window_ns);
     let max_gap = period.saturating_mul(MAX_PERIODS_PER_GAP);
+
+    // Charged time, counted here from what the engine shows between events: boosted and not
+    // halted (all vCPUs: the boost budget), and of that, for a critical section (per vCPU).
+    let mut charged = Charged {
+        all: 0,
+        cs: vec![0; nr as usize],
+    };
 
     // Per vCPU, since its boost began: boosted time on a CPU minus time halted (a halted
     // vCPU uses no CPU; the policy's burst drains then, as when unboosted).
@@ -231,6 +112,7 @@ fn run(
                        boosted_since: &mut Vec<Option<u64>>|
      -> Result<(), TestCaseError> {
         let prev = vm.now();
+        charged.add(vm, at.max(prev) - prev);
         for (i, since) in boosted_since.iter_mut().enumerate() {
             let halted = vm
                 .vcpu_stats(i as u32)
@@ -306,6 +188,10 @@ fn run(
         }
         deliver(&mut vm, t, ev, &mut decisions, &mut boosted_since)?;
         now = t;
+    }
+
+    if ticks {
+        check_budgets(limits, nr, now, &charged)?;
     }
 
     let mut halves = Vec::new();

@@ -54,7 +54,8 @@ pub enum RegionSetup {
     /// A region file whose host line is `header`, written raw (bad magic,
     /// other majors, bad geometry...); the rest is zero.
     RawHeader { slot_count: u32, header: Header },
-    /// An existing file (e.g. one pvschedd created); never removed by the VM.
+    /// An existing file (e.g. one pvschedd created), sized for the VM's vCPUs
+    /// (`smp`); never removed by the VM.
     Existing(PathBuf),
 }
 
@@ -244,6 +245,7 @@ fn prepare_region(
     setup: &RegionSetup,
     dir: &Path,
     mode: u32,
+    smp: u32,
 ) -> Result<Option<(PathBuf, RegionFile)>> {
     match setup {
         RegionSetup::None => Ok(None),
@@ -263,7 +265,7 @@ fn prepare_region(
             Ok(Some((path, file)))
         }
         RegionSetup::Existing(path) => {
-            let file = RegionFile::open(path)?;
+            let file = RegionFile::open(path, smp)?;
             Ok(Some((path.clone(), file)))
         }
     }
@@ -281,7 +283,7 @@ impl Vm {
         };
         let (dir, n) = unique_dir(&cfg.name)?;
         let name = format!("{}-{}-{n}", cfg.name, std::process::id());
-        let region = match prepare_region(&cfg.region, &dir, cfg.region_mode) {
+        let region = match prepare_region(&cfg.region, &dir, cfg.region_mode, cfg.smp) {
             Ok(r) => r,
             Err(e) => {
                 let _ = fs::remove_dir_all(&dir);

@@ -581,7 +581,7 @@ fn host_reinitialization_is_followed_by_a_new_binding() {
     let vm = g.vm();
     let old = region(vm).header().generation;
     new_dmesg(vm);
-    let mut file = RegionFile::open(vm.region_path().unwrap()).unwrap();
+    let mut file = RegionFile::open(vm.region_path().unwrap(), 2).unwrap();
     let gen = file.region_mut().init_header(2, abi::F_ALL).unwrap();
     assert_eq!(gen, old + 1);
     let h = wait_until(WAIT, POLL, || {

@@ -46,6 +46,34 @@ pub fn params(tid: i32) -> ThreadParams {
     get_params(tid).expect("sched_getattr")
 }
 
+/// Makes the calling test thread SCHED_FIFO above the daemon while it
+/// lives, so that boosted vCPU threads spinning on every CPU cannot starve
+/// the observer; SCHED_OTHER again on drop.
+pub struct RtObserver;
+
+impl RtObserver {
+    pub fn new() -> Self {
+        pvsched_base::sched::set_params(0, &ThreadParams::fifo(60))
+            .expect("make the observer SCHED_FIFO");
+        RtObserver
+    }
+}
+
+impl Drop for RtObserver {
+    fn drop(&mut self) {
+        let _ = pvsched_base::sched::set_params(0, &ThreadParams::other(0));
+    }
+}
+
+/// Waits (as an RT observer) until thread `tid` is boosted.
+pub fn wait_boosted(d: &Daemon, tid: i32) {
+    let _rt = RtObserver::new();
+    wait_until(Duration::from_secs(10), Duration::from_millis(2), || {
+        params(tid).is_rt().then_some(())
+    })
+    .unwrap_or_else(|| panic!("thread {tid} never boosted; log:\n{}", d.log()));
+}
+
 /// A pvschedd child with its own state file, socket and log.
 pub struct Daemon {
     child: Option<Child>,
@@ -85,8 +113,12 @@ impl Daemon {
             child: Some(child),
             dir: dir.to_path_buf(),
         };
+        // Connectable, not just present: the socket file exists between
+        // bind and listen, when a connection is refused.
         wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
-            d.socket().exists().then_some(())
+            std::os::unix::net::UnixStream::connect(d.socket())
+                .ok()
+                .map(drop)
         })
         .unwrap_or_else(|| panic!("pvschedd did not open its socket; log:\n{}", d.log()));
         d
@@ -234,17 +266,10 @@ impl FakeVmm {
             cmd.arg("--qmp-tids").arg(list.join(","));
         }
         if let Some((uid, gid)) = cfg.user {
+            // std drops our supplementary groups itself (setgroups(0) before
+            // setuid, when we are root); a pre_exec hook runs after setuid,
+            // too late to do it.
             cmd.uid(uid).gid(gid);
-            // SAFETY: setgroups(0, NULL) between fork and exec drops our
-            // supplementary groups; async-signal-safe, no allocation.
-            unsafe {
-                cmd.pre_exec(|| {
-                    if libc::setgroups(0, std::ptr::null()) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
         }
         let mut child = cmd
             .stdout(Stdio::piped())

@@ -10,15 +10,17 @@
 //!                  [--qmp-tids TID,TID,...] [--seconds S]
 //! ```
 //!
-//! Prints `ready PID TID0 TID1 ...` on stdout once its threads run, then
-//! runs until killed or `--seconds` pass. `--no-map` only carries the region
-//! path in its command line (`mem-path=PATH`), as a wrapper would.
+//! Prints `ready PID TID0 TID1 ...` on stdout once its threads run (and its
+//! QMP socket listens), then runs until killed or `--seconds` pass. It maps
+//! the region in the background as soon as the file exists, and uses it once
+//! the file holds a valid header (the daemon initialises it). `--no-map` only carries the
+//! region path in its command line (`mem-path=PATH`), as a wrapper would.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use pvsched_abi::{GuestHalf, RegionFile, GF_ACTIVE, POLICY_FIFO};
@@ -55,7 +57,10 @@ fn parse_args() -> Args {
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
-        let mut value = || it.next().unwrap_or_else(|| usage(&format!("{arg} needs a value")));
+        let mut value = || {
+            it.next()
+                .unwrap_or_else(|| usage(&format!("{arg} needs a value")))
+        };
         match arg.as_str() {
             // Also accepted in QEMU's spelling, so that command-line scans see it.
             s if s.starts_with("mem-path=") => a.region = PathBuf::from(&s["mem-path=".len()..]),
@@ -76,7 +81,9 @@ fn parse_args() -> Args {
                         .collect(),
                 )
             }
-            "--seconds" => a.seconds = Some(value().parse().unwrap_or_else(|_| usage("--seconds S"))),
+            "--seconds" => {
+                a.seconds = Some(value().parse().unwrap_or_else(|_| usage("--seconds S")))
+            }
             other => usage(&format!("unknown argument {other}")),
         }
     }
@@ -86,21 +93,23 @@ fn parse_args() -> Args {
     a
 }
 
-/// Maps the region once it exists and has a valid header (the daemon
-/// creates and initialises it).
-fn map_region(path: &PathBuf, deadline: Instant) -> RegionFile {
-    loop {
-        if let Ok(mut f) = RegionFile::open(path) {
-            if let Ok(v) = f.region().validate() {
-                f.region_mut().adopt(&v);
-                return f;
+/// Maps the region once it exists and has a valid header, polling.
+fn map_region_when_ready(path: PathBuf, vcpus: u32, into: Arc<OnceLock<RegionFile>>) {
+    std::thread::spawn(move || loop {
+        if let Ok(mut f) = RegionFile::open(&path, vcpus) {
+            // Mapped from now on, as QEMU maps its memory backend whatever
+            // the file holds: pvschedd finds the VMM by this mapping.
+            loop {
+                if let Ok(v) = f.region().validate() {
+                    f.region_mut().adopt(&v);
+                    let _ = into.set(f);
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
             }
         }
-        if Instant::now() > deadline {
-            usage(&format!("{}: no valid region within the time limit", path.display()));
-        }
         std::thread::sleep(Duration::from_millis(10));
-    }
+    });
 }
 
 fn serve_qmp(path: PathBuf, tids: Vec<i64>) {
@@ -108,7 +117,9 @@ fn serve_qmp(path: PathBuf, tids: Vec<i64>) {
     let listener = UnixListener::bind(&path).unwrap_or_else(|e| usage(&format!("qmp bind: {e}")));
     std::thread::spawn(move || {
         for conn in listener.incoming().flatten() {
-            let Ok(mut w) = conn.try_clone() else { continue };
+            let Ok(mut w) = conn.try_clone() else {
+                continue;
+            };
             let _ = w.write_all(b"{\"QMP\": {\"version\": {}, \"capabilities\": []}}\n");
             for line in BufReader::new(conn).lines() {
                 let Ok(line) = line else { break };
@@ -134,8 +145,10 @@ fn serve_qmp(path: PathBuf, tids: Vec<i64>) {
 
 fn main() {
     let args = parse_args();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let region = (!args.no_map).then(|| Arc::new(map_region(&args.region, deadline)));
+    let region: Arc<OnceLock<RegionFile>> = Arc::new(OnceLock::new());
+    if !args.no_map {
+        map_region_when_ready(args.region.clone(), args.vcpus, region.clone());
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = std::sync::mpsc::channel();
     let mut handles = Vec::new();
@@ -148,7 +161,7 @@ fn main() {
             .spawn(move || {
                 let _ = tx.send((i, gettid()));
                 while !stop.load(Ordering::Relaxed) {
-                    if let (Some(r), Some(p)) = (&region, fifo) {
+                    if let (Some(r), Some(p)) = (region.get(), fifo) {
                         let g = GuestHalf {
                             flags: GF_ACTIVE,
                             policy: POLICY_FIFO,
@@ -171,7 +184,7 @@ fn main() {
         handles.push(h);
     }
     drop(tx);
-    let mut tids: Vec<(u32, i32)> = rx.iter().collect();
+    let mut tids: Vec<(u32, i32)> = rx.iter().take(args.vcpus as usize).collect();
     tids.sort_unstable();
     if let Some(qmp) = args.qmp {
         let reported = args
