@@ -47,6 +47,29 @@ pub fn parse_pid_stat(text: &str) -> Option<(u32, u32, u64)> {
     Some((pid, ppid, t))
 }
 
+/// utime + stime of a process (every thread of it, live or exited; not
+/// its children) from /proc/<pid>/stat, in clock ticks.
+pub fn parse_utime_stime(text: &str) -> Option<u64> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let mut t = 0u64;
+    for n in 14..=15 {
+        t += f.get(n - 3)?.parse::<u64>().ok()?;
+    }
+    Some(t)
+}
+
+/// [`parse_utime_stime`] of process `pid` now; None once it is gone.
+pub fn process_ticks(pid: u32) -> Option<u64> {
+    parse_utime_stime(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Clock ticks per second (`/proc/<pid>/stat` times).
+pub fn ticks_per_second() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64
+}
+
 fn ours() -> u64 {
     let me = std::process::id();
     let mut procs: Vec<(u32, u32, u64)> = Vec::new();
@@ -129,6 +152,16 @@ mod tests {
 
         // Act / Assert
         assert_eq!(parse_pid_stat(t), Some((42, 7, 110)));
+    }
+
+    #[test]
+    fn utime_stime_leaves_out_the_children() {
+        // Arrange: utime 11, stime 22, cutime 33, cstime 44.
+        let t = "42 (qemu) (x) S 7 42 42 0 -1 4194560 100 0 0 0 11 22 33 44 20 0 3 0 100 0 0";
+
+        // Act / Assert
+        assert_eq!(parse_utime_stime(t), Some(33));
+        assert_eq!(parse_utime_stime("42 (qemu"), None);
     }
 
     #[test]

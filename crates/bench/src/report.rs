@@ -208,7 +208,7 @@ pub fn merged(results: &Results, load: Load, interval: u32, mode: Mode) -> (Hist
     )
 }
 
-fn side(hists: &[&Histogram], expected: u64) -> Side {
+pub(crate) fn side(hists: &[&Histogram], expected: u64) -> Side {
     let merged = Histogram::merged(hists.iter().copied());
     Side {
         summary: merged.summary(),
@@ -707,7 +707,7 @@ fn headline(o: &mut String, r: &Report) {
     let _ = writeln!(o);
 }
 
-fn join<T: ToString>(v: &[T]) -> String {
+pub(crate) fn join<T: ToString>(v: &[T]) -> String {
     v.iter().map(T::to_string).collect::<Vec<_>>().join(", ")
 }
 

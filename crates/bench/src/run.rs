@@ -99,7 +99,7 @@ pub fn plan(s: &Settings) -> (usize, f64) {
     (sessions * phases, sessions as f64 * secs)
 }
 
-fn timestamp(fmt_file: bool) -> String {
+pub(crate) fn timestamp(fmt_file: bool) -> String {
     let mut t: libc::time_t = 0;
     // SAFETY: libc::tm is plain data: all-zero is a valid value.
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };
@@ -128,19 +128,19 @@ pub fn default_out() -> PathBuf {
     PathBuf::from("bench-results").join(timestamp(true))
 }
 
-fn which(name: &str) -> Option<PathBuf> {
+pub(crate) fn which(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|d| d.join(name))
         .find(|p| p.is_file())
 }
 
-fn mkdir(p: &Path) -> Result<()> {
+pub(crate) fn mkdir(p: &Path) -> Result<()> {
     std::fs::create_dir_all(p).map_err(io(format!("creating {}", p.display())))
 }
 
 /// vCPU index -> thread id, from QMP `query-cpus-fast` on the VM's socket.
-fn qmp_vcpu_threads(vm: &Vm) -> Result<Vec<(u32, i32)>> {
+pub(crate) fn qmp_vcpu_threads(vm: &Vm) -> Result<Vec<(u32, i32)>> {
     Qmp::connect(vm.qmp_socket(), QMP_TIMEOUT)
         .and_then(|mut q| q.vcpu_thread_ids())
         .map_err(|source| BenchError::Qmp {
@@ -173,8 +173,70 @@ struct Bench<'a> {
     pvsched_broken: Option<String>,
 }
 
-fn first_line(e: &str) -> &str {
+pub(crate) fn first_line(e: &str) -> &str {
     e.lines().next().unwrap_or(e)
+}
+
+/// Every thread of a QEMU process with its parameters: what "restored"
+/// means after a mode.
+pub(crate) type ThreadBaseline = BTreeMap<i32, (String, ThreadParams)>;
+
+/// The parameters of every thread of `pid` now.
+pub(crate) fn thread_baseline(pid: u32) -> Result<ThreadBaseline> {
+    let mut baseline = BTreeMap::new();
+    for (tid, comm) in threads_of(pid as i32).map_err(io(format!("threads of QEMU (pid {pid})")))? {
+        if let Ok(p) = get_params(tid) {
+            baseline.insert(tid, (comm, p));
+        }
+    }
+    Ok(baseline)
+}
+
+/// Puts every thread of `baseline` back to its parameters there; returns a
+/// line for each thread that was not (restored or not).
+pub(crate) fn restore_threads(baseline: &ThreadBaseline, after: &str) -> Vec<String> {
+    let mut notes = Vec::new();
+    for (&tid, (comm, base)) in baseline {
+        let Ok(now) = get_params(tid) else {
+            continue; // thread gone (QEMU worker threads come and go)
+        };
+        if now != *base {
+            let fixed = set_params_verified(tid, base);
+            notes.push(format!(
+                "after {after}: thread {tid} ({comm}) was {now}, expected {base}: {}",
+                match fixed {
+                    Ok(()) => "restored".to_string(),
+                    Err(e) => format!("restoring failed: {e}"),
+                }
+            ));
+        }
+    }
+    notes
+}
+
+/// vCPU index -> thread id of `vm`: over QMP, else by thread names.
+pub(crate) fn vcpu_threads(vm: &Vm) -> Result<Vec<(u32, i32)>> {
+    let qemu = vm.qemu_pid();
+    let vcpus = match qmp_vcpu_threads(vm) {
+        Ok(v) if !v.is_empty() => v,
+        other => {
+            let why = match other {
+                Ok(_) => "no vCPUs".to_string(),
+                Err(e) => e.to_string(),
+            };
+            eprintln!(
+                "pvsched-bench: VM {}: QMP query-cpus-fast: {why}; using thread names",
+                vm.name()
+            );
+            vcpu_threads_by_name(qemu as i32)
+                .map_err(io(format!("vCPU threads of QEMU (pid {qemu}) by name")))?
+                .0
+        }
+    };
+    if vcpus.is_empty() {
+        return Err(BenchError::NoVcpuThreads { pid: qemu });
+    }
+    Ok(vcpus)
 }
 
 impl Bench<'_> {
@@ -191,21 +253,8 @@ impl Bench<'_> {
     /// Puts every QEMU thread back to its boot-time parameters; notes any
     /// thread that was not there.
     fn verify_restored(&mut self, after: &str) {
-        let baseline = self.baseline.clone();
-        for (tid, (comm, base)) in baseline {
-            let Ok(now) = get_params(tid) else {
-                continue; // thread gone (QEMU worker threads come and go)
-            };
-            if now != base {
-                let fixed = set_params_verified(tid, &base);
-                self.note(format!(
-                    "after {after}: thread {tid} ({comm}) was {now}, expected {base}: {}",
-                    match fixed {
-                        Ok(()) => "restored".to_string(),
-                        Err(e) => format!("restoring failed: {e}"),
-                    }
-                ));
-            }
+        for msg in restore_threads(&self.baseline, after) {
+            self.note(msg);
         }
     }
 
@@ -587,15 +636,30 @@ impl Bench<'_> {
     }
 }
 
-fn boot(s: &Settings, image: pvsched_vmtest::GuestImage) -> Result<(Vm, String, Accel)> {
+/// The QEMU configuration of a bench VM called `name`.
+pub(crate) fn vm_config(
+    s: &Settings,
+    image: &pvsched_vmtest::GuestImage,
+    name: &str,
+    accel: Accel,
+) -> VmConfig {
+    VmConfig::new(image.clone())
+        .name(name)
+        .smp(s.smp)
+        .memory_mb(s.memory_mb)
+        .accel(accel)
+}
+
+/// Boots the VM `name` with the accelerator `--accel` chooses (TCG when a
+/// KVM boot fails under `auto`); returns it, the reason for the choice and
+/// the accelerator.
+pub(crate) fn boot(
+    s: &Settings,
+    image: pvsched_vmtest::GuestImage,
+    name: &str,
+) -> Result<(Vm, String, Accel)> {
     let decision = accel::decide(s.accel, &KvmFacts::probe());
-    let cfg = |a: Accel| {
-        VmConfig::new(image.clone())
-            .name("bench")
-            .smp(s.smp)
-            .memory_mb(s.memory_mb)
-            .accel(a)
-    };
+    let cfg = |a: Accel| vm_config(s, &image, name, a);
     match Vm::boot(cfg(decision.accel)) {
         Ok(vm) => Ok((vm, decision.reason, decision.accel)),
         Err(e) if s.accel == AccelChoice::Auto && decision.accel == Accel::Kvm => {
@@ -696,7 +760,7 @@ fn run_in(
     let cache = pvsched_vmtest::cache_root().with_file_name("pvsched-bench");
     let image = guest::build_image(&cache)?;
     eprintln!("pvsched-bench: booting the guest ({} vCPUs)", s.smp);
-    let (vm, accel_reason, accel) = boot(s, image)?;
+    let (vm, accel_reason, accel) = boot(s, image, "bench")?;
     eprintln!("pvsched-bench: accelerator: {accel_reason}");
     let guest_cpus = vm.guest_cpus().max(1);
     let (rc, insmod_out) = vm.insmod("").map_err(guest("insmod"))?;
@@ -708,31 +772,8 @@ fn run_in(
     if rc != 0 && s.modes.contains(&Mode::Pvsched) {
         return Err(BenchError::GuestModule { output: insmod_out });
     }
-    let qemu = vm.qemu_pid();
-    let vcpus = match qmp_vcpu_threads(&vm) {
-        Ok(v) if !v.is_empty() => v,
-        other => {
-            let why = match other {
-                Ok(_) => "no vCPUs".to_string(),
-                Err(e) => e.to_string(),
-            };
-            eprintln!("pvsched-bench: QMP query-cpus-fast: {why}; using thread names");
-            vcpu_threads_by_name(qemu as i32)
-                .map_err(io(format!("vCPU threads of QEMU (pid {qemu}) by name")))?
-                .0
-        }
-    };
-    if vcpus.is_empty() {
-        return Err(BenchError::NoVcpuThreads { pid: qemu });
-    }
-    let mut baseline = BTreeMap::new();
-    for (tid, comm) in
-        threads_of(qemu as i32).map_err(io(format!("threads of QEMU (pid {qemu})")))?
-    {
-        if let Ok(p) = get_params(tid) {
-            baseline.insert(tid, (comm, p));
-        }
-    }
+    let vcpus = vcpu_threads(&vm)?;
+    let baseline = thread_baseline(vm.qemu_pid())?;
     eprintln!(
         "pvsched-bench: guest up: {} vCPUs (threads {}), kernel {}, pvsched.ko {}",
         guest_cpus,
@@ -882,7 +923,7 @@ pub fn render(out: &Path, raw: &RawFile) -> Result<Report> {
 }
 
 /// Pretty JSON for any of the report types.
-fn json<T: Serialize>(v: &T) -> String {
+pub(crate) fn json<T: Serialize>(v: &T) -> String {
     serde_json::to_string_pretty(v).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
 }
 

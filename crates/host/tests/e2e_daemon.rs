@@ -5,16 +5,19 @@
 //! One VM is booted per test binary and shared (tests take a lock); each test
 //! starts its own daemon.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use pvsched_abi::{GuestHalf, POLICY_FIFO};
-use pvsched_base::sched::{get_params, set_params, ThreadParams};
-use pvsched_control::{call, Request, Response, Status};
+use pvsched_base::sched::ThreadParams;
+use pvsched_control::{Request, Response};
 use pvsched_host::discovery::threads_by_name;
 use pvsched_vmtest::{wait_until, GuestImage, ImageConfig, Vm, VmConfig};
+use support::{params, tempdir, Daemon, RtObserver};
+
+mod support;
 
 const SCHED_OTHER: u32 = 0;
 const SCHED_FIFO: u32 = 1;
@@ -64,154 +67,27 @@ fn fixture() -> MutexGuard<'static, Fixture> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// A pvschedd child with its own state file, socket and log.
-struct Daemon {
-    child: Option<Child>,
-    dir: PathBuf,
-}
-
-impl Daemon {
-    fn start(name: &str, vms: &[(&str, &Vm)]) -> Self {
-        Self::start_in(&tempdir(name), vms)
-    }
-
-    fn start_in(dir: &Path, vms: &[(&str, &Vm)]) -> Self {
-        let mut toml = format!(
-            "[daemon]\nstate_file = \"{d}/state.json\"\ncontrol_socket = \"{d}/control.sock\"\nmetrics = \"off\"\n\
-             [discovery]\nauto = false\n",
-            d = dir.display()
+/// The `[[vm]]` entries that serve `vms` by their regions and QMP sockets.
+fn vm_entries(vms: &[(&str, &Vm)]) -> String {
+    let mut toml = String::from("[discovery]\nauto = false\n");
+    for (name, vm) in vms {
+        toml += &format!(
+            "[[vm]]\nname = \"{name}\"\nregion = \"{}\"\nqmp = \"{}\"\n",
+            vm.region_path().expect("region").display(),
+            vm.qmp_socket().display()
         );
-        for (name, vm) in vms {
-            toml += &format!(
-                "[[vm]]\nname = \"{name}\"\nregion = \"{}\"\nqmp = \"{}\"\n",
-                vm.region_path().expect("region").display(),
-                vm.qmp_socket().display()
-            );
-        }
-        let config = dir.join("pvsched.toml");
-        std::fs::write(&config, toml).unwrap();
-        let log = std::fs::File::create(dir.join("pvschedd.log")).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_pvschedd"))
-            .arg("--config")
-            .arg(&config)
-            .arg("--log")
-            .arg(std::env::var("PVSCHED_E2E_LOG").unwrap_or_else(|_| "info".into()))
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start pvschedd");
-        let d = Daemon {
-            child: Some(child),
-            dir: dir.to_path_buf(),
-        };
-        wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
-            d.socket().exists().then_some(())
-        })
-        .unwrap_or_else(|| panic!("pvschedd did not open its socket; log:\n{}", d.log()));
-        d
     }
-
-    fn socket(&self) -> PathBuf {
-        self.dir.join("control.sock")
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("pvschedd.log")).unwrap_or_default()
-    }
-
-    fn status(&self) -> Status {
-        match call(&self.socket(), &Request::Status, Duration::from_secs(5)) {
-            Ok(Response::Status(s)) => s,
-            other => panic!("status: {other:?}\nlog:\n{}", self.log()),
-        }
-    }
-
-    fn request(&self, req: &Request, timeout: Duration) -> Response {
-        call(&self.socket(), req, timeout).unwrap_or_else(|e| panic!("{e}\nlog:\n{}", self.log()))
-    }
-
-    fn wait_serving(&self, vm: &str, vcpus: usize) {
-        wait_until(Duration::from_secs(15), Duration::from_millis(50), || {
-            self.status()
-                .vms
-                .iter()
-                .any(|v| v.name == vm && v.vcpus.len() == vcpus)
-                .then_some(())
-        })
-        .unwrap_or_else(|| panic!("pvschedd does not serve {vm}; log:\n{}", self.log()));
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.as_ref().map(|c| c.id() as i32).unwrap_or(0)
-    }
-
-    fn signal(&mut self, sig: i32) -> std::process::ExitStatus {
-        let mut child = self.child.take().expect("running");
-        // SAFETY: kill on the PID of our own child.
-        unsafe { libc::kill(child.id() as i32, sig) };
-        child.wait().expect("wait pvschedd")
-    }
+    toml
 }
 
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if self.child.is_some() {
-            self.signal(libc::SIGTERM);
-        }
-    }
-}
-
-fn tempdir(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("e2e-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A pvschedd in a fresh directory serving `vms`.
+fn start_daemon(name: &str, vms: &[(&str, &Vm)]) -> Daemon {
+    Daemon::start(&tempdir(name), &vm_entries(vms))
 }
 
 fn vcpu_tid(vm: &Vm, vcpu: u32) -> i32 {
     let threads = threads_by_name(vm.qemu_pid() as i32).expect("vCPU threads");
     threads.vcpus[vcpu as usize].1
-}
-
-/// Makes the calling test thread SCHED_FIFO above the daemon while it lives, so
-/// that a loaded host cannot starve the observer and fake long boosts or late
-/// unboosts; SCHED_OTHER again on drop.
-struct RtObserver;
-
-impl RtObserver {
-    fn new() -> Self {
-        let fifo = ThreadParams {
-            policy: SCHED_FIFO,
-            priority: 60,
-            nice: 0,
-            flags: 0,
-            runtime: 0,
-            deadline: 0,
-            period: 0,
-        };
-        set_params(0, &fifo).expect("make the observer SCHED_FIFO");
-        RtObserver
-    }
-}
-
-impl Drop for RtObserver {
-    fn drop(&mut self) {
-        let other = ThreadParams {
-            policy: SCHED_OTHER,
-            priority: 0,
-            nice: 0,
-            flags: 0,
-            runtime: 0,
-            deadline: 0,
-            period: 0,
-        };
-        let _ = set_params(0, &other);
-    }
-}
-
-fn params(tid: i32) -> ThreadParams {
-    get_params(tid).expect("sched_getattr")
 }
 
 /// Time thread `tid` has been on a CPU or waiting for one (runnable), from
@@ -253,7 +129,7 @@ fn guest_log(vm: &Vm, task: &pvsched_vmtest::GuestProcess) -> String {
 #[test]
 fn guest_fifo_task_boosts_its_vcpu_thread_and_its_exit_unboosts_it() {
     let f = fixture();
-    let d = Daemon::start("boost", &[("e2e", &f.vm)]);
+    let d = start_daemon("boost", &[("e2e", &f.vm)]);
     d.wait_serving("e2e", 2);
     let tid = vcpu_tid(&f.vm, 1);
     assert_eq!(params(tid).policy, SCHED_OTHER);
@@ -292,7 +168,7 @@ fn guest_fifo_task_boosts_its_vcpu_thread_and_its_exit_unboosts_it() {
 #[test]
 fn a_guest_rt_task_spinning_5s_is_throttled_and_counted() {
     let f = fixture();
-    let d = Daemon::start("throttle", &[("e2e", &f.vm)]);
+    let d = start_daemon("throttle", &[("e2e", &f.vm)]);
     d.wait_serving("e2e", 2);
     let tid = vcpu_tid(&f.vm, 1);
 
@@ -362,7 +238,7 @@ fn a_guest_rt_task_spinning_5s_is_throttled_and_counted() {
 #[test]
 fn unboost_follows_the_guest_clearing_its_reason_within_2ms() {
     let f = fixture();
-    let d = Daemon::start("unboost", &[("e2e", &f.vm)]);
+    let d = start_daemon("unboost", &[("e2e", &f.vm)]);
     d.wait_serving("e2e", 2);
     let tid = vcpu_tid(&f.vm, 1);
 
@@ -426,7 +302,7 @@ fn sigterm_restores_at_once_and_a_restart_after_kill_9_restores_what_was_left() 
     let spin = "rtspin -c 1 -P fifo -p 42 -t 0.04 -s 0";
 
     // SIGTERM while boosted: restored by the time the daemon has exited.
-    let mut d = Daemon::start_in(&dir, &[("e2e", &f.vm)]);
+    let mut d = Daemon::start(&dir, &vm_entries(&[("e2e", &f.vm)]));
     d.wait_serving("e2e", 2);
     let task = f.vm.spawn(&format!("while true; do {spin}; done")).unwrap();
     wait_for("boosted", Duration::from_secs(10), || {
@@ -438,7 +314,7 @@ fn sigterm_restores_at_once_and_a_restart_after_kill_9_restores_what_was_left() 
     assert_eq!(after_term.policy, SCHED_OTHER, "SIGTERM left {after_term}");
 
     // kill -9 while boosted leaves the thread boosted...
-    let mut d = Daemon::start_in(&dir, &[("e2e", &f.vm)]);
+    let mut d = Daemon::start(&dir, &vm_entries(&[("e2e", &f.vm)]));
     d.wait_serving("e2e", 2);
     wait_for("boosted again", Duration::from_secs(10), || {
         (params(tid).policy == SCHED_FIFO).then_some(())
@@ -458,7 +334,7 @@ fn sigterm_restores_at_once_and_a_restart_after_kill_9_restores_what_was_left() 
 
     // ...and a new start with no VM configured restores it from the state file.
     let restart = Instant::now();
-    let mut empty = Daemon::start_in(&dir, &[]);
+    let mut empty = Daemon::start(&dir, &vm_entries(&[]));
     wait_for("restored by the successor", Duration::from_secs(1), || {
         (params(tid).policy == SCHED_OTHER).then_some(())
     });
@@ -475,7 +351,7 @@ fn sigterm_restores_at_once_and_a_restart_after_kill_9_restores_what_was_left() 
 fn a_vm_killed_while_served_is_dropped_and_the_others_are_still_served() {
     let f = fixture();
     let other = boot(&f.image);
-    let mut d = Daemon::start("gone", &[("e2e", &f.vm), ("doomed", &other)]);
+    let mut d = start_daemon("gone", &[("e2e", &f.vm), ("doomed", &other)]);
     d.wait_serving("e2e", 2);
     d.wait_serving("doomed", 2);
 
@@ -498,7 +374,7 @@ fn a_vm_killed_while_served_is_dropped_and_the_others_are_still_served() {
 #[test]
 fn record_writes_a_perfetto_trace_with_a_track_per_vcpu_and_boost_slices() {
     let f = fixture();
-    let d = Daemon::start("record", &[("e2e", &f.vm)]);
+    let d = start_daemon("record", &[("e2e", &f.vm)]);
     d.wait_serving("e2e", 2);
     let out = d.dir.join("trace.json");
 

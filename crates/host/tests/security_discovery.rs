@@ -213,6 +213,28 @@ fn a_region_file_others_may_write_or_a_symlink_is_refused() {
 }
 
 #[test]
+fn a_region_two_vmms_map_is_refused_as_ambiguous() {
+    let shm = ShmDir::new("twice");
+    let shared = shm.path().join("pvsched-shared");
+    let single = shm.path().join("pvsched-single");
+    region_file(&shared, 1, ROOT, 0o600);
+    region_file(&single, 1, ROOT, 0o600);
+    let first = FakeVmm::spawn(&vmm_config(&shared, 1, ROOT));
+    let second = FakeVmm::spawn(&vmm_config(&shared, 1, ROOT));
+    let alone = FakeVmm::spawn(&vmm_config(&single, 1, ROOT));
+    for (vmm, region) in [(&first, &shared), (&second, &shared), (&alone, &single)] {
+        wait_mapped(vmm.pid, region);
+    }
+    let dir = tempdir("disc-twice");
+
+    let d = Daemon::start(&dir, &shm.auto_discovery());
+
+    d.wait_serving("single", 1);
+    assert_never_served(&d, &["shared"], &[first.tids[0], second.tids[0]]);
+    wait_logged(&d, "refusing to guess");
+}
+
+#[test]
 fn the_vmm_under_a_wrapper_is_served_not_the_wrapper() {
     let shm = ShmDir::new("wrapper");
     let region = shm.path().join("pvsched-wrapped");

@@ -215,8 +215,11 @@ type Candidate = (SchedParams, Reason);
 pub struct VmState {
     limits: VmLimits,
     vcpus: Vec<Vcpu>,
-    /// The VM's boost budget (every boosted, non-halted vCPU-ns).
+    /// The VM's boost budget (every boosted, non-halted vCPU-ns), and its rates.
     budget: Budget,
+    budget_rates: BudgetParams,
+    /// The rates of every vCPU's critical-section budget.
+    cs_rates: BudgetParams,
     /// vCPUs charged to the boost budget right now.
     charged: u32,
     now: u64,
@@ -235,12 +238,15 @@ impl VmState {
         if nr_vcpus == 0 || nr_vcpus > MAX_VCPUS {
             return Err(LimitsError::NrVcpus(nr_vcpus));
         }
-        let budget = Budget::full(&budget_params(&limits, nr_vcpus));
-        let cs = Budget::full(&cs_params(&limits));
+        let budget_rates = budget_params(&limits, nr_vcpus);
+        let cs_rates = cs_params(&limits);
+        let cs = Budget::full(&cs_rates);
         Ok(VmState {
+            budget: Budget::full(&budget_rates),
+            budget_rates,
+            cs_rates,
             limits,
             vcpus: vec![Vcpu::new(cs); nr_vcpus as usize],
-            budget,
             charged: 0,
             now: 0,
             reeval_all: true,
@@ -258,15 +264,16 @@ impl VmState {
     pub fn set_limits(&mut self, limits: VmLimits) -> Result<(), LimitsError> {
         limits.validate()?;
         // Critical-section budgets are accounted lazily: bring them to now at the old rates.
-        let (old_cs, now) = (cs_params(&self.limits), self.now);
+        let (old_cs, now) = (self.cs_rates, self.now);
         for v in &mut self.vcpus {
             v.advance_cs(&old_cs, now);
         }
+        self.budget_rates = budget_params(&limits, self.nr_vcpus());
+        self.cs_rates = cs_params(&limits);
         self.limits = limits;
-        self.budget.rescale(&self.budget_params());
-        let new_cs = cs_params(&self.limits);
+        self.budget.rescale(&self.budget_rates);
         for v in &mut self.vcpus {
-            v.cs.rescale(&new_cs);
+            v.cs.rescale(&self.cs_rates);
         }
         self.reeval_all = true;
         Ok(())
@@ -308,7 +315,7 @@ impl VmState {
 
     /// The rates of the boost budget.
     pub fn budget_params(&self) -> BudgetParams {
-        budget_params(&self.limits, self.nr_vcpus())
+        self.budget_rates
     }
 
     /// `vcpu`'s critical-section budget as of the last event; `None` for an index the VM
@@ -320,7 +327,7 @@ impl VmState {
 
     /// The rates of each vCPU's critical-section budget.
     pub fn cs_params(&self) -> BudgetParams {
-        cs_params(&self.limits)
+        self.cs_rates
     }
 
     /// Handles one event at `now` (ns, host clock) and puts into `out` (cleared first) one
@@ -488,8 +495,7 @@ impl VmState {
     fn advance(&mut self, now: u64) {
         let dt = now - self.now;
         // Also at dt == 0: an empty bucket being drained latches at once.
-        let p = self.budget_params();
-        self.budget.advance(&p, dt, self.charged);
+        self.budget.advance(&self.budget_rates, dt, self.charged);
         if dt > 0 {
             let charged_ns = (dt as u128) * (self.charged as u128);
             self.stats.boosted_ns_total = self
@@ -585,7 +591,7 @@ impl VmState {
     fn evaluate(&mut self, i: usize, now: u64, out: &mut Decisions) {
         let limits = &self.limits;
         let in_debt = self.budget.latched();
-        let cs = cs_params(limits);
+        let cs = self.cs_rates;
         let v = &mut self.vcpus[i];
 
         if v.proactive.is_some_and(|p| now >= p.until) {
@@ -598,19 +604,23 @@ impl VmState {
         account_burst(v, now);
         v.advance_cs(&cs, now);
 
-        let wanted = if v.throttled_until.is_some() {
+        let mut boost = if v.throttled_until.is_some() {
             None
         } else {
             best_boost(limits, v, true)
         };
         // Budgets: a latched boost budget refuses every boost; a latched critical-section
         // budget refuses the critical section, and the next-strongest reason may stand.
-        let mut boost = match wanted {
-            Some(_) if in_debt => None,
-            Some((_, Reason::CriticalSection(_))) if v.cs.latched() => best_boost(limits, v, false),
-            w => w,
-        };
-        let over_budget = wanted.is_some() && boost.is_none();
+        let mut over_budget = false;
+        if let Some((_, reason)) = &boost {
+            if in_debt {
+                boost = None;
+                over_budget = true;
+            } else if matches!(reason, Reason::CriticalSection(_)) && v.cs.latched() {
+                boost = best_boost(limits, v, false);
+                over_budget = boost.is_none();
+            }
+        }
         if boost.is_some() && v.boost_start.is_some() && v.burst_ns >= limits.max_boost_ns {
             v.throttled_until = Some(now.saturating_add(limits.throttle_ns));
             v.stats.throttles += 1;

@@ -266,9 +266,8 @@ impl FakeVmm {
             cmd.arg("--qmp-tids").arg(list.join(","));
         }
         if let Some((uid, gid)) = cfg.user {
-            // std drops our supplementary groups itself (setgroups(0) before
-            // setuid, when we are root); a pre_exec hook runs after setuid,
-            // too late to do it.
+            // As root, std also drops the supplementary groups (setgroups)
+            // before it switches to `uid`.
             cmd.uid(uid).gid(gid);
         }
         let mut child = cmd
