@@ -5,7 +5,7 @@
 CARGO ?= cargo
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: all deps build test test-fast lint demo guest clean
+.PHONY: all deps build test test-fast lint demo demo-rogue guest clean
 
 all: build
 
@@ -36,6 +36,10 @@ test-fast:
 
 demo: deps
 	@scripts/demo.sh
+
+# A rogue guest (RT spin on every vCPU) beside a well-behaved one, quick preset.
+demo-rogue: deps
+	@scripts/demo.sh --scenario rogue --out bench-results/demo-rogue
 
 clean:
 	$(CARGO) clean

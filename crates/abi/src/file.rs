@@ -218,6 +218,12 @@ impl RegionFile {
     /// Whether the mapping still is the file, at its size: not
     /// [`truncated`](Self::truncated), and `fstat` still finds the size it
     /// was mapped at (a truncation no access has hit yet). One system call.
+    /// `fstat` of the open file: who owns it and with what mode, as opened
+    /// (not as the path names it now).
+    pub fn metadata(&self) -> io::Result<std::fs::Metadata> {
+        self.file.metadata()
+    }
+
     pub fn check_intact(&self) -> Result<(), RegionFileError> {
         if self.truncated() {
             return Err(RegionFileError::Truncated {

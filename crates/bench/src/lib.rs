@@ -16,6 +16,8 @@ pub mod model;
 pub mod plot;
 pub mod progress;
 pub mod report;
+pub mod rogue;
+pub mod rogue_report;
 pub mod run;
 pub mod stats;
 

@@ -7,8 +7,20 @@ use std::process::ExitCode;
 use clap::Parser;
 use pvsched_bench::accel::AccelChoice;
 use pvsched_bench::model::{Load, Mode};
+use pvsched_bench::rogue::{self, RogueSettings};
+use pvsched_bench::rogue_report::Case;
 use pvsched_bench::run::{self, Settings};
 use pvsched_bench::{BenchError, Result};
+
+/// What a run measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Scenario {
+    /// One guest; vanilla, static-rt and pvsched side by side (BENCHMARKS.md).
+    Standard,
+    /// Two guests: a well-behaved neighbour beside a rogue spinning at
+    /// SCHED_FIFO on every vCPU; pvschedd serves both.
+    Rogue,
+}
 
 #[derive(Parser, Debug)]
 #[command(
@@ -20,6 +32,23 @@ use pvsched_bench::{BenchError, Result};
                   on QEMU's threads)."
 )]
 struct Cli {
+    /// standard, or rogue: a rogue guest (rtspin at SCHED_FIFO on every
+    /// vCPU) beside a well-behaved one; the neighbour's and the host's
+    /// latency and the rogue's CPU share, with and without pvsched. The
+    /// rogue scenario defaults to --loads loaded --intervals 1000.
+    #[arg(long, value_enum, default_value = "standard")]
+    scenario: Scenario,
+    /// Rogue scenario: the cases, interleaved: pvsched-quiet (pvschedd, the
+    /// rogue VM idle), pvsched-rogue, vanilla-rogue, vanilla-quiet.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "pvsched-quiet,pvsched-rogue,vanilla-rogue"
+    )]
+    rogue_cases: Vec<Case>,
+    /// Rogue scenario: SCHED_FIFO priority of the rogue's rtspin in its guest.
+    #[arg(long, default_value_t = 99, value_parser = clap::value_parser!(u32).range(1..=99))]
+    rogue_priority: u32,
     /// Output directory [default: bench-results/<timestamp>].
     #[arg(long)]
     out: Option<PathBuf>,
@@ -89,6 +118,41 @@ struct Cli {
     from_raw: Option<PathBuf>,
 }
 
+/// The rogue scenario's settings: the standard ones with this scenario's
+/// defaults (loaded host, 1000 µs; the demo preset as for the standard run).
+fn rogue_settings(mut cli: Cli) -> Result<RogueSettings> {
+    let q = cli.quick;
+    if cli.out.is_none() {
+        cli.out = Some(if q {
+            PathBuf::from("bench-results/demo-rogue")
+        } else {
+            PathBuf::from(format!("{}-rogue", run::default_out().display()))
+        });
+    }
+    cli.loads.get_or_insert_with(|| vec![Load::Loaded]);
+    cli.intervals.get_or_insert_with(|| vec![1000]);
+    let cases = cli.rogue_cases.clone();
+    let priority = cli.rogue_priority;
+    let mut base = settings(cli)?;
+    base.modes = vec![Mode::Vanilla, Mode::Pvsched];
+    if cases.is_empty() {
+        return Err(BenchError::Usage(
+            "--rogue-cases: give at least one case".into(),
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    if !cases.iter().all(|c| seen.insert(*c)) {
+        return Err(BenchError::Usage(
+            "--rogue-cases: a case is given twice".into(),
+        ));
+    }
+    Ok(RogueSettings {
+        base,
+        cases,
+        priority,
+    })
+}
+
 fn settings(cli: Cli) -> Result<Settings> {
     let q = cli.quick;
     let duration = cli.duration.unwrap_or(if q { 6 } else { 10 });
@@ -151,8 +215,57 @@ fn print_end(report: &pvsched_bench::report::Report, dir: &std::path::Path) {
     }
 }
 
+fn rogue_main(cli: Cli) -> ExitCode {
+    let end = |report: &pvsched_bench::rogue_report::RogueReport, dir: &std::path::Path| {
+        println!("{}", pvsched_bench::rogue_report::markdown(report));
+        println!("Report: {}", dir.join("report.md").display());
+        println!("JSON:   {}", dir.join("report.json").display());
+        for p in &report.plots {
+            println!("Plot:   {}", dir.join(p).display());
+        }
+    };
+    if let Some(raw) = &cli.from_raw {
+        return match rogue::rerender(raw) {
+            Ok((report, dir)) => {
+                end(&report, &dir);
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("pvsched-bench: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
+    let s = match rogue_settings(cli) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("pvsched-bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match rogue::run(&s) {
+        Ok((report, ok)) => {
+            let dir = s.base.out.canonicalize().unwrap_or(s.base.out.clone());
+            end(&report, &dir);
+            if ok {
+                ExitCode::SUCCESS
+            } else {
+                eprintln!("pvsched-bench: some phases failed (see Notes in the report)");
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("pvsched-bench: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if cli.scenario == Scenario::Rogue {
+        return rogue_main(cli);
+    }
     if let Some(raw) = &cli.from_raw {
         return match run::rerender(raw) {
             Ok((report, dir)) => {

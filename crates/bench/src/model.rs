@@ -96,7 +96,7 @@ impl FromStr for Load {
 /// Order of the modes in repeat `rep` under load number `load_idx`: rotated,
 /// so that over the repeats every mode takes every position (first after the
 /// load starts, last...) equally often and drift favours none.
-pub fn mode_order(modes: &[Mode], rep: usize, load_idx: usize) -> Vec<Mode> {
+pub fn mode_order<T: Copy>(modes: &[T], rep: usize, load_idx: usize) -> Vec<T> {
     if modes.is_empty() {
         return Vec::new();
     }

@@ -62,6 +62,11 @@ pub fn mode_color(mode: &str) -> RGBColor {
         "vanilla" => RGBColor(214, 39, 40),
         "static-rt" => RGBColor(31, 119, 180),
         "pvsched" => RGBColor(44, 160, 44),
+        // The rogue scenario's cases.
+        "pvsched-quiet" => RGBColor(31, 119, 180),
+        "pvsched-rogue" => RGBColor(44, 160, 44),
+        "vanilla-rogue" => RGBColor(214, 39, 40),
+        "vanilla-quiet" => RGBColor(255, 127, 14),
         _ => RGBColor(90, 90, 90),
     }
 }

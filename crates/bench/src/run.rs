@@ -689,19 +689,7 @@ pub fn run(s: &Settings) -> Result<(Report, bool)> {
     mkdir(&run_dir)?;
     mkdir(&raw_dir)?;
 
-    // Preflight: fail before a long boot, with what to do.
-    for (tool, needed) in [
-        ("cyclictest", true),
-        ("qemu-system-x86_64", true),
-        ("stress-ng", s.loads.contains(&Load::Loaded)),
-    ] {
-        if needed && which(tool).is_none() {
-            return Err(BenchError::Missing {
-                what: tool.into(),
-                hint: "run scripts/install-deps.sh (or `make deps`)".into(),
-            });
-        }
-    }
+    preflight(s)?;
     let bins = if s.modes.contains(&Mode::Pvsched) {
         Some(Binaries::locate(s.pvschedd.as_deref())?)
     } else {
@@ -734,13 +722,36 @@ pub fn run(s: &Settings) -> Result<(Report, bool)> {
         out.display()
     );
 
-    // The VM's directory (region file, QMP socket) goes under a directory of
-    // our own, not /tmp: on a shared machine a cleanup of /tmp/pvsched-*
-    // by someone else would pull the region from under pvschedd.
+    in_private_tmp(|| run_in(s, &out, run_dir, raw_dir, started, t0, bins))
+}
+
+/// Fails before a long boot when a tool the run needs is missing, with what
+/// to do.
+pub(crate) fn preflight(s: &Settings) -> Result<()> {
+    for (tool, needed) in [
+        ("cyclictest", true),
+        ("qemu-system-x86_64", true),
+        ("stress-ng", s.loads.contains(&Load::Loaded)),
+    ] {
+        if needed && which(tool).is_none() {
+            return Err(BenchError::Missing {
+                what: tool.into(),
+                hint: "run scripts/install-deps.sh (or `make deps`)".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Runs `f` with `TMPDIR` set to a directory of our own, removed after.
+/// The VMs' directories (region file, QMP socket) go there, not /tmp: on a
+/// shared machine a cleanup of /tmp/pvsched-* by someone else would pull
+/// the region from under pvschedd.
+pub(crate) fn in_private_tmp<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
     let private_tmp = PathBuf::from(format!("/var/tmp/pvsched-bench-{}", std::process::id()));
     mkdir(&private_tmp)?;
     std::env::set_var("TMPDIR", &private_tmp);
-    let result = run_in(s, &out, run_dir, raw_dir, started, t0, bins);
+    let result = f();
     let _ = std::fs::remove_dir_all(&private_tmp);
     result
 }

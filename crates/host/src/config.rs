@@ -284,12 +284,12 @@ pub struct VmConfig {
     pub qmp: Option<PathBuf>,
     /// VMM pid, when there is no QMP socket: vCPU threads by name.
     pub pid: Option<i32>,
-    /// Mode of a region file the daemon creates (0600, or 0660 for the VMM's group).
+    /// Mode of a region file the daemon creates: 0600, or 0640 to let the
+    /// VMM's group read it. Never group- or world-writable: a VMM that runs
+    /// as another user creates (and owns) its region file itself, as
+    /// libvirt does, and the daemon opens it.
     #[serde(default = "default_region_mode")]
     pub region_mode: u32,
-    /// vCPU count: when set, the region is created and initialised at start,
-    /// before the VMM runs (so a guest module loaded at boot finds it).
-    pub vcpus: Option<u32>,
     #[serde(default)]
     pub limits: LimitsConfig,
 }
@@ -417,19 +417,14 @@ impl Config {
                     "must be a process id (> 0)".into(),
                 ));
             }
-            if vm.region_mode & 0o002 != 0 || vm.region_mode > 0o777 {
+            if vm.region_mode & 0o022 != 0 || vm.region_mode > 0o777 {
                 return Err(invalid(
                     &format!("vm.{}.region_mode", vm.name),
-                    format!("{:o}: world-writable or not a mode", vm.region_mode),
+                    format!(
+                        "{:o}: group- or world-writable, or not a mode (at most 0o640)",
+                        vm.region_mode
+                    ),
                 ));
-            }
-            if let Some(n) = vm.vcpus {
-                if n == 0 || n > pvsched_abi::MAX_SLOTS {
-                    return Err(invalid(
-                        &format!("vm.{}.vcpus", vm.name),
-                        format!("must be 1..={}", pvsched_abi::MAX_SLOTS),
-                    ));
-                }
             }
             let limits = vm
                 .limits
@@ -606,6 +601,11 @@ mod tests {
                 "[[vm]]\nname = \"a\"\nregion_mode = 0o666",
                 "vm.a.region_mode",
             ),
+            (
+                "[[vm]]\nname = \"a\"\nregion_mode = 0o660",
+                "vm.a.region_mode",
+            ),
+            ("[[vm]]\nname = \"a\"\nvcpus = 4", "vcpus"),
             ("[[vm]]\nname = \"a\"\n[[vm]]\nname = \"a\"", "vm[1].name"),
             ("[[vm]]\nname = \"a b\"", "vm[0].name"),
             (

@@ -5,10 +5,11 @@
 //! source, one timer, signals, and two channels (discovery, control) whose
 //! slow work runs on threads of their own.
 
+use std::collections::BTreeMap;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -26,7 +27,7 @@ use tracing::{error, info, warn};
 use crate::actuator;
 use crate::config::Resolved;
 use crate::control::{self, ControlMsg};
-use crate::discovery::{self, Snapshot};
+use crate::discovery::{self, DiscoveryMsg, OpenRequest};
 use crate::events::{EventKind, EventSource, HostEvent, KvmExitReason};
 use crate::metrics::Metrics;
 use crate::statefile::{self, restore_records, ThreadRecord};
@@ -88,8 +89,14 @@ pub struct Daemon {
     /// Host events of one drain, reused.
     batch: Vec<HostEvent>,
     pub(crate) overloaded: bool,
-    disc_rx: Receiver<Snapshot>,
+    disc_rx: Receiver<DiscoveryMsg>,
     disc_fd: Arc<EventFd>,
+    /// VMs to open, to the discovery thread.
+    pub(crate) open_tx: Sender<OpenRequest>,
+    /// VMs being opened there, by name, with the VM id reserved for each.
+    pub(crate) opening: BTreeMap<String, u32>,
+    /// Why each VM that could not be opened was refused (logged once).
+    pub(crate) refused: BTreeMap<String, String>,
     ctl_rx: Receiver<ControlMsg>,
     ctl_fd: Arc<EventFd>,
     stop: Arc<AtomicBool>,
@@ -124,11 +131,12 @@ impl Daemon {
     ) -> Result<Self, DaemonError> {
         let state_path = cfg.config.daemon.state_file.clone();
         let (disc_tx, disc_rx) = mpsc::channel();
+        let (open_tx, open_rx) = mpsc::channel();
         let disc_fd = Arc::new(EventFd::from_flags(EfdFlags::EFD_NONBLOCK).map_err(os("eventfd"))?);
         let (ctl_tx, ctl_rx) = mpsc::channel();
         let ctl_fd = Arc::new(EventFd::from_flags(EfdFlags::EFD_NONBLOCK).map_err(os("eventfd"))?);
         let stop = Arc::new(AtomicBool::new(false));
-        discovery::spawn(cfg.clone(), disc_tx, disc_fd.clone(), stop.clone())?;
+        discovery::spawn(cfg.clone(), disc_tx, open_rx, disc_fd.clone(), stop.clone())?;
         control::spawn(
             cfg.config.daemon.control_socket.clone(),
             ctl_tx,
@@ -153,6 +161,9 @@ impl Daemon {
             overloaded: false,
             disc_rx,
             disc_fd,
+            open_tx,
+            opening: BTreeMap::new(),
+            refused: BTreeMap::new(),
             ctl_rx,
             ctl_fd,
             stop,
@@ -225,8 +236,13 @@ impl Daemon {
                     }
                     TOKEN_DISCOVERY => {
                         let _ = self.disc_fd.read();
-                        while let Ok(snapshot) = self.disc_rx.try_recv() {
-                            self.on_discovery(snapshot);
+                        while let Ok(msg) = self.disc_rx.try_recv() {
+                            match msg {
+                                DiscoveryMsg::Snapshot(snapshot) => self.on_discovery(snapshot),
+                                DiscoveryMsg::Opened { name, id, result } => {
+                                    self.on_opened(name, id, result)
+                                }
+                            }
                         }
                     }
                     TOKEN_CONTROL => {

@@ -5,7 +5,7 @@
 
 use tracing::{error, info, warn};
 
-use crate::discovery::Snapshot;
+use crate::discovery::{OpenRequest, Snapshot};
 use crate::event_loop::Daemon;
 use crate::statefile::{restore_records, StateFile, StateFileError, ThreadRecord};
 use crate::vm::ServedVm;
@@ -23,61 +23,80 @@ impl Daemon {
             }
         }
         self.drop_gone();
-        // Open the new VMs aside: none is served (and none can be boosted)
-        // before the state file lists its threads.
-        let mut new: Vec<ServedVm> = Vec::new();
-        for f in &found {
-            if self
-                .vms
-                .iter()
-                .flatten()
-                .chain(&new)
-                .any(|vm| vm.name == f.name)
+        // New VMs are opened on the discovery thread (file-system work),
+        // each with a VM id reserved here.
+        for f in found {
+            if self.opening.contains_key(&f.name)
+                || self.vms.iter().flatten().any(|vm| vm.name == f.name)
             {
                 continue;
             }
-            let id = self.free_ids().nth(new.len()).unwrap_or(u32::MAX);
+            let Some(id) = self.free_ids().next() else {
+                continue;
+            };
             let limits = f
                 .cfg_index
                 .and_then(|i| self.cfg.vm_limits.get(i).cloned())
                 .unwrap_or_else(|| self.cfg.default_limits.clone());
-            let vm_metrics = self.metrics.vm(&f.name);
-            match ServedVm::open(f, id, limits, vm_metrics) {
-                Ok(vm) => new.push(vm),
-                Err(e) => warn!(vm = %f.name, error = %e, "cannot serve VM"),
+            let metrics = self.metrics.vm(&f.name);
+            self.opening.insert(f.name.clone(), id);
+            let req = OpenRequest {
+                found: f,
+                id,
+                limits,
+                metrics,
+            };
+            if self.open_tx.send(req).is_err() {
+                error!("the discovery thread is gone: no VM can be opened");
+                return;
             }
         }
-        if new.is_empty() {
+    }
+
+    /// A VM opened on the discovery thread: served once the state file
+    /// lists its threads (none is boosted before).
+    pub(crate) fn on_opened(
+        &mut self,
+        name: String,
+        id: u32,
+        result: Result<Box<ServedVm>, String>,
+    ) {
+        self.opening.remove(&name);
+        let vm = match result {
+            Ok(vm) => *vm,
+            Err(e) => {
+                if self.refused.get(&name) != Some(&e) {
+                    warn!(vm = %name, error = %e, "cannot serve VM");
+                    self.refused.insert(name, e);
+                }
+                return;
+            }
+        };
+        self.refused.remove(&name);
+        if let Err(e) = self.save_state(vm.records().into_iter()) {
+            error!(vm = %name, error = %e, "cannot record the threads in the state file: not serving");
             return;
         }
-        let records = new.iter().flat_map(ServedVm::records);
-        if let Err(e) = self.save_state(records) {
-            let names: Vec<&str> = new.iter().map(|vm| vm.name.as_str()).collect();
-            error!(error = %e, vms = ?names, "cannot record the threads in the state file: not serving");
-            return;
+        for (i, m) in vm.vcpus.iter().enumerate() {
+            self.source.track(m.handle.tid as u32, id, i as u32);
         }
-        for vm in new {
-            let id = vm.id;
-            for (i, m) in vm.vcpus.iter().enumerate() {
-                self.source.track(m.handle.tid as u32, id, i as u32);
-            }
-            self.source.track_vmm(vm.threads.tgid as u32, id);
-            info!(
-                vm = %vm.name, tgid = vm.threads.tgid, vcpus = vm.vcpus.len(),
-                accel = ?vm.threads.accel, generation = vm.generation, "serving VM"
-            );
-            if (id as usize) < self.vms.len() {
-                self.vms[id as usize] = Some(vm);
-            } else {
-                self.vms.push(Some(vm));
-            }
+        self.source.track_vmm(vm.threads.tgid as u32, id);
+        info!(
+            vm = %vm.name, tgid = vm.threads.tgid, vcpus = vm.vcpus.len(),
+            accel = ?vm.threads.accel, generation = vm.generation, "serving VM"
+        );
+        let slot = id as usize;
+        if self.vms.len() <= slot {
+            self.vms.resize_with(slot + 1, || None);
         }
+        self.vms[slot] = Some(vm);
         self.metrics
             .vms
             .set(self.vms.iter().flatten().count() as i64);
     }
 
-    /// VM ids free for new VMs, lowest first: empty slots, then new ones.
+    /// VM ids free for new VMs, lowest first: empty slots, then new ones,
+    /// but none reserved for a VM being opened.
     fn free_ids(&self) -> impl Iterator<Item = u32> + '_ {
         let empty = self
             .vms
@@ -85,7 +104,9 @@ impl Daemon {
             .enumerate()
             .filter(|(_, slot)| slot.is_none())
             .map(|(i, _)| i as u32);
-        empty.chain(self.vms.len() as u32..)
+        empty
+            .chain(self.vms.len() as u32..)
+            .filter(|id| !self.opening.values().any(|r| r == id))
     }
 
     pub(crate) fn drop_gone(&mut self) {

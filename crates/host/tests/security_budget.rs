@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use pvsched_control::{Request, Response};
 use pvsched_vmtest::wait_until;
-use support::{params, tempdir, workspace_bin, Daemon, FakeVmm, FakeVmmConfig};
+use support::{params, tempdir, wait_boosted, workspace_bin, Daemon, FakeVmm, FakeVmmConfig};
 
 /// A region file in /dev/shm, as QEMU's `memory-backend-file` makes it, removed on drop.
 struct ShmFile(PathBuf);
@@ -58,13 +58,6 @@ fn greedy_vmm(dir: &Path, name: &str, region: &Path) -> (FakeVmm, String) {
         qmp.display()
     );
     (vmm, entry)
-}
-
-fn wait_boosted(d: &Daemon, tid: i32) {
-    wait_until(Duration::from_secs(10), Duration::from_millis(5), || {
-        params(tid).is_rt().then_some(())
-    })
-    .unwrap_or_else(|| panic!("thread {tid} never boosted; log:\n{}", d.log()));
 }
 
 #[test]

@@ -19,7 +19,7 @@ use pvsched_abi::{RegionFile, F_ALL};
 use pvsched_base::sched::{SCHED_FIFO, SCHED_OTHER};
 use pvsched_base::thread::gettid;
 use pvsched_vmtest::wait_until;
-use support::{params, tempdir, Daemon, FakeVmm, FakeVmmConfig};
+use support::{params, tempdir, wait_boosted, Daemon, FakeVmm, FakeVmmConfig};
 
 const ROOT: (u32, u32) = (0, 0);
 const NOBODY: (u32, u32) = (65534, 65534);
@@ -106,13 +106,6 @@ fn assert_plain(tid: i32) {
         (SCHED_OTHER, 0, 0),
         "thread {tid}: {p:?}"
     );
-}
-
-fn wait_boosted(d: &Daemon, tid: i32) {
-    wait_until(Duration::from_secs(10), Duration::from_millis(5), || {
-        params(tid).is_rt().then_some(())
-    })
-    .unwrap_or_else(|| panic!("thread {tid} never boosted; log:\n{}", d.log()));
 }
 
 /// Watches the daemon for ten discovery intervals: none of `vms` is ever

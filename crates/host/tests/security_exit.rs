@@ -12,7 +12,8 @@ use pvsched_base::thread::start_time;
 use pvsched_host::statefile::StateFile;
 use pvsched_vmtest::wait_until;
 use support::{
-    params, tempdir, wait_boosted, workspace_bin, Daemon, FakeVmm, FakeVmmConfig, RtObserver,
+    params, serial, tempdir, wait_boosted, workspace_bin, Daemon, FakeVmm, FakeVmmConfig,
+    RtObserver,
 };
 
 /// A fake VMM whose guest claims a FIFO task on every vCPU, spinning, with
@@ -46,6 +47,7 @@ fn assert_original(tids: &[i32]) {
 
 #[test]
 fn every_stop_signal_restores_the_boosted_threads() {
+    let _serial = serial();
     let dir = tempdir("stop-signals");
     let (vmm, entry) = spinning_vm(&dir, "sig");
     for sig in [
@@ -73,6 +75,7 @@ fn every_stop_signal_restores_the_boosted_threads() {
 
 #[test]
 fn a_vm_whose_threads_cannot_be_recorded_is_not_boosted() {
+    let _serial = serial();
     let dir = tempdir("state-unwritable");
     let (vmm, entry) = spinning_vm(&dir, "norec");
     // Where the state file is written first (then renamed) is a directory:
@@ -106,6 +109,7 @@ fn unrestorable_state(path: &Path, tgid: i32, tid: i32) {
 
 #[test]
 fn a_state_file_is_kept_while_a_thread_it_lists_could_not_be_restored() {
+    let _serial = serial();
     let dir = tempdir("restore-fails");
     let region = dir.join("left.region");
     let mut cfg = FakeVmmConfig::new(&region);
@@ -130,6 +134,7 @@ fn a_state_file_is_kept_while_a_thread_it_lists_could_not_be_restored() {
 
 #[test]
 fn a_cap_above_the_daemons_priority_is_refused_at_run_time() {
+    let _serial = serial();
     let dir = tempdir("set-band");
     let (vmm, entry) = spinning_vm(&dir, "band");
     let d = Daemon::start(&dir, &entry);
@@ -182,6 +187,7 @@ impl Rng {
 
 #[test]
 fn kill_9_at_any_point_leaves_nothing_a_restart_does_not_restore() {
+    let _serial = serial();
     let dir = tempdir("kill9");
     let (vmm, entry) = spinning_vm(&dir, "k9");
     let region = dir.join("k9.region");
@@ -238,6 +244,7 @@ fn set_last_pid(last: i32) -> bool {
 
 #[test]
 fn a_reused_thread_id_of_another_process_is_never_touched() {
+    let _serial = serial();
     // One daemon configured for 20 VMs that come and go one after another.
     let dir = tempdir("tid-reuse");
     let rounds = 20;

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use pvsched_vmtest::wait_until;
-use support::{params, tempdir, Daemon, FakeVmm, FakeVmmConfig};
+use support::{params, tempdir, wait_boosted, Daemon, FakeVmm, FakeVmmConfig};
 
 const GIB: u64 = 1 << 30;
 
@@ -68,13 +68,6 @@ fn vmm(
 fn served(d: &mut Daemon, vm: &str) -> bool {
     assert!(d.running(), "pvschedd died; log:\n{}", d.log());
     d.status().vms.iter().any(|v| v.name == vm)
-}
-
-fn wait_boosted(d: &Daemon, tid: i32) {
-    wait_until(Duration::from_secs(10), Duration::from_millis(5), || {
-        params(tid).is_rt().then_some(())
-    })
-    .unwrap_or_else(|| panic!("thread {tid} never boosted; log:\n{}", d.log()));
 }
 
 fn alive(pid: i32) -> bool {

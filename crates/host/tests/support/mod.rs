@@ -15,6 +15,13 @@ use pvsched_base::sched::{get_params, ThreadParams};
 use pvsched_control::{call, Request, Response, Status};
 use pvsched_vmtest::wait_until;
 
+/// One test of a binary at a time, for tests whose spinning RT threads or
+/// daemons would disturb another's measurements.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// A fresh directory for one test under the target's temporary directory,
 /// traversable by every user (tests run programs as `nobody` in it).
 pub fn tempdir(name: &str) -> PathBuf {

@@ -1,41 +1,19 @@
-//! VM discovery: which VMs exist now and their vCPU threads, found on a
-//! thread of its own every `discovery_interval_ms` and sent to the event
-//! loop as a snapshot. Thread ids come only from the VMM (QMP
-//! `query-cpus-fast`) or from the host's /proc: never from the shared region.
-//!
-//! Whom it believes: a VMM is served only when its process runs (real and
-//! effective uid) as one of `[discovery] allowed_users` and is not pvschedd
-//! itself; only then are its thread names taken for vCPU indices. A VM
-//! found by its region file (auto discovery, or a `[[vm]]` entry with
-//! neither `qmp` nor `pid`) is served by the process that maps that file
-//! (device and inode, never path text in a command line), and only when the
-//! file is a regular file owned by an allowed user or the daemon, and
-//! writable by no one else (group-writable only for an allowed group). A
-//! QMP socket's peer (`SO_PEERCRED`) must be an allowed VMM, and every
-//! thread it reports must be one of its own threads.
+//! Which process is a VM's VMM, which of its threads are vCPUs, and
+//! whether to believe it: the trust rules of discovery (see the module docs
+//! of `discovery`).
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io::{self, BufRead, BufReader};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::Sender;
-use std::sync::Arc;
-use std::time::Duration;
 
-use nix::sys::eventfd::EventFd;
 use nix::sys::stat::{major, minor};
 use pvsched_base::qmp::{Qmp, QmpError};
 use pvsched_base::thread::tgid_of;
 use pvsched_base::vcpu_names::vcpu_threads_by_name;
 pub use pvsched_base::vcpu_names::Accel;
-use tracing::{debug, info};
 
-use crate::config::{Allowed, Resolved};
-
-/// Bound of each QMP exchange (connect and greeting, each command).
-const QMP_TIMEOUT: Duration = Duration::from_millis(500);
+use crate::config::Allowed;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DiscoveryError {
@@ -80,7 +58,7 @@ pub enum DiscoveryError {
 impl DiscoveryError {
     /// A refusal on the trust rules (logged where the admin sees it), as
     /// opposed to a VM that is just not running.
-    fn is_refusal(&self) -> bool {
+    pub(super) fn is_refusal(&self) -> bool {
         !matches!(
             self,
             Self::Io { .. } | Self::NoVcpuThreads(_) | Self::NotMapped(_)
@@ -230,6 +208,16 @@ pub fn check_region_file(path: &Path, allowed: &Allowed) -> Result<FileId, Disco
         op: "lstat",
         source: e,
     })?;
+    check_region_meta(path, &meta, allowed)
+}
+
+/// The rules of [`check_region_file`] on `meta`, which may come from the
+/// open file itself (`fstat`): then no swap of the path can slip by.
+pub fn check_region_meta(
+    path: &Path,
+    meta: &fs::Metadata,
+    allowed: &Allowed,
+) -> Result<FileId, DiscoveryError> {
     if !meta.file_type().is_file() {
         return Err(DiscoveryError::RegionNotRegular(path.to_path_buf()));
     }
@@ -287,7 +275,10 @@ fn shared_mapping_file(line: &[u8]) -> Option<FileId> {
 /// For each of `files`, the processes that map it shared, in one pass over
 /// /proc. Only processes of allowed users are read (their uid is checked
 /// before their maps), and never the daemon, which maps the regions it serves.
-fn mappers(files: &[FileId], allowed: &Allowed) -> Result<Vec<Vec<i32>>, DiscoveryError> {
+pub(super) fn mappers(
+    files: &[FileId],
+    allowed: &Allowed,
+) -> Result<Vec<Vec<i32>>, DiscoveryError> {
     let me = std::process::id() as i32;
     let mut out = vec![Vec::new(); files.len()];
     let proc_dir = fs::read_dir("/proc").map_err(|e| DiscoveryError::Io {
@@ -326,7 +317,7 @@ fn mappers(files: &[FileId], allowed: &Allowed) -> Result<Vec<Vec<i32>>, Discove
 
 /// The VMM among the processes that map `region`: the one with vCPU
 /// threads (a fork or a helper mapping it has none); several is ambiguous.
-fn vmm_among(region: &Path, pids: &[i32]) -> Result<VmThreads, DiscoveryError> {
+pub(super) fn vmm_among(region: &Path, pids: &[i32]) -> Result<VmThreads, DiscoveryError> {
     let mut with_vcpus: Vec<VmThreads> = pids
         .iter()
         .filter_map(|pid| threads_by_name(*pid).ok())
@@ -344,216 +335,10 @@ fn vmm_among(region: &Path, pids: &[i32]) -> Result<VmThreads, DiscoveryError> {
     }
 }
 
-/// A VM found by the discovery thread.
-#[derive(Clone, Debug)]
-pub struct Found {
-    pub name: String,
-    /// Index of its `[[vm]]` entry; `None` for an auto-discovered VM.
-    pub cfg_index: Option<usize>,
-    pub region: PathBuf,
-    pub region_mode: u32,
-    pub threads: VmThreads,
-}
-
-/// What the discovery thread sends the event loop.
-pub struct Snapshot {
-    /// Every VM that exists now.
-    pub found: Vec<Found>,
-    /// CPU pressure says the host is overloaded.
-    pub overloaded: bool,
-}
-
-/// Starts the discovery thread: every interval, the VMs that exist now
-/// (configured ones and, with auto discovery, any allowed VMM mapping a
-/// region file) and whether the host is overloaded, sent on `tx`, then
-/// `wake` is signalled.
-pub fn spawn(
-    cfg: Resolved,
-    tx: Sender<Snapshot>,
-    wake: Arc<EventFd>,
-    stop: Arc<AtomicBool>,
-) -> std::io::Result<()> {
-    let interval = Duration::from_millis(cfg.config.daemon.discovery_interval_ms);
-    std::thread::Builder::new()
-        .name("pvsched-discovery".into())
-        .spawn(move || {
-            let mut logged = Notes::default();
-            while !stop.load(Ordering::Relaxed) {
-                let found = discover_once(&cfg, &mut logged);
-                let overloaded = cpu_pressure_some_avg10().is_some_and(|p| p > 10.0);
-                if tx.send(Snapshot { found, overloaded }).is_err() {
-                    break;
-                }
-                let _ = wake.write(1);
-                std::thread::sleep(interval);
-            }
-        })?;
-    Ok(())
-}
-
-/// Why each VM is not served, logged once per reason: at info for a
-/// configured VM (the admin expects it to be served) and for a refusal on
-/// the trust rules, at debug for a stale auto-discovery file.
-#[derive(Default)]
-struct Notes {
-    last: BTreeMap<String, String>,
-    /// Names noted in this round: the others are forgotten at its end, so
-    /// that files that come and go do not grow the map.
-    seen: BTreeSet<String>,
-}
-
-impl Notes {
-    fn note(&mut self, name: &str, e: &DiscoveryError, configured: bool) {
-        let msg = if configured {
-            format!("not served yet: {e}")
-        } else if e.is_refusal() {
-            format!("refused: {e}")
-        } else {
-            format!("not running: {e}")
-        };
-        self.seen.insert(name.to_string());
-        if self.last.get(name) == Some(&msg) {
-            return;
-        }
-        if configured || e.is_refusal() {
-            info!(vm = name, "{msg}");
-        } else {
-            debug!(vm = name, "{msg}");
-        }
-        self.last.insert(name.to_string(), msg);
-    }
-
-    fn end_round(&mut self) {
-        let seen = std::mem::take(&mut self.seen);
-        self.last.retain(|name, _| seen.contains(name));
-    }
-}
-
-/// A VM to be found by who maps its region file.
-struct ByRegion {
-    name: String,
-    cfg_index: Option<usize>,
-    region: PathBuf,
-    region_mode: u32,
-    file: FileId,
-}
-
-fn discover_once(cfg: &Resolved, notes: &mut Notes) -> Vec<Found> {
-    let c = &cfg.config;
-    let allowed = &cfg.allowed;
-    let mut found = Vec::new();
-    let mut by_region: Vec<ByRegion> = Vec::new();
-    for (i, vm) in c.vms.iter().enumerate() {
-        let region = vm.region_path(&c.discovery);
-        // A file that exists must pass the same checks as an auto-discovered
-        // one; a missing one is created by the daemon when the VM is served
-        // (found by QMP or pid), or waited for (found by who maps it).
-        let by_vmm = vm.qmp.is_some() || vm.pid.is_some();
-        let file = match check_region_file(&region, allowed) {
-            Ok(id) => Some(id),
-            Err(DiscoveryError::Io { source, .. })
-                if by_vmm && source.kind() == io::ErrorKind::NotFound =>
-            {
-                None
-            }
-            Err(e) => {
-                notes.note(&vm.name, &e, true);
-                continue;
-            }
-        };
-        let threads = if let Some(qmp) = &vm.qmp {
-            Qmp::connect(qmp, QMP_TIMEOUT)
-                .map_err(DiscoveryError::from)
-                .and_then(|mut q| threads_by_qmp(&mut q, allowed))
-        } else if let Some(pid) = vm.pid {
-            check_vmm(pid, allowed).and_then(|()| threads_by_name(pid))
-        } else if let Some(file) = file {
-            by_region.push(ByRegion {
-                name: vm.name.clone(),
-                cfg_index: Some(i),
-                region,
-                region_mode: vm.region_mode,
-                file,
-            });
-            continue;
-        } else {
-            continue;
-        };
-        match threads {
-            Ok(threads) => found.push(Found {
-                name: vm.name.clone(),
-                cfg_index: Some(i),
-                region,
-                region_mode: vm.region_mode,
-                threads,
-            }),
-            Err(e) => notes.note(&vm.name, &e, true),
-        }
-    }
-    if c.discovery.auto {
-        if let Ok(dir) = fs::read_dir(&c.discovery.region_dir) {
-            for entry in dir.flatten() {
-                let file_name = entry.file_name().to_string_lossy().into_owned();
-                let Some(name) = file_name.strip_prefix(&c.discovery.region_prefix) else {
-                    continue;
-                };
-                if name.is_empty() || c.vms.iter().any(|v| v.name == name) {
-                    continue;
-                }
-                let region = entry.path();
-                match check_region_file(&region, allowed) {
-                    Ok(file) => by_region.push(ByRegion {
-                        name: name.to_string(),
-                        cfg_index: None,
-                        region,
-                        region_mode: 0o600,
-                        file,
-                    }),
-                    Err(e) => notes.note(name, &e, false),
-                }
-            }
-        }
-    }
-    if !by_region.is_empty() {
-        let files: Vec<FileId> = by_region.iter().map(|b| b.file).collect();
-        match mappers(&files, allowed) {
-            Ok(pids) => {
-                for (b, pids) in by_region.into_iter().zip(pids) {
-                    match vmm_among(&b.region, &pids) {
-                        Ok(threads) => found.push(Found {
-                            name: b.name,
-                            cfg_index: b.cfg_index,
-                            region: b.region,
-                            region_mode: b.region_mode,
-                            threads,
-                        }),
-                        Err(e) => notes.note(&b.name, &e, b.cfg_index.is_some()),
-                    }
-                }
-            }
-            Err(e) => {
-                for b in &by_region {
-                    notes.note(&b.name, &e, b.cfg_index.is_some());
-                }
-            }
-        }
-    }
-    notes.end_round();
-    found
-}
-
-/// `some avg10` of /proc/pressure/cpu: % of the last 10 s in which some
-/// runnable task waited for a CPU.
-fn cpu_pressure_some_avg10() -> Option<f64> {
-    let text = fs::read_to_string("/proc/pressure/cpu").ok()?;
-    let line = text.lines().find(|l| l.starts_with("some"))?;
-    line.split_whitespace()
-        .find_map(|kv| kv.strip_prefix("avg10="))
-        .and_then(|v| v.parse().ok())
-}
-
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use super::*;
 
     #[test]

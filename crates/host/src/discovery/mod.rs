@@ -1,0 +1,318 @@
+//! VM discovery: which VMs exist now and their vCPU threads, found on a
+//! thread of its own every `discovery_interval_ms` and sent to the event
+//! loop as a snapshot. Thread ids come only from the VMM (QMP
+//! `query-cpus-fast`) or from the host's /proc: never from the shared region.
+//!
+//! Whom it believes: a VMM is served only when its process runs (real and
+//! effective uid) as one of `[discovery] allowed_users` and is not pvschedd
+//! itself; only then are its thread names taken for vCPU indices. A VM
+//! found by its region file (auto discovery, or a `[[vm]]` entry with
+//! neither `qmp` nor `pid`) is served by the process that maps that file
+//! (device and inode, never path text in a command line), and only when the
+//! file is a regular file owned by an allowed user or the daemon, and
+//! writable by no one else (group-writable only for an allowed group). A
+//! QMP socket's peer (`SO_PEERCRED`) must be an allowed VMM, and every
+//! thread it reports must be one of its own threads.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::sys::eventfd::EventFd;
+use pvsched_base::qmp::Qmp;
+use tracing::{debug, info};
+
+use pvsched_policy::VmLimits;
+
+use crate::config::{Allowed, Resolved};
+use crate::metrics::VmMetrics;
+use crate::vm::ServedVm;
+use vmm::{mappers, vmm_among};
+
+mod vmm;
+
+pub use vmm::{
+    check_region_file, check_region_meta, check_vmm, threads_by_name, threads_by_qmp, Accel,
+    DiscoveryError, FileId, VmThreads,
+};
+
+/// Bound of each QMP exchange (connect and greeting, each command).
+const QMP_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// A VM found by the discovery thread.
+#[derive(Clone, Debug)]
+pub struct Found {
+    pub name: String,
+    /// Index of its `[[vm]]` entry; `None` for an auto-discovered VM.
+    pub cfg_index: Option<usize>,
+    pub region: PathBuf,
+    pub region_mode: u32,
+    pub threads: VmThreads,
+}
+
+/// What the discovery thread sends the event loop.
+pub struct Snapshot {
+    /// Every VM that exists now.
+    pub found: Vec<Found>,
+    /// CPU pressure says the host is overloaded.
+    pub overloaded: bool,
+}
+
+/// A VM the event loop wants served: opened on the discovery thread, since
+/// opening maps, validates and may zero the region (file-system work the
+/// RT event thread must not wait for).
+pub struct OpenRequest {
+    pub found: Found,
+    /// Its VM id in the event source, reserved by the event loop.
+    pub id: u32,
+    pub limits: VmLimits,
+    pub metrics: VmMetrics,
+}
+
+/// Messages of the discovery thread to the event loop.
+pub enum DiscoveryMsg {
+    Snapshot(Snapshot),
+    /// The answer to an [`OpenRequest`].
+    Opened {
+        name: String,
+        id: u32,
+        result: Result<Box<ServedVm>, String>,
+    },
+}
+
+/// Opens a VM and checks again, on what is now held, what discovery checked
+/// on names: the region file as opened (`fstat`, so a path swapped since
+/// cannot slip by) and the VMM process (its threads are pinned by their
+/// handles now, so a reused pid cannot either).
+fn open_vm(req: OpenRequest, allowed: &Allowed) -> Result<Box<ServedVm>, String> {
+    let OpenRequest {
+        found,
+        id,
+        limits,
+        metrics,
+    } = req;
+    let vm = ServedVm::open(&found, id, limits, metrics).map_err(|e| e.to_string())?;
+    let meta = vm
+        .region
+        .metadata()
+        .map_err(|e| format!("{}: fstat: {e}", found.region.display()))?;
+    check_region_meta(&found.region, &meta, allowed).map_err(|e| e.to_string())?;
+    check_vmm(vm.threads.tgid, allowed).map_err(|e| e.to_string())?;
+    Ok(Box::new(vm))
+}
+
+/// Starts the discovery thread. Every `discovery_interval_ms` it finds the
+/// VMs that exist now (configured ones and, with auto discovery, any
+/// trusted VMM mapping a region file) and whether the host is overloaded,
+/// and sends a [`Snapshot`]; in between it opens the VMs the event loop
+/// asks for (`open`) and sends each back. Each message signals `wake`.
+pub fn spawn(
+    cfg: Resolved,
+    tx: Sender<DiscoveryMsg>,
+    open: Receiver<OpenRequest>,
+    wake: Arc<EventFd>,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<()> {
+    let interval = Duration::from_millis(cfg.config.daemon.discovery_interval_ms);
+    std::thread::Builder::new()
+        .name("pvsched-discovery".into())
+        .spawn(move || {
+            let mut notes = Notes::default();
+            let mut next_round = Instant::now();
+            let opened = |req: OpenRequest| DiscoveryMsg::Opened {
+                name: req.found.name.clone(),
+                id: req.id,
+                result: open_vm(req, &cfg.allowed),
+            };
+            while !stop.load(Ordering::Relaxed) {
+                // Requests first: a round slowed by hostile QMP peers must
+                // not starve them.
+                let msg = if let Ok(req) = open.try_recv() {
+                    opened(req)
+                } else if Instant::now() >= next_round {
+                    next_round = Instant::now() + interval;
+                    let found = discover_once(&cfg, &mut notes);
+                    let overloaded = cpu_pressure_some_avg10().is_some_and(|p| p > 10.0);
+                    DiscoveryMsg::Snapshot(Snapshot { found, overloaded })
+                } else {
+                    let left = next_round.saturating_duration_since(Instant::now());
+                    match open.recv_timeout(left) {
+                        Ok(req) => opened(req),
+                        Err(RecvTimeoutError::Timeout) => continue,
+                        Err(RecvTimeoutError::Disconnected) => break,
+                    }
+                };
+                if tx.send(msg).is_err() {
+                    break;
+                }
+                let _ = wake.write(1);
+            }
+        })?;
+    Ok(())
+}
+
+/// Why each VM is not served, logged once per reason: at info for a
+/// configured VM (the admin expects it to be served) and for a refusal on
+/// the trust rules, at debug for a stale auto-discovery file.
+#[derive(Default)]
+struct Notes {
+    last: BTreeMap<String, String>,
+    /// Names noted in this round: the others are forgotten at its end, so
+    /// that files that come and go do not grow the map.
+    seen: BTreeSet<String>,
+}
+
+impl Notes {
+    fn note(&mut self, name: &str, e: &DiscoveryError, configured: bool) {
+        let msg = if configured {
+            format!("not served yet: {e}")
+        } else if e.is_refusal() {
+            format!("refused: {e}")
+        } else {
+            format!("not running: {e}")
+        };
+        self.seen.insert(name.to_string());
+        if self.last.get(name) == Some(&msg) {
+            return;
+        }
+        if configured || e.is_refusal() {
+            info!(vm = name, "{msg}");
+        } else {
+            debug!(vm = name, "{msg}");
+        }
+        self.last.insert(name.to_string(), msg);
+    }
+
+    fn end_round(&mut self) {
+        let seen = std::mem::take(&mut self.seen);
+        self.last.retain(|name, _| seen.contains(name));
+    }
+}
+
+/// A VM to be found by who maps its region file.
+struct ByRegion {
+    name: String,
+    cfg_index: Option<usize>,
+    region: PathBuf,
+    region_mode: u32,
+    file: FileId,
+}
+
+fn discover_once(cfg: &Resolved, notes: &mut Notes) -> Vec<Found> {
+    let c = &cfg.config;
+    let allowed = &cfg.allowed;
+    let mut found = Vec::new();
+    let mut by_region: Vec<ByRegion> = Vec::new();
+    for (i, vm) in c.vms.iter().enumerate() {
+        let region = vm.region_path(&c.discovery);
+        // A file that exists must pass the same checks as an auto-discovered
+        // one; a missing one is created by the daemon when the VM is served
+        // (found by QMP or pid), or waited for (found by who maps it).
+        let by_vmm = vm.qmp.is_some() || vm.pid.is_some();
+        let file = match check_region_file(&region, allowed) {
+            Ok(id) => Some(id),
+            Err(DiscoveryError::Io { source, .. })
+                if by_vmm && source.kind() == io::ErrorKind::NotFound =>
+            {
+                None
+            }
+            Err(e) => {
+                notes.note(&vm.name, &e, true);
+                continue;
+            }
+        };
+        let threads = if let Some(qmp) = &vm.qmp {
+            Qmp::connect(qmp, QMP_TIMEOUT)
+                .map_err(DiscoveryError::from)
+                .and_then(|mut q| threads_by_qmp(&mut q, allowed))
+        } else if let Some(pid) = vm.pid {
+            check_vmm(pid, allowed).and_then(|()| threads_by_name(pid))
+        } else if let Some(file) = file {
+            by_region.push(ByRegion {
+                name: vm.name.clone(),
+                cfg_index: Some(i),
+                region,
+                region_mode: vm.region_mode,
+                file,
+            });
+            continue;
+        } else {
+            continue;
+        };
+        match threads {
+            Ok(threads) => found.push(Found {
+                name: vm.name.clone(),
+                cfg_index: Some(i),
+                region,
+                region_mode: vm.region_mode,
+                threads,
+            }),
+            Err(e) => notes.note(&vm.name, &e, true),
+        }
+    }
+    if c.discovery.auto {
+        if let Ok(dir) = fs::read_dir(&c.discovery.region_dir) {
+            for entry in dir.flatten() {
+                let file_name = entry.file_name().to_string_lossy().into_owned();
+                let Some(name) = file_name.strip_prefix(&c.discovery.region_prefix) else {
+                    continue;
+                };
+                if name.is_empty() || c.vms.iter().any(|v| v.name == name) {
+                    continue;
+                }
+                let region = entry.path();
+                match check_region_file(&region, allowed) {
+                    Ok(file) => by_region.push(ByRegion {
+                        name: name.to_string(),
+                        cfg_index: None,
+                        region,
+                        region_mode: 0o600,
+                        file,
+                    }),
+                    Err(e) => notes.note(name, &e, false),
+                }
+            }
+        }
+    }
+    if !by_region.is_empty() {
+        let files: Vec<FileId> = by_region.iter().map(|b| b.file).collect();
+        match mappers(&files, allowed) {
+            Ok(pids) => {
+                for (b, pids) in by_region.into_iter().zip(pids) {
+                    match vmm_among(&b.region, &pids) {
+                        Ok(threads) => found.push(Found {
+                            name: b.name,
+                            cfg_index: b.cfg_index,
+                            region: b.region,
+                            region_mode: b.region_mode,
+                            threads,
+                        }),
+                        Err(e) => notes.note(&b.name, &e, b.cfg_index.is_some()),
+                    }
+                }
+            }
+            Err(e) => {
+                for b in &by_region {
+                    notes.note(&b.name, &e, b.cfg_index.is_some());
+                }
+            }
+        }
+    }
+    notes.end_round();
+    found
+}
+
+/// `some avg10` of /proc/pressure/cpu: % of the last 10 s in which some
+/// runnable task waited for a CPU.
+fn cpu_pressure_some_avg10() -> Option<f64> {
+    let text = fs::read_to_string("/proc/pressure/cpu").ok()?;
+    let line = text.lines().find(|l| l.starts_with("some"))?;
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix("avg10="))
+        .and_then(|v| v.parse().ok())
+}
