@@ -15,48 +15,24 @@ use std::time::Instant;
 
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
-use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use pvsched_base::clock::monotonic_ns;
-use pvsched_control::{Recording, TraceKind, TraceRecord};
-use pvsched_policy::{Decision, Decisions, Event, ExitReason, WakeSource};
+use pvsched_control::{Recording, TraceRecord};
+use pvsched_policy::{Decision, Decisions, Event};
 use tracing::{error, info, warn};
 
 use crate::actuator;
 use crate::config::Resolved;
 use crate::control::{self, ControlMsg};
 use crate::discovery::{self, DiscoveryMsg, OpenRequest};
-use crate::events::{EventKind, EventSource, HostEvent, KvmExitReason};
+use crate::events::{EventSource, HostEvent};
+use crate::feed::HostEventMeaning;
 use crate::metrics::Metrics;
+pub use crate::signals::{block_stop_signals, STOP_SIGNALS};
 use crate::statefile::{self, restore_records, ThreadRecord};
 use crate::vm::ServedVm;
-
-/// The signals that stop the daemon (restoring every thread first): every
-/// signal whose default action ends a process and that another process can
-/// send on purpose. SIGKILL cannot be caught (the state file covers it);
-/// faults (SIGSEGV, SIGBUS, ...) are not sent on purpose.
-pub const STOP_SIGNALS: [Signal; 7] = [
-    Signal::SIGALRM,
-    Signal::SIGHUP,
-    Signal::SIGINT,
-    Signal::SIGQUIT,
-    Signal::SIGTERM,
-    Signal::SIGUSR1,
-    Signal::SIGUSR2,
-];
-
-/// Blocks the [`STOP_SIGNALS`] in the calling thread (and threads it
-/// spawns later): they are read from a signalfd by the event loop.
-pub fn block_stop_signals() -> Result<SigSet, DaemonError> {
-    let mut mask = SigSet::empty();
-    for sig in STOP_SIGNALS {
-        mask.add(sig);
-    }
-    mask.thread_block().map_err(os("sigprocmask"))?;
-    Ok(mask)
-}
 
 const TOKEN_SOURCE: u64 = 1;
 const TOKEN_TIMER: u64 = 2;
@@ -320,36 +296,11 @@ impl Daemon {
         let mut acc = std::mem::take(&mut self.decisions);
         acc.clear();
         let scratch = &mut self.scratch;
-        let (event, trace) = match kind {
-            EventKind::SwitchOut { runnable: true } => {
-                vm.guest_update(now, vcpu, scratch, &mut acc);
-                (Some(Event::Preempted { vcpu }), Some(TraceKind::Preempted))
-            }
-            EventKind::SwitchOut { runnable: false } => {
-                // The guest published "idle" before halting: let the policy see it.
-                vm.guest_update(now, vcpu, scratch, &mut acc);
-                (Some(Event::Blocked { vcpu }), Some(TraceKind::Halted))
-            }
-            EventKind::SwitchIn { .. } => (Some(Event::Running { vcpu }), Some(TraceKind::Running)),
-            EventKind::Waking { source } => {
-                vm.guest_update(now, vcpu, scratch, &mut acc);
-                let source = match source {
-                    crate::events::WakeSource::Vcpu => WakeSource::OtherVcpu,
-                    crate::events::WakeSource::SameVmm => WakeSource::Io,
-                    crate::events::WakeSource::Other => WakeSource::Unknown,
-                };
-                (Some(Event::Woken { vcpu, source }), Some(TraceKind::Woken))
-            }
-            EventKind::KvmExit { reason } => {
-                let reason = match reason {
-                    KvmExitReason::Hlt => ExitReason::Hlt,
-                    KvmExitReason::Pause => ExitReason::Pause,
-                };
-                (Some(Event::KvmExit { vcpu, reason }), None)
-            }
-            EventKind::KvmIrq => (Some(Event::InterruptTargeted { vcpu }), None),
-            EventKind::KvmHaltWakeup { .. } => (None, None),
-        };
+        let meaning = HostEventMeaning::of(kind, vcpu);
+        if meaning.slot_may_matter {
+            vm.guest_update(now, vcpu, scratch, &mut acc);
+        }
+        let (event, trace) = (meaning.event, meaning.trace);
         if let Some(event) = event {
             self.metrics
                 .events

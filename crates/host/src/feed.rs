@@ -1,0 +1,89 @@
+//! What a host event means to the policy: the policy event it becomes,
+//! whether the vCPU's slot should be read first, and how a recording shows
+//! it.
+
+use pvsched_control::TraceKind;
+use pvsched_policy::{Event, ExitReason, WakeSource};
+
+use crate::events::{self, EventKind, KvmExitReason};
+
+/// The policy's view of one host event of vCPU `vcpu`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HostEventMeaning {
+    /// The policy event, if the policy has one for it.
+    pub event: Option<Event>,
+    /// Read the vCPU's guest half before: the moments the guest's state
+    /// may start a boost (preempted, woken) or end one (halted: the guest
+    /// published "idle" before halting).
+    pub slot_may_matter: bool,
+    /// How `pvschedctl record` shows it.
+    pub trace: Option<TraceKind>,
+}
+
+impl HostEventMeaning {
+    pub fn of(kind: EventKind, vcpu: u32) -> Self {
+        let (event, slot_may_matter, trace) = match kind {
+            EventKind::SwitchOut { runnable: true } => (
+                Some(Event::Preempted { vcpu }),
+                true,
+                Some(TraceKind::Preempted),
+            ),
+            EventKind::SwitchOut { runnable: false } => {
+                (Some(Event::Blocked { vcpu }), true, Some(TraceKind::Halted))
+            }
+            EventKind::SwitchIn { .. } => (
+                Some(Event::Running { vcpu }),
+                false,
+                Some(TraceKind::Running),
+            ),
+            EventKind::Waking { source } => {
+                let source = match source {
+                    events::WakeSource::Vcpu => WakeSource::OtherVcpu,
+                    events::WakeSource::SameVmm => WakeSource::Io,
+                    events::WakeSource::Other => WakeSource::Unknown,
+                };
+                (
+                    Some(Event::Woken { vcpu, source }),
+                    true,
+                    Some(TraceKind::Woken),
+                )
+            }
+            EventKind::KvmExit { reason } => {
+                let reason = match reason {
+                    KvmExitReason::Hlt => ExitReason::Hlt,
+                    KvmExitReason::Pause => ExitReason::Pause,
+                };
+                (Some(Event::KvmExit { vcpu, reason }), false, None)
+            }
+            EventKind::KvmIrq => (Some(Event::InterruptTargeted { vcpu }), false, None),
+            // Halt-poll statistics: nothing the policy decides on yet.
+            EventKind::KvmHaltWakeup { .. } => (None, false, None),
+        };
+        Self {
+            event,
+            slot_may_matter,
+            trace,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_preemption_reads_the_slot_and_becomes_preempted() {
+        let m = HostEventMeaning::of(EventKind::SwitchOut { runnable: true }, 3);
+
+        assert_eq!(m.event, Some(Event::Preempted { vcpu: 3 }));
+        assert!(m.slot_may_matter);
+    }
+
+    #[test]
+    fn a_switch_in_needs_no_slot_read() {
+        let m = HostEventMeaning::of(EventKind::SwitchIn { cpu: 1 }, 0);
+
+        assert_eq!(m.event, Some(Event::Running { vcpu: 0 }));
+        assert!(!m.slot_may_matter);
+    }
+}
