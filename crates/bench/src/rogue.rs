@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use pvsched_base::sched::get_params;
+use pvsched_base::sched::{get_params, set_params, ThreadParams};
 use pvsched_base::thread::threads_of;
 use pvsched_vmtest::{Accel, GuestImage, Vm};
 use serde_json::Value;
@@ -177,6 +177,13 @@ fn task_ticks(pid: u32, tids: &[i32]) -> u64 {
 
 /// How often the host's scheduling parameters of the watched threads are read.
 const WATCH_EVERY: Duration = Duration::from_millis(10);
+
+/// SCHED_FIFO priority of the thread that samples CPU times and parameters:
+/// above pvschedd's boosts (2..4) and its event thread (5), below the
+/// cyclictests (8). At SCHED_OTHER it ran mostly while no boosted vCPU
+/// held the CPUs, and so undercounted the boosts (seen: 3-22 % RT samples
+/// while pvschedd counted ~85 % boosted time).
+const SAMPLER_PRIORITY: u32 = 6;
 
 /// `sched_getattr` of every thread of `groups` every [`WATCH_EVERY`] until
 /// `until`.
@@ -442,9 +449,10 @@ impl Bench<'_> {
         let (guest_run, t1) = std::thread::scope(|sc| {
             let (groups, rogue_vcpus) = (&groups, &rogue_vcpus);
             let sampler = sc.spawn(move || {
+                let rt = set_params(0, &ThreadParams::fifo(SAMPLER_PRIORITY));
                 let params = watch_params(groups, until);
                 let t1 = ticks(rogue_pid, neighbour_pid);
-                (t1, task_ticks(rogue_pid, rogue_vcpus), params)
+                (t1, task_ticks(rogue_pid, rogue_vcpus), params, rt)
             });
             let g = self.neighbour.vm.exec(
                 &gp::cyclictest_cmd(
@@ -460,10 +468,16 @@ impl Bench<'_> {
         let host_hist = host_run.finish();
         let foreign_cpu = foreign::fraction(&before, &foreign::sample(), self.host_cpus);
         let status_after = Self::vm_statuses(daemon);
-        let (t1, vcpu_t1, params) = t1.map_err(|_| BenchError::Tool {
+        let (t1, vcpu_t1, params, sampler_rt) = t1.map_err(|_| BenchError::Tool {
             what: "CPU time sampler".into(),
             detail: "its thread panicked".into(),
         })?;
+        if let Err(e) = sampler_rt {
+            self.note(format!(
+                "{tag}: the sampler thread stayed SCHED_OTHER ({e}): it may undercount the \
+                 time RT threads held the CPUs"
+            ));
+        }
         let (rc, out) = guest_run.map_err(guest("the neighbour's guest cyclictest"))?;
         let ct = gp::cyclictest_json(&out);
         if let Ok(j) = &ct {

@@ -791,7 +791,8 @@ pub fn markdown(r: &RogueReport) -> String {
         let _ = writeln!(
             o,
             "\n## Host scheduling of the QEMU threads during the measurements \
-             (`sched_getattr` of each thread every 10 ms)\n"
+             (`sched_getattr` of each thread every 10 ms, by a SCHED_FIFO 6 thread of the \
+             bench: above pvschedd's boosts, below the cyclictests)\n"
         );
         let _ = writeln!(
             o,

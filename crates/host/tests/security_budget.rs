@@ -12,34 +12,9 @@ use std::time::{Duration, Instant};
 
 use pvsched_control::{Request, Response};
 use pvsched_vmtest::wait_until;
-use support::{params, tempdir, wait_boosted, workspace_bin, Daemon, FakeVmm, FakeVmmConfig};
-
-/// A region file in /dev/shm, as QEMU's `memory-backend-file` makes it, removed on drop.
-struct ShmFile(PathBuf);
-
-impl ShmFile {
-    fn new(vm: &str) -> Self {
-        let path = PathBuf::from(format!("/dev/shm/pvsched-{vm}"));
-        let _ = std::fs::remove_file(&path);
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .unwrap();
-        f.set_len(4096).unwrap();
-        Self(path)
-    }
-}
-
-impl Drop for ShmFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-fn vm_name(name: &str) -> String {
-    format!("t{}-{name}", std::process::id())
-}
+use support::{
+    params, tempdir, vm_name, wait_boosted, workspace_bin, Daemon, FakeVmm, FakeVmmConfig, ShmFile,
+};
 
 /// A fake VMM with one vCPU, spinning, whose guest says a FIFO 10 task runs; its QMP socket
 /// in `dir`; and its `[[vm]]` entry. One vCPU: the test's sampling thread keeps the other CPU
@@ -64,7 +39,7 @@ fn greedy_vmm(dir: &Path, name: &str, region: &Path) -> (FakeVmm, String) {
 fn a_guest_asking_for_rt_forever_is_boosted_only_within_its_budget_and_status_shows_the_latch() {
     let dir = tempdir("budget-greedy");
     let name = vm_name("greedy");
-    let region = ShmFile::new(&name);
+    let region = ShmFile::new(&name, 4096);
     let (vmm, entry) = greedy_vmm(&dir, &name, &region.0);
     // 10 % of the vCPU's time, banked over 1 s: 100 ms. max_boost alone (50 ms on, 50 ms
     // off) would give it 50 %.
@@ -137,7 +112,7 @@ fn a_guest_asking_for_rt_forever_is_boosted_only_within_its_budget_and_status_sh
 fn an_admin_taking_the_budget_away_at_run_time_ends_a_boost_in_force_at_once() {
     let dir = tempdir("budget-set");
     let name = vm_name("set");
-    let region = ShmFile::new(&name);
+    let region = ShmFile::new(&name, 4096);
     let (vmm, entry) = greedy_vmm(&dir, &name, &region.0);
     let d = Daemon::start(&dir, &format!("[discovery]\nauto = false\n{entry}"));
     d.wait_serving(&name, 1);

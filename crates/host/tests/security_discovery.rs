@@ -19,49 +19,13 @@ use pvsched_abi::{RegionFile, F_ALL};
 use pvsched_base::sched::{SCHED_FIFO, SCHED_OTHER};
 use pvsched_base::thread::gettid;
 use pvsched_vmtest::wait_until;
-use support::{params, tempdir, wait_boosted, Daemon, FakeVmm, FakeVmmConfig};
+use support::{params, tempdir, wait_boosted, Daemon, FakeVmm, FakeVmmConfig, ShmDir};
 
 const ROOT: (u32, u32) = (0, 0);
 const NOBODY: (u32, u32) = (65534, 65534);
 
 /// Discovery runs every 100 ms in these tests.
 const INTERVAL: &str = "discovery_interval_ms = 100\n";
-
-/// A directory of region files on /dev/shm's tmpfs, private to one test so
-/// that no other pvschedd on the machine (their default region_dir is
-/// /dev/shm itself) scans it; removed on drop.
-struct ShmDir(PathBuf);
-
-impl ShmDir {
-    fn new(name: &str) -> Self {
-        let p = PathBuf::from(format!(
-            "/dev/shm/t{}-{name}.pvsched-test",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir(&p).unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-        ShmDir(p)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-
-    /// `[discovery]` with auto discovery over this directory.
-    fn auto_discovery(&self) -> String {
-        format!(
-            "{INTERVAL}[discovery]\nauto = true\nregion_dir = \"{}\"\nregion_prefix = \"pvsched-\"\n",
-            self.0.display()
-        )
-    }
-}
-
-impl Drop for ShmDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// A region file for `vcpus` vCPUs with a valid header (as a VMM's earlier
 /// run, or the account's owner, would leave it), then given `owner` and

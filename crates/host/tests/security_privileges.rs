@@ -14,7 +14,7 @@ use pvsched_abi::{RegionFile, F_ALL};
 use pvsched_base::caps::{mask, Capability};
 use pvsched_base::sched::{ThreadParams, SCHED_FIFO};
 use pvsched_vmtest::wait_until;
-use support::{params, tempdir, Daemon, FakeVmm, FakeVmmConfig};
+use support::{params, tempdir, Daemon, FakeVmm, FakeVmmConfig, ShmDir};
 
 /// The documented set (crates/host/README.md, packaging/pvschedd.service):
 /// sched_setattr, region files and QMP sockets of the VMM's user, other
@@ -216,29 +216,6 @@ fn with_only_those_capabilities_it_still_runs_fifo_boosts_a_vcpu_and_restores_it
             (orig.policy, orig.priority, orig.nice),
             "thread {tid} not restored"
         );
-    }
-}
-
-/// A directory on /dev/shm's tmpfs private to one test (no other pvschedd
-/// scans it), removed on drop.
-struct ShmDir(PathBuf);
-
-impl ShmDir {
-    fn new(name: &str) -> Self {
-        let p = PathBuf::from(format!(
-            "/dev/shm/t{}-{name}.pvsched-test",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir(&p).unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-        ShmDir(p)
-    }
-}
-
-impl Drop for ShmDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

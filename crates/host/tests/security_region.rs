@@ -11,38 +11,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use pvsched_vmtest::wait_until;
-use support::{params, tempdir, wait_boosted, Daemon, FakeVmm, FakeVmmConfig};
+use support::{params, tempdir, vm_name, wait_boosted, Daemon, FakeVmm, FakeVmmConfig, ShmFile};
 
 const GIB: u64 = 1 << 30;
-
-/// A region file in /dev/shm, as QEMU's `memory-backend-file` makes it
-/// (owned by the VMM's user: here the test's), removed on drop.
-struct ShmFile(PathBuf);
-
-impl ShmFile {
-    fn new(vm: &str, len: u64) -> Self {
-        let path = PathBuf::from(format!("/dev/shm/pvsched-{vm}"));
-        let _ = std::fs::remove_file(&path);
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .unwrap();
-        f.set_len(len).unwrap();
-        Self(path)
-    }
-}
-
-impl Drop for ShmFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-/// A VM name unique to this test process.
-fn vm_name(name: &str) -> String {
-    format!("t{}-{name}", std::process::id())
-}
 
 /// A fake VMM for `region` answering QMP, and its `[[vm]]` entry.
 fn vmm(

@@ -22,6 +22,65 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// A VM name unique to this test process.
+pub fn vm_name(name: &str) -> String {
+    format!("t{}-{name}", std::process::id())
+}
+
+/// A region file in /dev/shm of `len` bytes, as QEMU's
+/// `memory-backend-file` makes it (owned by the VMM's user: here the
+/// test's), removed on drop.
+pub struct ShmFile(pub PathBuf);
+
+impl ShmFile {
+    pub fn new(vm: &str, len: u64) -> Self {
+        let path = PathBuf::from(format!("/dev/shm/pvsched-{vm}"));
+        let _ = std::fs::remove_file(&path);
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .unwrap();
+        f.set_len(len).unwrap();
+        Self(path)
+    }
+}
+
+impl Drop for ShmFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A directory on /dev/shm's tmpfs private to one test, so that no other
+/// pvschedd on the machine (their default region_dir is /dev/shm itself)
+/// scans it; removed on drop.
+pub struct ShmDir(pub PathBuf);
+
+impl ShmDir {
+    pub fn new(name: &str) -> Self {
+        use std::os::unix::fs::PermissionsExt;
+        let p = PathBuf::from(format!(
+            "/dev/shm/t{}-{name}.pvsched-test",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir(&p).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        ShmDir(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for ShmDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// A fresh directory for one test under the target's temporary directory,
 /// traversable by every user (tests run programs as `nobody` in it).
 pub fn tempdir(name: &str) -> PathBuf {
