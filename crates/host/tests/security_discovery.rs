@@ -12,7 +12,7 @@ use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::os::unix::net::UnixListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use pvsched_abi::{RegionFile, F_ALL};
@@ -26,6 +26,14 @@ const NOBODY: (u32, u32) = (65534, 65534);
 
 /// Discovery runs every 100 ms in these tests.
 const INTERVAL: &str = "discovery_interval_ms = 100\n";
+
+/// `[discovery]` with auto discovery over the test's own `/dev/shm` directory.
+fn auto_discovery(shm: &ShmDir) -> String {
+    format!(
+        "{INTERVAL}[discovery]\nauto = true\nregion_dir = \"{}\"\nregion_prefix = \"pvsched-\"\n",
+        shm.path().display()
+    )
+}
 
 /// A region file for `vcpus` vCPUs with a valid header (as a VMM's earlier
 /// run, or the account's owner, would leave it), then given `owner` and
@@ -119,7 +127,7 @@ fn an_unprivileged_users_vmm_is_never_served_and_a_root_one_is() {
     wait_mapped(good.pid, &good_region);
     let dir = tempdir("disc-nobody");
 
-    let d = Daemon::start(&dir, &shm.auto_discovery());
+    let d = Daemon::start(&dir, &auto_discovery(&shm));
 
     // The positive control: same daemon, same round of discovery.
     d.wait_serving("good", 1);
@@ -160,7 +168,7 @@ fn a_region_file_others_may_write_or_a_symlink_is_refused() {
     std::fs::set_permissions(p("pvsched-worldw"), std::fs::Permissions::from_mode(0o666)).unwrap();
     let dir = tempdir("disc-modes");
 
-    let d = Daemon::start(&dir, &shm.auto_discovery());
+    let d = Daemon::start(&dir, &auto_discovery(&shm));
 
     d.wait_serving("rootgroup", 1);
     wait_boosted(&d, vmms[1].tids[0]);
@@ -184,7 +192,7 @@ fn a_region_two_vmms_map_is_refused_as_ambiguous() {
     }
     let dir = tempdir("disc-twice");
 
-    let d = Daemon::start(&dir, &shm.auto_discovery());
+    let d = Daemon::start(&dir, &auto_discovery(&shm));
 
     d.wait_serving("single", 1);
     assert_never_served(&d, &["shared"], &[first.tids[0], second.tids[0]]);
@@ -207,7 +215,7 @@ fn the_vmm_under_a_wrapper_is_served_not_the_wrapper() {
     wait_mapped(vmm.pid, &region);
     let dir = tempdir("disc-wrapper");
 
-    let d = Daemon::start(&dir, &shm.auto_discovery());
+    let d = Daemon::start(&dir, &auto_discovery(&shm));
 
     d.wait_serving("wrapped", 2);
     let status = d.status();
@@ -231,7 +239,7 @@ fn a_process_that_only_names_the_region_is_not_served() {
     wait_mapped(real.pid, &mapped);
     let dir = tempdir("disc-argv");
 
-    let d = Daemon::start(&dir, &shm.auto_discovery());
+    let d = Daemon::start(&dir, &auto_discovery(&shm));
 
     d.wait_serving("mapped", 1);
     assert_never_served(&d, &["named"], &pretender.tids);

@@ -6,8 +6,7 @@
 
 mod support;
 
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use pvsched_abi::{RegionFile, F_ALL};

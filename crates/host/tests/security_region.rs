@@ -7,7 +7,7 @@
 mod support;
 
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use pvsched_vmtest::wait_until;
