@@ -211,6 +211,11 @@ pub struct VmLimits {
     /// spinning guest RT task costs the host at most 50 ms of latency per
     /// `max_boost + throttle`.
     pub max_boost_ns: u64,
+    /// A burst longer than this runs at the bottom of the RT range (priority 1) until it
+    /// ends: a fresh boost of another vCPU, of this VM or of any other, preempts it at once
+    /// instead of waiting for the throttle (FIFO threads of equal priority never preempt each
+    /// other). Default 4 ms, about one host tick: the extension eCS grants a critical section.
+    pub demote_after_ns: u64,
     /// How long after the last consistent read of a vCPU's guest half an inconsistent read
     /// (seq odd or changing through every retry: the vCPU was preempted mid-update) keeps the
     /// last view. Past it the guest asks for nothing. Default 2 ms.
@@ -265,6 +270,7 @@ impl Default for VmLimits {
             halt_boost_ns: 100_000_000,
             proactive_boost_ns: 1_000_000,
             max_boost_ns: 50_000_000,
+            demote_after_ns: 4_000_000,
             inconsistent_grace_ns: 2_000_000,
             throttle_ns: 50_000_000,
             boost_share_permille: 500,
@@ -297,6 +303,8 @@ pub enum LimitsError {
     DeadlinePriority(u8),
     #[error("debt_nice must be -20..=19, not {0}")]
     DebtNice(i8),
+    #[error("demote_after_ns must be > 0")]
+    DemoteAfterNs,
     #[error("fairness_window_ns must be > 0")]
     FairnessWindowNs,
     #[error("halt_boost_ns must be > 0")]
@@ -362,6 +370,9 @@ impl VmLimits {
         }
         if !nice_ok(self.debt_nice) {
             return Err(LimitsError::DebtNice(self.debt_nice));
+        }
+        if self.demote_after_ns == 0 {
+            return Err(LimitsError::DemoteAfterNs);
         }
         if self.fairness_window_ns == 0 {
             return Err(LimitsError::FairnessWindowNs);

@@ -398,10 +398,18 @@ impl VmState {
             }
             match (v.throttled_until, v.boost_start) {
                 (Some(t), _) => offer(t),
-                (None, Some(_)) => offer(
-                    v.burst_since
-                        .saturating_add(self.limits.max_boost_ns.saturating_sub(v.burst_ns)),
-                ),
+                (None, Some(_)) => {
+                    offer(
+                        v.burst_since
+                            .saturating_add(self.limits.max_boost_ns.saturating_sub(v.burst_ns)),
+                    );
+                    if v.burst_ns < self.limits.demote_after_ns {
+                        offer(
+                            v.burst_since
+                                .saturating_add(self.limits.demote_after_ns - v.burst_ns),
+                        );
+                    }
+                }
                 (None, None) => {}
             }
         }
@@ -630,6 +638,12 @@ impl VmState {
             boost = None;
         }
         let throttled = v.throttled_until.is_some() || over_budget;
+        // A long burst yields to every fresh boost: bottom of the RT range.
+        if let Some((params, _)) = boost.as_mut() {
+            if v.boost_start.is_some() && v.burst_ns >= limits.demote_after_ns {
+                params.rt_priority = 1;
+            }
+        }
 
         let (params, reason) = match boost {
             Some(c) => c,

@@ -10,12 +10,14 @@ use pvsched_policy::{
 const MS: u64 = 1_000_000;
 
 /// The limits these rule tests use: defaults with the priorities spelled out, so the rules
-/// are tested apart from the default band.
+/// are tested apart from the default band, and no demotion of long bursts (tested on its
+/// own), so the priorities stay as spelled.
 fn base() -> VmLimits {
     VmLimits {
         boost_priority: 8,
         max_rt_priority: 10,
         deadline_priority: 8,
+        demote_after_ns: u64::MAX,
         ..VmLimits::default()
     }
 }
@@ -1418,4 +1420,35 @@ fn default_boosts_stay_in_a_band_below_host_rt_work_at_5() {
 
     assert_eq!(out[0].params, rt(HostPolicy::Fifo, 4));
     assert!(limits.boost_priority <= limits.max_rt_priority && limits.max_rt_priority < 5);
+}
+
+#[test]
+fn a_burst_longer_than_demote_after_runs_at_the_bottom_of_the_rt_range() {
+    let limits = VmLimits::default();
+    let mut vm = vm(limits.clone(), 1);
+
+    let first = step(&mut vm, 0, upd(0, task(2, abi::POLICY_FIFO, 99, 0)));
+    let later = tick_until(&mut vm, limits.demote_after_ns);
+
+    assert_eq!(first[0].params.rt_priority, limits.max_rt_priority);
+    let (at, demoted) = later
+        .iter()
+        .find(|(_, d)| d.params.is_rt())
+        .expect("a decision at demote_after");
+    assert_eq!(*at, limits.demote_after_ns);
+    assert_eq!(demoted.params.rt_priority, 1);
+    assert!(matches!(demoted.reason, Reason::GuestRt { .. }));
+}
+
+#[test]
+fn a_burst_shorter_than_demote_after_keeps_its_priority() {
+    let limits = VmLimits::default();
+    let mut vm = vm(limits.clone(), 1);
+    step(&mut vm, 0, upd(0, task(2, abi::POLICY_FIFO, 99, 0)));
+
+    let ended = step(&mut vm, 3 * MS, upd(0, task(4, abi::POLICY_NORMAL, 0, 0)));
+    let again = step(&mut vm, 10 * MS, upd(0, task(6, abi::POLICY_FIFO, 99, 0)));
+
+    assert!(!ended[0].params.is_rt());
+    assert_eq!(again[0].params.rt_priority, limits.max_rt_priority);
 }

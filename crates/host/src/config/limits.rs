@@ -67,6 +67,7 @@ limits_config! {
     halt_boost_ns: u64,
     proactive_boost_ns: u64,
     max_boost_ns: u64,
+    demote_after_ns: u64,
     inconsistent_grace_ns: u64,
     throttle_ns: u64,
     boost_share_permille: u32,

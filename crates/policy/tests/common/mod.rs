@@ -120,6 +120,7 @@ pub fn arb_limits() -> impl Strategy<Value = VmLimits> {
                     halt_boost_ns: th.max(pb),
                     proactive_boost_ns: pb,
                     max_boost_ns: mb,
+                    demote_after_ns: pb,
                     // Zero (no grace) or the proactive length: both must keep every bound.
                     inconsistent_grace_ns: if h[0] ^ h[6] { pb } else { 0 },
                     throttle_ns: th,
