@@ -10,14 +10,15 @@ use pvsched_policy::{
 const MS: u64 = 1_000_000;
 
 /// The limits these rule tests use: defaults with the priorities spelled out, so the rules
-/// are tested apart from the default band, and no demotion of long bursts (tested on its
-/// own), so the priorities stay as spelled.
+/// are tested apart from the default band; no demotion of long bursts and a boost budget of
+/// half the vCPU time (each tested on its own), so that max_boost's 50/50 cycle stands alone.
 fn base() -> VmLimits {
     VmLimits {
         boost_priority: 8,
         max_rt_priority: 10,
         deadline_priority: 8,
         demote_after_ns: u64::MAX,
+        boost_share_permille: 500,
         ..VmLimits::default()
     }
 }
@@ -1451,4 +1452,22 @@ fn a_burst_shorter_than_demote_after_keeps_its_priority() {
 
     assert!(!ended[0].params.is_rt());
     assert_eq!(again[0].params.rt_priority, limits.max_rt_priority);
+}
+
+#[test]
+fn by_default_a_guest_spinning_rt_on_every_vcpu_gets_150_ms_per_vcpu_per_second() {
+    let limits = VmLimits::default();
+    let mut vm = vm(limits.clone(), 2);
+    let first: Vec<_> = [0, 1]
+        .iter()
+        .flat_map(|&v| step(&mut vm, 0, upd(v, task(2, abi::POLICY_FIFO, 99, 0))))
+        .map(|d| (0, d))
+        .collect();
+
+    let later = tick_until(&mut vm, 10_000 * MS);
+    let (boosted, _) = boosted_time(&first, &later, 2, 10_000 * MS);
+
+    // 10 windows of 2 x 150 ms, plus the one window banked at the start.
+    assert!(boosted <= 11 * 2 * 150 * MS, "boosted {} ms", boosted / MS);
+    assert!(boosted >= 9 * 2 * 150 * MS, "boosted {} ms", boosted / MS);
 }
