@@ -224,9 +224,9 @@ pub struct VmLimits {
     /// asking is boosted at most half the time).
     pub throttle_ns: u64,
     /// The VM's boost budget: the share of its vCPU time (elapsed time x nr_vcpus) that may be
-    /// boosted, whatever the reason, in permille, 0..=1000. Default 150: 150 ms per vCPU per
+    /// boosted, whatever the reason, in permille, 0..=1000. Default 200: 200 ms per vCPU per
     /// 1 s window (the rogue-guest benchmark: at 500 a guest spinning RT on every vCPU took
-    /// 2.5x its plain-CFS share of the machine; at 150 it stays within 10 points of it). Enforced ([`crate::fairness`]): once the VM has spent its banked budget, no
+    /// 2.5x its plain-CFS share of the machine; a well-behaved guest under load used ~15 %). Enforced ([`crate::fairness`]): once the VM has spent its banked budget, no
     /// vCPU of it is boosted until the window's budget is earned back. 0 refuses every boost.
     pub boost_share_permille: u32,
     /// Window of the boost budget: the bucket holds at most `share x window x nr_vcpus`
@@ -274,7 +274,7 @@ impl Default for VmLimits {
             demote_after_ns: 4_000_000,
             inconsistent_grace_ns: 2_000_000,
             throttle_ns: 50_000_000,
-            boost_share_permille: 150,
+            boost_share_permille: 200,
             fairness_window_ns: 1_000_000_000,
             debt_nice: 5,
             cs_budget_ns: 2_000_000,

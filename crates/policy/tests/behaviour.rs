@@ -1455,7 +1455,7 @@ fn a_burst_shorter_than_demote_after_keeps_its_priority() {
 }
 
 #[test]
-fn by_default_a_guest_spinning_rt_on_every_vcpu_gets_150_ms_per_vcpu_per_second() {
+fn by_default_a_guest_spinning_rt_on_every_vcpu_gets_200_ms_per_vcpu_per_second() {
     let limits = VmLimits::default();
     let mut vm = vm(limits.clone(), 2);
     let first: Vec<_> = [0, 1]
@@ -1467,7 +1467,7 @@ fn by_default_a_guest_spinning_rt_on_every_vcpu_gets_150_ms_per_vcpu_per_second(
     let later = tick_until(&mut vm, 10_000 * MS);
     let (boosted, _) = boosted_time(&first, &later, 2, 10_000 * MS);
 
-    // 10 windows of 2 x 150 ms, plus the one window banked at the start.
-    assert!(boosted <= 11 * 2 * 150 * MS, "boosted {} ms", boosted / MS);
-    assert!(boosted >= 9 * 2 * 150 * MS, "boosted {} ms", boosted / MS);
+    // 10 windows of 2 x 200 ms, plus the one window banked at the start.
+    assert!(boosted <= 11 * 2 * 200 * MS, "boosted {} ms", boosted / MS);
+    assert!(boosted >= 9 * 2 * 200 * MS, "boosted {} ms", boosted / MS);
 }
