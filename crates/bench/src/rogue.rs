@@ -478,29 +478,12 @@ impl Bench<'_> {
                  time RT threads held the CPUs"
             ));
         }
-        let (rc, out) = guest_run.map_err(guest("the neighbour's guest cyclictest"))?;
-        let ct = gp::cyclictest_json(&out);
-        if let Ok(j) = &ct {
-            let _ = std::fs::write(self.raw_dir.join(format!("{tag}-guest.json")), j);
-        }
-        let ct = match ct {
-            Ok(j) if rc == 0 => j,
-            other => {
-                return Err(BenchError::Tool {
-                    what: "the neighbour's guest cyclictest".into(),
-                    detail: format!(
-                        "exited {rc} ({}): {}",
-                        other.err().map(|e| e.to_string()).unwrap_or_default(),
-                        out.chars().take(500).collect::<String>()
-                    ),
-                })
-            }
-        };
-        let guest_hist =
-            Histogram::from_cyclictest_json(&ct).map_err(|source| BenchError::Histogram {
-                what: "the neighbour's guest cyclictest".into(),
-                source,
-            })?;
+        let guest_hist = crate::run::guest_histogram(
+            &self.raw_dir,
+            tag,
+            "the neighbour's guest cyclictest",
+            guest_run,
+        )?;
         let host_hist = host_hist?;
         let window_s = t1.at.duration_since(t0.at).as_secs_f64();
         let rogue_share = share_of(t0.rogue, t1.rogue, window_s, self.host_cpus);

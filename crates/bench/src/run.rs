@@ -400,29 +400,7 @@ impl Bench<'_> {
         );
         let host_hist = host_run.finish();
         let foreign_cpu = foreign::fraction(&before, &foreign::sample(), self.host_cpus);
-        let (rc, out) = guest_run.map_err(guest("guest cyclictest"))?;
-        let json = guest::cyclictest_json(&out);
-        if let Ok(j) = &json {
-            let _ = std::fs::write(self.raw_dir.join(format!("{tag}-guest.json")), j);
-        }
-        let json = match json {
-            Ok(j) if rc == 0 => j,
-            other => {
-                return Err(BenchError::Tool {
-                    what: "guest cyclictest".into(),
-                    detail: format!(
-                        "exited {rc} ({}): {}",
-                        other.err().map(|e| e.to_string()).unwrap_or_default(),
-                        out.chars().take(500).collect::<String>()
-                    ),
-                })
-            }
-        };
-        let guest_hist =
-            Histogram::from_cyclictest_json(&json).map_err(|source| BenchError::Histogram {
-                what: "guest cyclictest".into(),
-                source,
-            })?;
+        let guest_hist = guest_histogram(&self.raw_dir, &tag, "guest cyclictest", guest_run)?;
         let host_hist = host_hist?;
         let per_thread = s.duration * 1_000_000 / u64::from(interval);
         eprintln!(
@@ -951,6 +929,38 @@ pub fn rerender(raw_path: &Path) -> Result<(Report, PathBuf)> {
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."));
     Ok((render(&dir, &raw)?, dir))
+}
+
+/// The histogram of a guest cyclictest run (`run`: its exit code and
+/// output), its JSON kept as `<raw_dir>/<tag>-guest.json`.
+pub(crate) fn guest_histogram(
+    raw_dir: &std::path::Path,
+    tag: &str,
+    what: &str,
+    run: std::result::Result<(i32, String), pvsched_vmtest::Error>,
+) -> Result<Histogram> {
+    let (rc, out) = run.map_err(guest(what))?;
+    let json = guest::cyclictest_json(&out);
+    if let Ok(j) = &json {
+        let _ = std::fs::write(raw_dir.join(format!("{tag}-guest.json")), j);
+    }
+    let json = match json {
+        Ok(j) if rc == 0 => j,
+        other => {
+            return Err(BenchError::Tool {
+                what: what.into(),
+                detail: format!(
+                    "exited {rc} ({}): {}",
+                    other.err().map(|e| e.to_string()).unwrap_or_default(),
+                    out.chars().take(500).collect::<String>()
+                ),
+            })
+        }
+    };
+    Histogram::from_cyclictest_json(&json).map_err(|source| BenchError::Histogram {
+        what: what.into(),
+        source,
+    })
 }
 
 #[cfg(test)]

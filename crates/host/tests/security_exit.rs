@@ -12,26 +12,17 @@ use pvsched_base::thread::start_time;
 use pvsched_host::statefile::StateFile;
 use pvsched_vmtest::wait_until;
 use support::{
-    params, serial, tempdir, wait_boosted, workspace_bin, Daemon, FakeVmm, FakeVmmConfig,
+    params, qmp_vm, serial, tempdir, wait_boosted, workspace_bin, Daemon, FakeVmm, FakeVmmConfig,
     RtObserver,
 };
 
 /// A fake VMM whose guest claims a FIFO task on every vCPU, spinning, with
 /// a truthful QMP socket; and the `[[vm]]` entry that serves it.
 fn spinning_vm(dir: &Path, name: &str) -> (FakeVmm, String) {
-    let region = dir.join(format!("{name}.region"));
-    let qmp = dir.join(format!("{name}.qmp"));
-    let mut cfg = FakeVmmConfig::new(&region);
+    let mut cfg = FakeVmmConfig::new(Path::new(""));
     cfg.guest_fifo = Some(10);
     cfg.spin = true;
-    cfg.qmp = Some(qmp.clone());
-    let vmm = FakeVmm::spawn(&cfg);
-    let entry = format!(
-        "[discovery]\nauto = false\n[[vm]]\nname = \"{name}\"\nregion = \"{}\"\nqmp = \"{}\"\n",
-        region.display(),
-        qmp.display()
-    );
-    (vmm, entry)
+    qmp_vm(dir, name, cfg)
 }
 
 fn assert_original(tids: &[i32]) {

@@ -13,7 +13,7 @@ use pvsched_abi::{RegionFile, F_ALL};
 use pvsched_base::caps::{mask, Capability};
 use pvsched_base::sched::{ThreadParams, SCHED_FIFO};
 use pvsched_vmtest::wait_until;
-use support::{params, tempdir, Daemon, FakeVmm, FakeVmmConfig, ShmDir};
+use support::{params, qmp_vm, tempdir, Daemon, FakeVmm, FakeVmmConfig, ShmDir};
 
 /// The documented set (crates/host/README.md, packaging/pvschedd.service):
 /// sched_setattr, region files and QMP sockets of the VMM's user, other
@@ -111,20 +111,11 @@ fn thread_privileges(pid: i32) -> Vec<(String, Privileges)> {
 /// priority 3 runs on it, spinning (`spin`: boosted, it takes a whole CPU)
 /// or not; served through QMP; and its `[[vm]]` entry.
 fn guest_rt_vm(dir: &Path, name: &str, spin: bool) -> (FakeVmm, String) {
-    let region = dir.join(format!("{name}.region"));
-    let qmp = dir.join(format!("{name}.qmp"));
-    let mut cfg = FakeVmmConfig::new(&region);
+    let mut cfg = FakeVmmConfig::new(Path::new(""));
     cfg.vcpus = 1;
     cfg.guest_fifo = Some(3);
     cfg.spin = spin;
-    cfg.qmp = Some(qmp.clone());
-    let vmm = FakeVmm::spawn(&cfg);
-    let entry = format!(
-        "[discovery]\nauto = false\n[[vm]]\nname = \"{name}\"\nregion = \"{}\"\nqmp = \"{}\"\n",
-        region.display(),
-        qmp.display()
-    );
-    (vmm, entry)
+    qmp_vm(dir, name, cfg)
 }
 
 #[test]

@@ -290,6 +290,23 @@ impl FakeVmmConfig {
     }
 }
 
+/// A fake VMM started from `cfg` (its region in `dir`) with a truthful QMP
+/// socket in `dir`, and the `[[vm]]` entry (auto discovery off) that serves
+/// it by that socket.
+pub fn qmp_vm(dir: &Path, name: &str, mut cfg: FakeVmmConfig) -> (FakeVmm, String) {
+    let region = dir.join(format!("{name}.region"));
+    let qmp = dir.join(format!("{name}.qmp"));
+    cfg.region = region.clone();
+    cfg.qmp = Some(qmp.clone());
+    let vmm = FakeVmm::spawn(&cfg);
+    let entry = format!(
+        "[discovery]\nauto = false\n[[vm]]\nname = \"{name}\"\nregion = \"{}\"\nqmp = \"{}\"\n",
+        region.display(),
+        qmp.display()
+    );
+    (vmm, entry)
+}
+
 /// A running fake VMM (our child; killed by PID on drop).
 pub struct FakeVmm {
     child: Child,
