@@ -71,11 +71,7 @@ fn fixture() -> MutexGuard<'static, Fixture> {
 fn vm_entries(vms: &[(&str, &Vm)]) -> String {
     let mut toml = String::from("[discovery]\nauto = false\n");
     for (name, vm) in vms {
-        toml += &format!(
-            "[[vm]]\nname = \"{name}\"\nregion = \"{}\"\nqmp = \"{}\"\n",
-            vm.region_path().expect("region").display(),
-            vm.qmp_socket().display()
-        );
+        toml += &support::vm_entry(name, vm.region_path().expect("region"), vm.qmp_socket());
     }
     toml
 }

@@ -28,11 +28,7 @@ fn busy_vm(dir: &Path, name: &str, guest_fifo: Option<u32>) -> (FakeVmmConfig, S
     cfg.vcpus = VCPUS;
     cfg.guest_fifo = guest_fifo;
     cfg.qmp = Some(qmp.clone());
-    let entry = format!(
-        "[[vm]]\nname = \"{name}\"\nregion = \"{}\"\nqmp = \"{}\"\n",
-        region.display(),
-        qmp.display()
-    );
+    let entry = support::vm_entry(name, &region, &qmp);
     (cfg, entry)
 }
 

@@ -27,11 +27,7 @@ fn greedy_vmm(dir: &Path, name: &str, region: &Path) -> (FakeVmm, String) {
     c.guest_fifo = Some(10);
     c.spin = true;
     let vmm = FakeVmm::spawn(&c);
-    let entry = format!(
-        "[[vm]]\nname = \"{name}\"\nregion = \"{}\"\nqmp = \"{}\"\n",
-        region.display(),
-        qmp.display()
-    );
+    let entry = support::vm_entry(name, region, &qmp);
     (vmm, entry)
 }
 

@@ -27,11 +27,7 @@ fn vmm(
     c.qmp = Some(qmp.clone());
     cfg(&mut c);
     let vmm = FakeVmm::spawn(&c);
-    let entry = format!(
-        "[[vm]]\nname = \"{name}\"\nregion = \"{}\"\nqmp = \"{}\"\n",
-        region.display(),
-        qmp.display()
-    );
+    let entry = support::vm_entry(name, region, &qmp);
     (vmm, entry)
 }
 

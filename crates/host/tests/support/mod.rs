@@ -300,11 +300,19 @@ pub fn qmp_vm(dir: &Path, name: &str, mut cfg: FakeVmmConfig) -> (FakeVmm, Strin
     cfg.qmp = Some(qmp.clone());
     let vmm = FakeVmm::spawn(&cfg);
     let entry = format!(
-        "[discovery]\nauto = false\n[[vm]]\nname = \"{name}\"\nregion = \"{}\"\nqmp = \"{}\"\n",
-        region.display(),
-        qmp.display()
+        "[discovery]\nauto = false\n{}",
+        vm_entry(name, &region, &qmp)
     );
     (vmm, entry)
+}
+
+/// The `[[vm]]` entry that serves VM `name` by its region and QMP socket.
+pub fn vm_entry(name: &str, region: &Path, qmp: &Path) -> String {
+    format!(
+        "[[vm]]\nname = \"{name}\"\nregion = \"{}\"\nqmp = \"{}\"\n",
+        region.display(),
+        qmp.display()
+    )
 }
 
 /// A running fake VMM (our child; killed by PID on drop).
