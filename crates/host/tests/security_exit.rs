@@ -181,6 +181,11 @@ fn kill_9_at_any_point_leaves_nothing_a_restart_does_not_restore() {
     let _serial = serial();
     let dir = tempdir("kill9");
     let (vmm, entry) = spinning_vm(&dir, "k9");
+    // A guest spinning RT on every vCPU spends the default boost budget
+    // (20 %) in a fraction of a second and is then left alone, so few kills
+    // would find a vCPU boosted. With the whole budget it is boosted about
+    // half the time (max_boost_ns on, throttle_ns off).
+    let entry = format!("{entry}[vm.limits]\nboost_share_permille = 1000\n");
     let region = dir.join("k9.region");
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let rounds = 50;
@@ -189,9 +194,11 @@ fn kill_9_at_any_point_leaves_nothing_a_restart_does_not_restore() {
         // Start (recovering what the last one left), run a random while:
         // starting, discovering, initialising the region, boosting.
         let mut d = Daemon::start(&dir, &entry);
-        std::thread::sleep(Duration::from_millis(rng.below(1500)));
-
+        // RT before the sleep: on a machine with as many CPUs as the VM has
+        // spinning boosted vCPUs, a SCHED_OTHER test thread would only wake
+        // once they were unboosted, and the kill would never find one boosted.
         let _rt = RtObserver::new();
+        std::thread::sleep(Duration::from_millis(rng.below(1500)));
         d.signal(libc::SIGKILL);
 
         // The state file parses, and lists every thread left boosted.
