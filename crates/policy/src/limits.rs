@@ -211,11 +211,20 @@ pub struct VmLimits {
     /// spinning guest RT task costs the host at most 50 ms of latency per
     /// `max_boost + throttle`.
     pub max_boost_ns: u64,
-    /// A burst longer than this runs at the bottom of the RT range (priority 1) until it
-    /// ends: a fresh boost of another vCPU, of this VM or of any other, preempts it at once
-    /// instead of waiting for the throttle (FIFO threads of equal priority never preempt each
-    /// other). Default 4 ms, about one host tick: the extension eCS grants a critical section.
+    /// A burst longer than this *demotes* the vCPU: its boosts run at the bottom of the RT
+    /// range (priority 1), so a fresh boost of another vCPU, of this VM or of any other,
+    /// preempts it at once instead of waiting for the throttle (FIFO threads of equal
+    /// priority never preempt each other). The demotion lasts until the burst is repaid by
+    /// as much halted or unasked-for time; time held back by the throttle or the budget does
+    /// not repay it. Default 4 ms, about one host tick: the extension eCS grants a critical
+    /// section.
     pub demote_after_ns: u64,
+    /// A demoted vCPU's boosted time is charged this many times to the VM's boost budget,
+    /// 1..=16. Default 2: a guest that keeps a vCPU boosted for long stretches gets half the
+    /// budget of one whose boosts are short (the rogue-guest benchmark: a well-behaved guest
+    /// under load used 15-22 % boosted time in short bursts, a guest spinning RT on every
+    /// vCPU is demoted nearly all the time).
+    pub demoted_charge: u32,
     /// How long after the last consistent read of a vCPU's guest half an inconsistent read
     /// (seq odd or changing through every retry: the vCPU was preempted mid-update) keeps the
     /// last view. Past it the guest asks for nothing. Default 2 ms.
@@ -224,10 +233,14 @@ pub struct VmLimits {
     /// asking is boosted at most half the time).
     pub throttle_ns: u64,
     /// The VM's boost budget: the share of its vCPU time (elapsed time x nr_vcpus) that may be
-    /// boosted, whatever the reason, in permille, 0..=1000. Default 200: 200 ms per vCPU per
-    /// 1 s window (the rogue-guest benchmark: at 500 a guest spinning RT on every vCPU took
-    /// 2.5x its plain-CFS share of the machine; a well-behaved guest under load used ~15 %). Enforced ([`crate::fairness`]): once the VM has spent its banked budget, no
-    /// vCPU of it is boosted until the window's budget is earned back. 0 refuses every boost.
+    /// boosted, whatever the reason, in permille, 0..=1000. Default 300: 300 ms per vCPU per
+    /// 1 s window, which a demoted vCPU spends twice as fast (`demoted_charge`). The
+    /// rogue-guest benchmark: a well-behaved guest under load used 15-22 % boosted time, and
+    /// 200 latched it in some repeats; at 500 (charge 1) a guest spinning RT on every vCPU
+    /// took 2.5x its plain-CFS share of the machine, at 300 with charge 2 it took about its
+    /// plain-CFS share. Enforced ([`crate::fairness`]): once the VM has spent its banked
+    /// budget, no vCPU of it is boosted until the window's budget is earned back. 0 refuses
+    /// every boost.
     pub boost_share_permille: u32,
     /// Window of the boost budget: the bucket holds at most `share x window x nr_vcpus`
     /// (unused budget is banked for one window), and a VM that ran it dry waits until all of
@@ -246,6 +259,9 @@ pub struct VmLimits {
     /// budget is repaid 1:1 (2 ms boosted, 2 ms not), as pvsched v3's critical-section debt.
     pub cs_window_ns: u64,
 }
+
+/// Largest `demoted_charge`.
+pub const MAX_DEMOTED_CHARGE: u32 = 16;
 
 /// Longest `cs_window_ns` (1 h): bounds the critical-section bucket's units (`budget x window`)
 /// so that its arithmetic stays exact in `u128`.
@@ -272,9 +288,10 @@ impl Default for VmLimits {
             proactive_boost_ns: 1_000_000,
             max_boost_ns: 50_000_000,
             demote_after_ns: 4_000_000,
+            demoted_charge: 2,
             inconsistent_grace_ns: 2_000_000,
             throttle_ns: 50_000_000,
-            boost_share_permille: 200,
+            boost_share_permille: 300,
             fairness_window_ns: 1_000_000_000,
             debt_nice: 5,
             cs_budget_ns: 2_000_000,
@@ -306,6 +323,8 @@ pub enum LimitsError {
     DebtNice(i8),
     #[error("demote_after_ns must be > 0")]
     DemoteAfterNs,
+    #[error("demoted_charge must be 1..=16, not {0}")]
+    DemotedCharge(u32),
     #[error("fairness_window_ns must be > 0")]
     FairnessWindowNs,
     #[error("halt_boost_ns must be > 0")]
@@ -374,6 +393,9 @@ impl VmLimits {
         }
         if self.demote_after_ns == 0 {
             return Err(LimitsError::DemoteAfterNs);
+        }
+        if !(1..=MAX_DEMOTED_CHARGE).contains(&self.demoted_charge) {
+            return Err(LimitsError::DemotedCharge(self.demoted_charge));
         }
         if self.fairness_window_ns == 0 {
             return Err(LimitsError::FairnessWindowNs);

@@ -142,6 +142,12 @@ struct Vcpu {
     burst_ns: u64,
     /// `now` up to which `burst_ns` is accounted.
     burst_since: u64,
+    /// A burst reached `demote_after_ns` and has not been repaid: every boost runs at RT
+    /// priority 1 until the burst drains to zero through time the vCPU was halted or did
+    /// not want a boost. Time it was held back (throttled, over budget) does not repay it,
+    /// nor does the throttle's reset of the burst, so a guest that always asks stays at the
+    /// bottom of the range from its first long burst on.
+    demoted: bool,
     /// `now` of the last consistent guest read: an inconsistent read within
     /// `inconsistent_grace_ns` of it keeps the last view (the guest may have been preempted
     /// mid-update); later, the guest asks for nothing.
@@ -152,6 +158,9 @@ struct Vcpu {
     target: Target,
     /// `now` since which the vCPU is charged to the boost budget; `Some` iff charged.
     charged_since: Option<u64>,
+    /// What this vCPU adds to the budget's drain right now, in vCPUs: 0 if not charged,
+    /// `demoted_charge` if demoted, else 1.
+    charge_weight: u32,
     /// This vCPU's critical-section budget, accounted up to `cs_at`.
     cs: Budget,
     cs_at: u64,
@@ -170,6 +179,7 @@ impl Vcpu {
             boost_start: None,
             burst_ns: 0,
             burst_since: 0,
+            demoted: false,
             last_consistent: None,
             last_rt: None,
             throttled_until: None,
@@ -181,6 +191,7 @@ impl Vcpu {
                 in_debt: false,
             },
             charged_since: None,
+            charge_weight: 0,
             cs,
             cs_at: 0,
             cs_charged_since: None,
@@ -222,6 +233,8 @@ pub struct VmState {
     cs_rates: BudgetParams,
     /// vCPUs charged to the boost budget right now.
     charged: u32,
+    /// The budget's drain right now, in vCPUs: the sum of the vCPUs' `charge_weight`.
+    charge_units: u32,
     now: u64,
     /// Every vCPU must be re-evaluated at the next event (new limits, new state).
     reeval_all: bool,
@@ -248,6 +261,7 @@ impl VmState {
             limits,
             vcpus: vec![Vcpu::new(cs); nr_vcpus as usize],
             charged: 0,
+            charge_units: 0,
             now: 0,
             reeval_all: true,
             overloaded: false,
@@ -403,7 +417,7 @@ impl VmState {
                         v.burst_since
                             .saturating_add(self.limits.max_boost_ns.saturating_sub(v.burst_ns)),
                     );
-                    if v.burst_ns < self.limits.demote_after_ns {
+                    if !v.demoted && v.burst_ns < self.limits.demote_after_ns {
                         offer(
                             v.burst_since
                                 .saturating_add(self.limits.demote_after_ns - v.burst_ns),
@@ -415,7 +429,7 @@ impl VmState {
         }
         if let Some(dt) = self
             .budget
-            .next_flip_ns(&self.budget_params(), self.charged)
+            .next_flip_ns(&self.budget_params(), self.charge_units)
         {
             offer(self.now.saturating_add(dt));
         }
@@ -503,7 +517,8 @@ impl VmState {
     fn advance(&mut self, now: u64) {
         let dt = now - self.now;
         // Also at dt == 0: an empty bucket being drained latches at once.
-        self.budget.advance(&self.budget_rates, dt, self.charged);
+        self.budget
+            .advance(&self.budget_rates, dt, self.charge_units);
         if dt > 0 {
             let charged_ns = (dt as u128) * (self.charged as u128);
             self.stats.boosted_ns_total = self
@@ -610,6 +625,9 @@ impl VmState {
         }
 
         account_burst(v, now);
+        if v.boost_start.is_some() && v.burst_ns >= limits.demote_after_ns {
+            v.demoted = true;
+        }
         v.advance_cs(&cs, now);
 
         let mut boost = if v.throttled_until.is_some() {
@@ -638,9 +656,9 @@ impl VmState {
             boost = None;
         }
         let throttled = v.throttled_until.is_some() || over_budget;
-        // A long burst yields to every fresh boost: bottom of the RT range.
+        // A long burst yields to every fresh boost: bottom of the RT range, until repaid.
         if let Some((params, _)) = boost.as_mut() {
-            if v.boost_start.is_some() && v.burst_ns >= limits.demote_after_ns {
+            if v.demoted {
                 params.rt_priority = 1;
             }
         }
@@ -686,6 +704,14 @@ impl VmState {
             }
             _ => {}
         }
+        // A demoted vCPU's boosted time costs `demoted_charge` times as much budget.
+        let weight = match (charge, v.demoted) {
+            (false, _) => 0,
+            (true, false) => 1,
+            (true, true) => limits.demoted_charge,
+        };
+        self.charge_units = self.charge_units - v.charge_weight + weight;
+        v.charge_weight = weight;
         // The critical-section budget is charged by the reason in force, which may change
         // under the same params (a guest RT task taking over from a critical section).
         let cs_charge = charge && matches!(reason, Reason::CriticalSection(_));
@@ -747,14 +773,19 @@ fn since_ns(since: Option<u64>, now: u64) -> u64 {
 }
 
 /// Brings a vCPU's burst up to `now`: boosted time on a CPU adds, anything else drains.
-/// Halted time is not burst: a halted vCPU uses no CPU whatever its policy.
+/// Halted time is not burst: a halted vCPU uses no CPU whatever its policy. A demotion
+/// ends when the burst has drained to zero through time that was not held back.
 fn account_burst(v: &mut Vcpu, now: u64) {
     let dt = now.saturating_sub(v.burst_since);
-    v.burst_ns = if v.boost_start.is_some() && v.status != RunStatus::Halted {
-        v.burst_ns.saturating_add(dt)
+    let halted = v.status == RunStatus::Halted;
+    if v.boost_start.is_some() && !halted {
+        v.burst_ns = v.burst_ns.saturating_add(dt);
     } else {
-        v.burst_ns.saturating_sub(dt)
-    };
+        v.burst_ns = v.burst_ns.saturating_sub(dt);
+        if v.burst_ns == 0 && dt > 0 && (halted || !v.target.throttled) {
+            v.demoted = false;
+        }
+    }
     v.burst_since = v.burst_since.max(now);
 }
 

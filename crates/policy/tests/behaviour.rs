@@ -1044,6 +1044,7 @@ fn a_guest_claiming_an_rt_task_on_every_vcpu_forever_gets_at_most_its_budget() {
     // off) would let it have 500.
     let limits = VmLimits {
         boost_share_permille: 200,
+        demoted_charge: 1,
         ..VmLimits::default()
     };
     let budget_per_window = 2 * 200 * MS;
@@ -1455,7 +1456,100 @@ fn a_burst_shorter_than_demote_after_keeps_its_priority() {
 }
 
 #[test]
-fn by_default_a_guest_spinning_rt_on_every_vcpu_gets_200_ms_per_vcpu_per_second() {
+fn a_guest_that_always_asks_stays_demoted_through_the_throttle() {
+    let limits = VmLimits::default();
+    let mut vm = vm(limits.clone(), 1);
+    step(&mut vm, 0, upd(0, task(2, abi::POLICY_FIFO, 99, 0)));
+
+    // Boosted to max_boost, throttled, boosted again at the throttle's end.
+    let later = tick_until(&mut vm, limits.max_boost_ns + limits.throttle_ns);
+
+    let (at, throttled) = later
+        .iter()
+        .find(|(_, d)| !d.params.is_rt())
+        .expect("a throttle");
+    assert!(throttled.throttled);
+    let (again_at, again) = later
+        .iter()
+        .find(|(t, d)| t > at && d.params.is_rt())
+        .expect("a boost after the throttle");
+    assert_eq!(*again_at, at + limits.throttle_ns);
+    assert_eq!(again.params.rt_priority, 1, "{later:?}");
+}
+
+#[test]
+fn a_demoted_vcpu_regains_its_priority_once_idle_time_has_repaid_its_burst() {
+    let limits = VmLimits::default();
+    let mut vm = vm(limits.clone(), 1);
+    step(&mut vm, 0, upd(0, task(2, abi::POLICY_FIFO, 99, 0)));
+    let long = 2 * limits.demote_after_ns;
+    step(&mut vm, long, upd(0, task(4, abi::POLICY_NORMAL, 0, 0)));
+
+    // Not yet repaid: half the burst's length without a boost.
+    let early = step(
+        &mut vm,
+        long + long / 2,
+        upd(0, task(6, abi::POLICY_FIFO, 99, 0)),
+    );
+    step(
+        &mut vm,
+        long + long / 2 + 1,
+        upd(0, task(8, abi::POLICY_NORMAL, 0, 0)),
+    );
+    // Repaid: as long without a boost as the burst lasted.
+    let repaid_at = long + long / 2 + 1 + long;
+    let repaid = step(
+        &mut vm,
+        repaid_at,
+        upd(0, task(10, abi::POLICY_FIFO, 99, 0)),
+    );
+
+    assert_eq!(early[0].params.rt_priority, 1);
+    assert_eq!(repaid[0].params.rt_priority, limits.max_rt_priority);
+}
+
+#[test]
+fn halted_time_repays_a_demotion() {
+    let limits = VmLimits::default();
+    let mut vm = vm(limits.clone(), 1);
+    step(&mut vm, 0, upd(0, task(2, abi::POLICY_FIFO, 99, 0)));
+    let long = 2 * limits.demote_after_ns;
+    tick_until(&mut vm, long);
+    assert_eq!(target(&vm, 0).0.rt_priority, 1);
+
+    // Halted (and halt-boosted) as long as the burst lasted, then woken to RT work.
+    step(&mut vm, long, Event::Blocked { vcpu: 0 });
+    step(&mut vm, 2 * long, Event::Running { vcpu: 0 });
+    let out = step(&mut vm, 2 * long, upd(0, task(4, abi::POLICY_FIFO, 99, 0)));
+
+    assert_eq!(
+        target(&vm, 0).0.rt_priority,
+        limits.max_rt_priority,
+        "{out:?}"
+    );
+}
+
+#[test]
+fn a_demoted_vcpus_boosted_time_is_charged_demoted_charge_times() {
+    let limits = VmLimits {
+        boost_share_permille: 500,
+        max_boost_ns: 100 * MS,
+        ..VmLimits::default()
+    };
+    let mut vm = vm(limits.clone(), 1);
+    step(&mut vm, 0, upd(0, task(2, abi::POLICY_FIFO, 99, 0)));
+
+    tick_until(&mut vm, 50 * MS);
+    step(&mut vm, 50 * MS, Event::Tick);
+
+    // From a full bucket of 500 ms: 25 ms earned, 4 ms charged once, 46 ms twice.
+    let spent = 4 * MS + limits.demoted_charge as u64 * 46 * MS;
+    assert_eq!(vm.vm_stats().budget_ns, 500 * MS + 25 * MS - spent);
+    assert_eq!(vm.vm_stats().boosted_ns_total, 50 * MS);
+}
+
+#[test]
+fn by_default_a_guest_spinning_rt_on_every_vcpu_gets_its_share_divided_by_demoted_charge() {
     let limits = VmLimits::default();
     let mut vm = vm(limits.clone(), 2);
     let first: Vec<_> = [0, 1]
@@ -1467,7 +1561,13 @@ fn by_default_a_guest_spinning_rt_on_every_vcpu_gets_200_ms_per_vcpu_per_second(
     let later = tick_until(&mut vm, 10_000 * MS);
     let (boosted, _) = boosted_time(&first, &later, 2, 10_000 * MS);
 
-    // 10 windows of 2 x 200 ms, plus the one window banked at the start.
-    assert!(boosted <= 11 * 2 * 200 * MS, "boosted {} ms", boosted / MS);
-    assert!(boosted >= 9 * 2 * 200 * MS, "boosted {} ms", boosted / MS);
+    // Demoted from the first burst on, so each boosted ns costs `demoted_charge`: 10
+    // windows of 2 x share, plus the one window banked at the start, over the charge
+    // (and the first `demote_after` of each vCPU at full rate).
+    let per_window = 2 * u64::from(limits.boost_share_permille) * MS;
+    let charge = u64::from(limits.demoted_charge);
+    let most = 11 * per_window / charge + 2 * limits.demote_after_ns;
+    let least = 9 * per_window / charge;
+    assert!(boosted <= most, "boosted {} ms", boosted / MS);
+    assert!(boosted >= least, "boosted {} ms", boosted / MS);
 }

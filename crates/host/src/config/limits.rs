@@ -68,6 +68,7 @@ limits_config! {
     proactive_boost_ns: u64,
     max_boost_ns: u64,
     demote_after_ns: u64,
+    demoted_charge: u32,
     inconsistent_grace_ns: u64,
     throttle_ns: u64,
     boost_share_permille: u32,

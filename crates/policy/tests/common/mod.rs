@@ -121,6 +121,8 @@ pub fn arb_limits() -> impl Strategy<Value = VmLimits> {
                     proactive_boost_ns: pb,
                     max_boost_ns: mb,
                     demote_after_ns: pb,
+                    // 1 or 3, from a flag already drawn: both must keep every bound.
+                    demoted_charge: if h[2] { 3 } else { 1 },
                     // Zero (no grace) or the proactive length: both must keep every bound.
                     inconsistent_grace_ns: if h[0] ^ h[6] { pb } else { 0 },
                     throttle_ns: th,
