@@ -4,8 +4,9 @@
 //! The file belongs to the VMM's user, who can replace, link, grow or
 //! truncate it; the mapping is the daemon's. So a region file is mapped at
 //! exactly [`bar_size`] of the VM's vCPU count, only if it is a regular
-//! file with one link and exactly that size (never grown, zeroed or mapped
-//! beyond it), and the mapping is guarded ([`pvsched_base::sigbus`]): if
+//! file with one link and that size, or a power of two up to
+//! [`MAX_FILE_SIZE`] (libvirt sizes shared memory in MiB): never grown,
+//! zeroed or mapped beyond [`bar_size`]; and the mapping is guarded ([`pvsched_base::sigbus`]): if
 //! the owner truncates the file, the faulting access reads zeros instead of
 //! killing the process, and [`RegionFile::truncated`] says so.
 
@@ -23,6 +24,10 @@ use crate::{AbiError, Region};
 
 /// Smallest region file: one page.
 pub const MIN_FILE_SIZE: u64 = 4096;
+
+/// Largest region file accepted (only its first [`bar_size`] bytes are
+/// mapped): libvirt's `<shmem>` sizes come in MiB, and no VMM needs more.
+pub const MAX_FILE_SIZE: u64 = 64 << 20;
 
 /// Size of the region file for `slot_count` vCPUs: a power of two, as a PCI
 /// BAR must be, and at least one page.
@@ -58,7 +63,7 @@ pub enum RegionFileError {
     Truncated { path: PathBuf },
     #[error("{path}: mode {mode:o} is world-writable; refusing (chmod o-w)")]
     WorldWritable { path: PathBuf, mode: u32 },
-    #[error("{path}: {len} bytes, want exactly {want} for the VM's vCPUs; refusing")]
+    #[error("{path}: {len} bytes, want {want} for the VM's vCPUs (or a power of two above it, up to 64 MiB); refusing")]
     WrongSize { path: PathBuf, len: u64, want: u64 },
 }
 
@@ -67,6 +72,8 @@ pub struct RegionFile {
     path: PathBuf,
     /// Kept open for [`RegionFile::check_intact`]'s `fstat`.
     file: File,
+    /// The file's size when opened (>= the mapping's).
+    file_len: u64,
     region: Region,
     // Field order is drop order: the range is unguarded before it is
     // unmapped.
@@ -120,7 +127,7 @@ impl RegionFile {
             .set_len(want)
             .map_err(|e| io_err("resize", e))
             .and_then(|()| check_file(path, &file, want))
-            .and_then(|()| Self::map(path, file, want));
+            .and_then(|len| Self::map(path, file, want, len));
         if made.is_err() {
             let _ = std::fs::remove_file(path);
         }
@@ -128,9 +135,10 @@ impl RegionFile {
     }
 
     /// Opens and maps an existing region file for `slot_count` vCPUs: it
-    /// must be a regular file, not world-writable, with one link and exactly
-    /// [`bar_size`]`(slot_count)` bytes. Its contents are not validated: see
-    /// [`Region::validate`].
+    /// must be a regular file, not world-writable, with one link and
+    /// [`bar_size`]`(slot_count)` bytes or a power of two above it up to
+    /// [`MAX_FILE_SIZE`]; the first [`bar_size`] bytes are mapped. Its
+    /// contents are not validated: see [`Region::validate`].
     pub fn open(path: &Path, slot_count: u32) -> Result<Self, RegionFileError> {
         let want = checked_size(path, slot_count)?;
         let file = OpenOptions::new()
@@ -143,13 +151,14 @@ impl RegionFile {
                 op: "open",
                 source: e,
             })?;
-        check_file(path, &file, want)?;
-        Self::map(path, file, want)
+        let len = check_file(path, &file, want)?;
+        Self::map(path, file, want, len)
     }
 
-    /// Maps exactly `want` bytes of `file` (checked to be that long: if it
-    /// shrinks later, the guard turns faults into zero pages).
-    fn map(path: &Path, file: File, want: u64) -> Result<Self, RegionFileError> {
+    /// Maps the first `want` bytes of `file` (checked to be `file_len` >=
+    /// `want` long: if it shrinks later, the guard turns faults into zero
+    /// pages).
+    fn map(path: &Path, file: File, want: u64, file_len: u64) -> Result<Self, RegionFileError> {
         let io_err = |op, source| RegionFileError::Io {
             path: path.to_path_buf(),
             op,
@@ -182,6 +191,7 @@ impl RegionFile {
         Ok(Self {
             path: path.to_path_buf(),
             file,
+            file_len,
             region,
             guard,
             _map: map,
@@ -239,7 +249,7 @@ impl RegionFile {
                 source: e,
             })?
             .len();
-        let want = self.len() as u64;
+        let want = self.file_len;
         if len != want {
             return Err(RegionFileError::WrongSize {
                 path: self.path.clone(),
@@ -264,9 +274,10 @@ fn checked_size(path: &Path, slot_count: u32) -> Result<u64, RegionFileError> {
 }
 
 /// Refuses what must not be mapped: not a regular file, world-writable,
-/// another name of some file (more than one link), or not `want` bytes (a
-/// huge sparse file would be mapped, locked and zeroed).
-fn check_file(path: &Path, file: &File, want: u64) -> Result<(), RegionFileError> {
+/// another name of some file (more than one link), or not `want` bytes or a
+/// power of two above it up to [`MAX_FILE_SIZE`] (a huge sparse file is
+/// refused before anything touches it). Returns the file's size.
+fn check_file(path: &Path, file: &File, want: u64) -> Result<u64, RegionFileError> {
     let path = path.to_path_buf();
     let meta = match file.metadata() {
         Ok(m) => m,
@@ -291,14 +302,11 @@ fn check_file(path: &Path, file: &File, want: u64) -> Result<(), RegionFileError
             links: meta.nlink(),
         });
     }
-    if meta.len() != want {
-        return Err(RegionFileError::WrongSize {
-            path,
-            len: meta.len(),
-            want,
-        });
+    let len = meta.len();
+    if len != want && !(len > want && len <= MAX_FILE_SIZE && len.is_power_of_two()) {
+        return Err(RegionFileError::WrongSize { path, len, want });
     }
-    Ok(())
+    Ok(len)
 }
 
 /// A region in private, heap-allocated memory: tests and the simulator.

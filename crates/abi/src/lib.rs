@@ -15,6 +15,6 @@ pub mod layout;
 mod region;
 
 pub use error::AbiError;
-pub use file::{bar_size, OwnedRegion, RegionFile, RegionFileError, MIN_FILE_SIZE};
+pub use file::{bar_size, OwnedRegion, RegionFile, RegionFileError, MAX_FILE_SIZE, MIN_FILE_SIZE};
 pub use layout::*;
 pub use region::{Layout, ReadError, Region, Validated};

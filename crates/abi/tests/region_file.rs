@@ -105,8 +105,9 @@ fn truncate(path: &Path, len: u64) {
 #[test]
 fn a_region_file_of_another_size_than_the_vcpus_need_is_refused_untouched() {
     let dir = ShmDir::new("size");
-    // Two slots need one page.
-    for len in [0, 1, 4095, 8192, 1 << 20] {
+    // Two slots need one page; a power of two above it, up to 64 MiB, is
+    // taken too (libvirt's sizes), anything else is not.
+    for len in [0, 1, 4095, 12288, (1 << 20) + 4096, 128 << 20] {
         let path = dir.join(&format!("len{len}"));
         file_of_len(&path, len);
 
@@ -121,6 +122,28 @@ fn a_region_file_of_another_size_than_the_vcpus_need_is_refused_untouched() {
         }
         assert_eq!(std::fs::metadata(&path).unwrap().len(), len);
     }
+}
+
+#[test]
+fn a_region_file_sized_in_mib_as_libvirt_makes_it_is_mapped_at_bar_size_only() {
+    let dir = ShmDir::new("mib");
+    let path = dir.join("region");
+    file_of_len(&path, 1 << 20);
+
+    let file = RegionFile::open(&path, 2).unwrap();
+
+    assert_eq!(file.len() as u64, pvsched_abi::bar_size(2));
+    assert!(file.check_intact().is_ok());
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 1 << 20);
+    truncate(&path, pvsched_abi::bar_size(2));
+    assert!(
+        matches!(
+            file.check_intact(),
+            Err(RegionFileError::WrongSize { want, .. }) if want == 1 << 20
+        ),
+        "a shrink to the mapped size is still a change: {:?}",
+        file.check_intact()
+    );
 }
 
 #[test]

@@ -26,6 +26,11 @@ pub enum Request {
     Record {
         seconds: f64,
     },
+    /// Look for VMs now, not at the next discovery round (a libvirt hook:
+    /// a domain started or stopped). `reason` is logged.
+    Rescan {
+        reason: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

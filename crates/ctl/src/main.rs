@@ -21,6 +21,9 @@ struct Cli {
         env = "PVSCHED_SOCKET"
     )]
     socket: PathBuf,
+    /// Bound of one exchange with pvschedd (connect, request, reply).
+    #[arg(long, default_value_t = 10_000)]
+    timeout_ms: u64,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -59,6 +62,15 @@ enum Cmd {
     },
     /// Prometheus metrics text.
     Metrics,
+    /// For libvirt's hook (`/etc/libvirt/hooks/qemu.d/pvsched DOMAIN OP ...`):
+    /// tells pvschedd to look for VMs now. It reads what it trusts itself.
+    LibvirtHook {
+        domain: String,
+        operation: String,
+        /// libvirt's sub-operation and extra argument (ignored).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        rest: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -80,7 +92,7 @@ fn ask(cli: &Cli, req: &Request, timeout: Duration) -> Result<Response, String> 
 }
 
 fn run(cli: &Cli) -> Result<(), String> {
-    let t = Duration::from_secs(10);
+    let t = Duration::from_millis(cli.timeout_ms);
     match &cli.cmd {
         Cmd::Status { json } => match ask(cli, &Request::Status, t)? {
             Response::Status(s) if *json => {
@@ -92,6 +104,14 @@ fn run(cli: &Cli) -> Result<(), String> {
             Response::Status(s) => print!("{}", pvsched_ctl::table::render(&s)),
             other => return Err(format!("unexpected reply {other:?}")),
         },
+        Cmd::LibvirtHook {
+            domain, operation, ..
+        } => {
+            let req = Request::Rescan {
+                reason: format!("libvirt hook: domain {domain} {operation}"),
+            };
+            ask(cli, &req, t)?;
+        }
         Cmd::Set { vm, key, value } => {
             let req = Request::Set {
                 vm: vm.clone(),

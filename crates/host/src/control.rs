@@ -2,6 +2,7 @@
 //! reply line; types in `pvsched-control`), and the answers the event
 //! thread gives between events (status, metrics, tunables, recordings).
 
+use crate::discovery::DiscoveryRequest;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
@@ -117,6 +118,16 @@ impl Daemon {
                 text: self.metrics.encode(),
             },
             Request::Set { vm, key, value } => self.set(vm.as_deref(), &key, &value),
+            Request::Rescan { reason } => {
+                let reason: String = reason.chars().take(200).collect();
+                tracing::info!(%reason, "looking for VMs now");
+                match self.open_tx.send(DiscoveryRequest::Rescan) {
+                    Ok(()) => Response::Ok {
+                        message: "looking for VMs now".into(),
+                    },
+                    Err(_) => error("the discovery thread has stopped"),
+                }
+            }
             // seconds > 0 starts a recording, 0 stops and returns it.
             Request::Record { seconds } if seconds > 0.0 => {
                 let tracks = self

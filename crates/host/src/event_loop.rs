@@ -26,7 +26,7 @@ use tracing::{error, info, warn};
 use crate::actuator;
 use crate::config::Resolved;
 use crate::control::{self, ControlMsg};
-use crate::discovery::{self, DiscoveryMsg, OpenRequest};
+use crate::discovery::{self, DiscoveryMsg, DiscoveryRequest};
 use crate::events::{EventSource, HostEvent};
 use crate::feed::HostEventMeaning;
 use crate::metrics::Metrics;
@@ -68,7 +68,7 @@ pub struct Daemon {
     disc_rx: Receiver<DiscoveryMsg>,
     disc_fd: Arc<EventFd>,
     /// VMs to open, to the discovery thread.
-    pub(crate) open_tx: Sender<OpenRequest>,
+    pub(crate) open_tx: Sender<DiscoveryRequest>,
     /// VMs being opened there, by name, with the VM id reserved for each.
     pub(crate) opening: BTreeMap<String, u32>,
     /// Why each VM that could not be opened was refused (logged once).

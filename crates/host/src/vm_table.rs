@@ -5,7 +5,7 @@
 
 use tracing::{error, info, warn};
 
-use crate::discovery::{OpenRequest, Snapshot};
+use crate::discovery::{DiscoveryRequest, OpenRequest, Snapshot};
 use crate::event_loop::Daemon;
 use crate::statefile::{restore_records, StateFile, StateFileError, ThreadRecord};
 use crate::vm::ServedVm;
@@ -46,7 +46,11 @@ impl Daemon {
                 limits,
                 metrics,
             };
-            if self.open_tx.send(req).is_err() {
+            if self
+                .open_tx
+                .send(DiscoveryRequest::Open(Box::new(req)))
+                .is_err()
+            {
                 error!("the discovery thread is gone: no VM can be opened");
                 return;
             }

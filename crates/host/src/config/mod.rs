@@ -124,6 +124,57 @@ impl Default for DiscoveryConfig {
     }
 }
 
+/// Domains started by libvirt: found in libvirtd's status files, served
+/// when their XML carries `<shmem name='<shmem_prefix>NAME'>`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LibvirtConfig {
+    /// Look for libvirt domains (nothing happens where libvirt is absent).
+    pub enabled: bool,
+    /// Where libvirtd keeps a status file per running QEMU domain.
+    pub status_dir: PathBuf,
+    /// Where libvirt's ivshmem-plain devices keep their memory
+    /// (`<shm_dir>/<shmem name>`).
+    pub shm_dir: PathBuf,
+    /// The `<shmem name=...>` prefix that opts a domain in.
+    pub shmem_prefix: String,
+    /// The account libvirt runs QEMU as (qemu.conf `user`): the QEMU
+    /// process and the region file must both belong to it.
+    pub qemu_user: Account,
+}
+
+impl Default for LibvirtConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            status_dir: "/run/libvirt/qemu".into(),
+            shm_dir: "/dev/shm".into(),
+            shmem_prefix: "pvsched-".into(),
+            qemu_user: Account::Name("libvirt-qemu".into()),
+        }
+    }
+}
+
+impl LibvirtConfig {
+    /// `qemu_user` as a uid on this host; `None` (libvirt discovery off,
+    /// logged at debug) where no such user exists.
+    pub fn qemu_uid(&self) -> Option<u32> {
+        match &self.qemu_user {
+            Account::Id(id) => Some(*id),
+            Account::Name(n) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => {
+                n.parse().ok()
+            }
+            Account::Name(n) => match nix::unistd::User::from_name(n) {
+                Ok(Some(u)) => Some(u.uid.as_raw()),
+                _ => {
+                    tracing::debug!("[libvirt] qemu_user {n:?}: no such user here; libvirt domains are not looked for");
+                    None
+                }
+            },
+        }
+    }
+}
+
 /// A user or group in the configuration: a name, resolved on this host when
 /// the configuration is loaded, or a numeric id (also as a string of digits).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -212,6 +263,7 @@ fn default_region_mode() -> u32 {
 pub struct Config {
     pub daemon: DaemonConfig,
     pub discovery: DiscoveryConfig,
+    pub libvirt: LibvirtConfig,
     /// Limits every VM starts from.
     pub defaults: LimitsConfig,
     #[serde(rename = "vm")]
@@ -226,6 +278,8 @@ pub struct Resolved {
     pub vm_limits: Vec<VmLimits>,
     /// `[discovery]`'s allowed accounts as ids on this host.
     pub allowed: Allowed,
+    /// `[libvirt] qemu_user` as a uid here; `None`: libvirt is not looked at.
+    pub libvirt_uid: Option<u32>,
 }
 
 impl Config {
@@ -343,11 +397,24 @@ impl Config {
         }
         check_band(&default_limits, d.priority, "defaults.")?;
         let allowed = self.discovery.allowed();
+        let p = &self.libvirt.shmem_prefix;
+        if self.libvirt.enabled && (p.is_empty() || p.contains('/')) {
+            return Err(invalid(
+                "libvirt.shmem_prefix",
+                format!("{p:?}: must be a non-empty file-name prefix"),
+            ));
+        }
+        let libvirt_uid = if self.libvirt.enabled {
+            self.libvirt.qemu_uid()
+        } else {
+            None
+        };
         Ok(Resolved {
             config: self,
             default_limits,
             vm_limits,
             allowed,
+            libvirt_uid,
         })
     }
 }

@@ -34,6 +34,7 @@ use crate::metrics::VmMetrics;
 use crate::vm::ServedVm;
 use vmm::{mappers, vmm_among};
 
+pub mod libvirt;
 mod vmm;
 
 pub use vmm::{
@@ -43,6 +44,14 @@ pub use vmm::{
 
 /// Bound of each QMP exchange (connect and greeting, each command).
 const QMP_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Rounds after a rescan request besides the immediate one: libvirt runs its
+/// `started` hook around the time it writes the domain's status file.
+const RESCAN_FOLLOW_UPS: [Duration; 3] = [
+    Duration::from_millis(200),
+    Duration::from_millis(1000),
+    Duration::from_millis(3000),
+];
 
 /// A VM found by the discovery thread.
 #[derive(Clone, Debug)]
@@ -72,6 +81,14 @@ pub struct OpenRequest {
     pub id: u32,
     pub limits: VmLimits,
     pub metrics: VmMetrics,
+}
+
+/// What the event loop asks of the discovery thread.
+pub enum DiscoveryRequest {
+    Open(Box<OpenRequest>),
+    /// Run a round now, and again shortly after (a libvirt domain that just
+    /// started may not have its status file written yet).
+    Rescan,
 }
 
 /// Messages of the discovery thread to the event loop.
@@ -114,7 +131,7 @@ fn open_vm(req: OpenRequest, allowed: &Allowed) -> Result<Box<ServedVm>, String>
 pub fn spawn(
     cfg: Resolved,
     tx: Sender<DiscoveryMsg>,
-    open: Receiver<OpenRequest>,
+    open: Receiver<DiscoveryRequest>,
     wake: Arc<EventFd>,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<()> {
@@ -124,16 +141,37 @@ pub fn spawn(
         .spawn(move || {
             let mut notes = Notes::default();
             let mut next_round = Instant::now();
-            let opened = |req: OpenRequest| DiscoveryMsg::Opened {
-                name: req.found.name.clone(),
-                id: req.id,
-                result: open_vm(req, &cfg.allowed),
+            // Extra rounds after a rescan request, soonest last.
+            let mut follow_ups: Vec<Instant> = Vec::new();
+            let handle = |req: DiscoveryRequest,
+                          next_round: &mut Instant,
+                          follow_ups: &mut Vec<Instant>|
+             -> Option<DiscoveryMsg> {
+                match req {
+                    DiscoveryRequest::Open(req) => Some(DiscoveryMsg::Opened {
+                        name: req.found.name.clone(),
+                        id: req.id,
+                        result: open_vm(*req, &cfg.allowed),
+                    }),
+                    DiscoveryRequest::Rescan => {
+                        let now = Instant::now();
+                        *next_round = now;
+                        *follow_ups = RESCAN_FOLLOW_UPS.iter().rev().map(|d| now + *d).collect();
+                        None
+                    }
+                }
             };
             while !stop.load(Ordering::Relaxed) {
+                if follow_ups.last().is_some_and(|t| *t < next_round) {
+                    next_round = follow_ups.pop().unwrap_or(next_round);
+                }
                 // Requests first: a round slowed by hostile QMP peers must
                 // not starve them.
                 let msg = if let Ok(req) = open.try_recv() {
-                    opened(req)
+                    match handle(req, &mut next_round, &mut follow_ups) {
+                        Some(msg) => msg,
+                        None => continue,
+                    }
                 } else if Instant::now() >= next_round {
                     next_round = Instant::now() + interval;
                     let found = discover_once(&cfg, &mut notes);
@@ -142,7 +180,10 @@ pub fn spawn(
                 } else {
                     let left = next_round.saturating_duration_since(Instant::now());
                     match open.recv_timeout(left) {
-                        Ok(req) => opened(req),
+                        Ok(req) => match handle(req, &mut next_round, &mut follow_ups) {
+                            Some(msg) => msg,
+                            None => continue,
+                        },
                         Err(RecvTimeoutError::Timeout) => continue,
                         Err(RecvTimeoutError::Disconnected) => break,
                     }
@@ -169,9 +210,13 @@ struct Notes {
 
 impl Notes {
     fn note(&mut self, name: &str, e: &DiscoveryError, configured: bool) {
+        self.note_why(name, e, e.is_refusal(), configured);
+    }
+
+    fn note_why(&mut self, name: &str, e: &dyn std::fmt::Display, refusal: bool, configured: bool) {
         let msg = if configured {
             format!("not served yet: {e}")
-        } else if e.is_refusal() {
+        } else if refusal {
             format!("refused: {e}")
         } else {
             format!("not running: {e}")
@@ -180,7 +225,7 @@ impl Notes {
         if self.last.get(name) == Some(&msg) {
             return;
         }
-        if configured || e.is_refusal() {
+        if configured || refusal {
             info!(vm = name, "{msg}");
         } else {
             debug!(vm = name, "{msg}");
@@ -255,6 +300,20 @@ fn discover_once(cfg: &Resolved, notes: &mut Notes) -> Vec<Found> {
             Err(e) => notes.note(&vm.name, &e, true),
         }
     }
+    // libvirt's domains before auto discovery, which would otherwise find
+    // the same region files by their prefix.
+    if let (true, Some(qemu_uid)) = (c.libvirt.enabled, cfg.libvirt_uid) {
+        for r in libvirt::discover(&c.libvirt, qemu_uid, allowed) {
+            match r {
+                Ok(f) if c.vms.iter().any(|v| v.name == f.name) => {
+                    let e = format!("a [[vm]] entry has the name of libvirt domain {}", f.name);
+                    notes.note_why(&f.name, &e, true, false);
+                }
+                Ok(f) => found.push(f),
+                Err((name, e)) => notes.note_why(&name, &e, e.is_refusal(), false),
+            }
+        }
+    }
     if c.discovery.auto {
         if let Ok(dir) = fs::read_dir(&c.discovery.region_dir) {
             for entry in dir.flatten() {
@@ -266,6 +325,9 @@ fn discover_once(cfg: &Resolved, notes: &mut Notes) -> Vec<Found> {
                     continue;
                 }
                 let region = entry.path();
+                if found.iter().any(|f| f.region == region) {
+                    continue;
+                }
                 match check_region_file(&region, allowed) {
                     Ok(file) => by_region.push(ByRegion {
                         name: name.to_string(),

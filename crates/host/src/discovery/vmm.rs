@@ -128,7 +128,8 @@ pub fn threads_by_qmp(qmp: &mut Qmp, allowed: &Allowed) -> Result<VmThreads, Dis
     finish(peer.pid, vcpus, accel)
 }
 
-fn finish(
+/// The VM of process `tgid` from its vCPU list (indices 0..n without gaps).
+pub(super) fn finish(
     tgid: i32,
     mut vcpus: Vec<(u32, i32)>,
     accel: Accel,
@@ -313,6 +314,28 @@ pub(super) fn mappers(
         }
     }
     Ok(out)
+}
+
+/// Whether process `pid` maps `file` shared (read from its
+/// `/proc/<pid>/maps`: device and inode, never the path text).
+pub(super) fn maps_file(pid: i32, file: FileId) -> Result<bool, DiscoveryError> {
+    let path = PathBuf::from(format!("/proc/{pid}/maps"));
+    let maps = fs::File::open(&path).map_err(|e| DiscoveryError::Io {
+        path: path.clone(),
+        op: "open",
+        source: e,
+    })?;
+    for line in BufReader::new(maps).split(b'\n') {
+        let line = line.map_err(|e| DiscoveryError::Io {
+            path: path.clone(),
+            op: "read",
+            source: e,
+        })?;
+        if shared_mapping_file(&line) == Some(file) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// The VMM among the processes that map `region`: the one with vCPU
