@@ -450,6 +450,7 @@ mod tests {
         assert_eq!(r.default_limits, VmLimits::default());
         assert_eq!(r.config.daemon, DaemonConfig::default());
         assert_eq!(r.config.discovery, DiscoveryConfig::default());
+        assert_eq!(r.config.libvirt, LibvirtConfig::default());
     }
 
     #[test]
