@@ -62,6 +62,13 @@ enum Cmd {
     },
     /// Prometheus metrics text.
     Metrics,
+    /// Tell pvschedd to look for VMs now (a VM manager's start/stop hook,
+    /// e.g. a Proxmox hookscript), not at its next discovery round.
+    Rescan {
+        /// Logged by pvschedd.
+        #[arg(long, default_value = "pvschedctl rescan")]
+        reason: String,
+    },
     /// For libvirt's hook (`/etc/libvirt/hooks/qemu.d/pvsched DOMAIN OP ...`):
     /// tells pvschedd to look for VMs now. It reads what it trusts itself.
     LibvirtHook {
@@ -104,6 +111,14 @@ fn run(cli: &Cli) -> Result<(), String> {
             Response::Status(s) => print!("{}", pvsched_ctl::table::render(&s)),
             other => return Err(format!("unexpected reply {other:?}")),
         },
+        Cmd::Rescan { reason } => {
+            let req = Request::Rescan {
+                reason: reason.clone(),
+            };
+            if let Response::Ok { message } = ask(cli, &req, t)? {
+                println!("{message}");
+            }
+        }
         Cmd::LibvirtHook {
             domain, operation, ..
         } => {

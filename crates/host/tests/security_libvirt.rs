@@ -242,3 +242,47 @@ fn a_domain_whose_process_does_not_map_the_named_region_is_refused() {
     assert!(!served(&d, "other"));
     assert!(d.log().contains("does not map"), "{}", d.log());
 }
+
+#[test]
+fn the_libvirt_hook_gets_a_new_domain_served_without_waiting_for_the_next_round() {
+    let _serial = support::serial();
+    let lv = Libvirt::new("hook");
+    let dir = tempdir("libvirt-hook-daemon");
+    // One discovery round a minute: only the hook can be in time.
+    let config = lv.config("root").replace(
+        "discovery_interval_ms = 100",
+        "discovery_interval_ms = 60000",
+    );
+    let d = Daemon::start(&dir, &config);
+    std::thread::sleep(Duration::from_millis(300));
+    let region = lv.region("pvsched-late", (0, 0));
+    let vmm = qemu(&region, None);
+    lv.status_file(
+        "late",
+        &status_xml("late", vmm.pid, &vmm.tids, Some("pvsched-late")),
+    );
+
+    // As libvirtd runs the hook: `qemu.d/pvsched late started begin -`.
+    let hook = std::process::Command::new(support::workspace_bin("pvschedctl"))
+        .arg("--socket")
+        .arg(d.socket())
+        .args([
+            "--timeout-ms",
+            "1000",
+            "libvirt-hook",
+            "late",
+            "started",
+            "begin",
+            "-",
+        ])
+        .output()
+        .unwrap();
+
+    assert!(hook.status.success(), "{hook:?}");
+    d.wait_serving("late", 2);
+    assert!(
+        d.log().contains("libvirt hook: domain late started"),
+        "{}",
+        d.log()
+    );
+}
