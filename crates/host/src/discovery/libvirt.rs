@@ -379,6 +379,22 @@ mod tests {
     }
 
     #[test]
+    fn libvirtds_own_status_files_parse_as_written() {
+        // Captured from libvirt 9.0 (crates/host/tests/data/libvirt/README.md).
+        let with = include_str!("../../tests/data/libvirt/status-with-shmem.xml");
+        let without = include_str!("../../tests/data/libvirt/status-without-shmem.xml");
+
+        let d = parse_status(with, "pvsched-").unwrap().unwrap();
+
+        assert_eq!(d.name, "pvs-e2e-on");
+        assert_eq!(d.pid, 19090);
+        assert_eq!(d.vcpus, vec![(0, 19096), (1, 19097)]);
+        assert_eq!(d.accel, Accel::Tcg);
+        assert_eq!(d.shmem, "pvsched-pvs-e2e-on");
+        assert_eq!(parse_status(without, "pvsched-").unwrap(), None);
+    }
+
+    #[test]
     fn hostile_status_contents_are_errors_not_panics() {
         for bad in [
             "",
