@@ -5,7 +5,7 @@
 CARGO ?= cargo
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: all deps build test test-fast lint demo demo-rogue guest clean
+.PHONY: all deps build test test-fast lint demo demo-rogue guest clean packages
 
 all: build
 
@@ -28,6 +28,7 @@ lint: deps
 test: deps lint
 	$(MAKE) -C guest check-warnings
 	$(CARGO) build --workspace --bins --release
+	scripts/build-packages.sh
 	$(CARGO) test --workspace --release
 
 # Unit and property tests only: no guest boots.
@@ -40,6 +41,10 @@ demo: deps
 # A rogue guest (RT spin on every vCPU) beside a well-behaved one, quick preset.
 demo-rogue: deps
 	@scripts/demo.sh --scenario rogue --out bench-results/demo-rogue
+
+# Debian packages in target/packages/: pvsched (host) and pvsched-dkms (guest).
+packages: deps
+	@scripts/build-packages.sh
 
 clean:
 	$(CARGO) clean

@@ -8,6 +8,7 @@ APT_PACKAGES=(
 	qemu-system-x86 linux-image-cloud-amd64 linux-headers-cloud-amd64
 	busybox-static cpio rt-tests stress-ng linux-perf bpftool
 	fonts-dejavu-core
+	dkms libvirt-daemon-system libvirt-clients
 )
 
 as_root() {
@@ -23,7 +24,21 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "install-deps: apt packages missing: ${missing[*]}"
 	as_root apt-get update -qq
+	# Installing must not start daemons (libvirtd, virtlogd): this prepares a
+	# build/test machine. Where no policy-rc.d says so already, one that denies
+	# every start exists for the length of the install only.
+	policy=/usr/sbin/policy-rc.d
+	if [ ! -e "$policy" ]; then
+		trap 'as_root rm -f "$policy"' EXIT
+		printf '#!/bin/sh\n# pvsched install-deps.sh: no service starts during apt-get\nexit 101\n' |
+			as_root tee "$policy" >/dev/null
+		as_root chmod 755 "$policy"
+	fi
 	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+	if [ -n "$(trap -p EXIT)" ]; then
+		as_root rm -f "$policy"
+		trap - EXIT
+	fi
 	echo "install-deps: apt packages installed"
 fi
 

@@ -48,6 +48,8 @@ pub struct Managed {
     /// Which of its records the event source queues without a wakeup, as
     /// last set.
     pub quiet: Quiet,
+    /// `sched_setattr` failures on this thread (logged at 1, 2, 4, 8, ...).
+    pub failures: u64,
 }
 
 impl Managed {
@@ -60,6 +62,7 @@ impl Managed {
             original,
             applied: original,
             quiet: Quiet::NONE,
+            failures: 0,
         })
     }
 
@@ -161,7 +164,19 @@ pub fn apply_decisions(vm: &mut ServedVm, decisions: &[Decision], ctx: ApplyCont
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => lost = true,
             Err(e) => {
                 metrics.setattr_errors.inc();
-                warn!(vm = %vm.name, vcpu = d.vcpu, error = %e, "sched_setattr failed");
+                m.failures += 1;
+                if m.failures.is_power_of_two() {
+                    // RT group scheduling: a thread in a cpu cgroup without
+                    // RT runtime cannot be made RT, whoever asks.
+                    let hint = if want.is_rt() && e.raw_os_error() == Some(libc::EPERM) {
+                        "; its cpu cgroup may have no RT runtime (cpu.rt_runtime_us 0, \
+                         CONFIG_RT_GROUP_SCHED): see docs/FLEET.md"
+                    } else {
+                        ""
+                    };
+                    warn!(vm = %vm.name, vcpu = d.vcpu, tid = m.handle.tid, params = %want,
+                        failures = m.failures, error = %e, "sched_setattr failed{hint}");
+                }
             }
         }
         vm.publish(now, d.vcpu);

@@ -5,6 +5,8 @@
 //! Each test binary includes it with `mod support;` and uses what it needs.
 #![allow(dead_code)]
 
+pub mod libvirt;
+
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -187,6 +189,44 @@ impl Daemon {
                 .map(drop)
         })
         .unwrap_or_else(|| panic!("pvschedd did not open its socket; log:\n{}", d.log()));
+        d
+    }
+
+    /// Starts `bin` (e.g. an installed `/usr/sbin/pvschedd`) in `dir` with
+    /// exactly `toml` as its configuration, as [`Daemon::start_with_config`].
+    pub fn start_binary(bin: &Path, dir: &Path, toml: &str) -> Self {
+        let config = dir.join("pvsched.toml");
+        std::fs::write(&config, toml).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("pvschedd.log"))
+            .unwrap();
+        let child = Command::new(bin)
+            .arg("--config")
+            .arg(&config)
+            .arg("--log")
+            .arg(std::env::var("PVSCHED_E2E_LOG").unwrap_or_else(|_| "info".into()))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
+        let d = Daemon {
+            child: Some(child),
+            dir: dir.to_path_buf(),
+        };
+        wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
+            std::os::unix::net::UnixStream::connect(d.socket())
+                .ok()
+                .map(drop)
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "{} did not open its socket; log:\n{}",
+                bin.display(),
+                d.log()
+            )
+        });
         d
     }
 
