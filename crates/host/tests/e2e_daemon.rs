@@ -234,7 +234,16 @@ fn a_guest_rt_task_spinning_5s_is_throttled_and_counted() {
 #[test]
 fn unboost_follows_the_guest_clearing_its_reason_within_2ms() {
     let f = fixture();
-    let d = start_daemon("unboost", &[("e2e", &f.vm)]);
+    // No demotion within a 30 ms RT phase: the boost stays at the cap until
+    // the guest clears its reason, so that leaving the cap is the unboost
+    // (with the default 4 ms it leaves the cap long before, and a phase
+    // that starts while the last one's burst is not yet repaid starts below
+    // it: neither measures the unboost).
+    let entries = format!(
+        "[defaults]\ndemote_after_ns = 1_000_000_000\n{}",
+        vm_entries(&[("e2e", &f.vm)])
+    );
+    let d = Daemon::start(&tempdir("unboost"), &entries);
     d.wait_serving("e2e", 2);
     let tid = vcpu_tid(&f.vm, 1);
 
