@@ -18,11 +18,19 @@ use support::{
 
 /// A fake VMM whose guest claims a FIFO task on every vCPU, spinning, with
 /// a truthful QMP socket; and the `[[vm]]` entry that serves it.
+/// A fake VMM whose guest spins RT on every vCPU, and its `[[vm]]` entry
+/// (ending in its `[vm.limits]` table). Never demoted: these tests watch
+/// the boost's priority, and a guest that always asks would otherwise stay
+/// at priority 1 from its first long burst on.
 fn spinning_vm(dir: &Path, name: &str) -> (FakeVmm, String) {
     let mut cfg = FakeVmmConfig::new(Path::new(""));
     cfg.guest_fifo = Some(10);
     cfg.spin = true;
-    qmp_vm(dir, name, cfg)
+    let (vmm, entry) = qmp_vm(dir, name, cfg);
+    (
+        vmm,
+        format!("{entry}[vm.limits]\ndemote_after_ns = 1_000_000_000\n"),
+    )
 }
 
 fn assert_original(tids: &[i32]) {
@@ -185,7 +193,7 @@ fn kill_9_at_any_point_leaves_nothing_a_restart_does_not_restore() {
     // (20 %) in a fraction of a second and is then left alone, so few kills
     // would find a vCPU boosted. With the whole budget it is boosted about
     // half the time (max_boost_ns on, throttle_ns off).
-    let entry = format!("{entry}[vm.limits]\nboost_share_permille = 1000\n");
+    let entry = format!("{entry}boost_share_permille = 1000\n");
     let region = dir.join("k9.region");
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let rounds = 50;
