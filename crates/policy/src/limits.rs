@@ -233,12 +233,13 @@ pub struct VmLimits {
     /// asking is boosted at most half the time).
     pub throttle_ns: u64,
     /// The VM's boost budget: the share of its vCPU time (elapsed time x nr_vcpus) that may be
-    /// boosted, whatever the reason, in permille, 0..=1000. Default 300: 300 ms per vCPU per
-    /// 1 s window, which a demoted vCPU spends twice as fast (`demoted_charge`). The
-    /// rogue-guest benchmark: a well-behaved guest under load used 15-22 % boosted time, and
-    /// 200 latched it in some repeats; at 500 (charge 1) a guest spinning RT on every vCPU
-    /// took 2.5x its plain-CFS share of the machine, at 300 with charge 2 it took about its
-    /// plain-CFS share. Enforced ([`crate::fairness`]): once the VM has spent its banked
+    /// boosted, whatever the reason, in permille, 0..=1000. Default 200: 200 ms per vCPU per
+    /// 1 s window, which a demoted vCPU spends twice as fast (`demoted_charge`). Measured
+    /// (BENCHMARKS.md): at 500 (charge 1) a guest spinning RT on every vCPU took 2.5x its
+    /// plain-CFS share of the machine; at 300 the loaded host's p99 was 1.52x vanilla's
+    /// against 1.17x at 200 (the daemon's recheck timer runs while anything is boosted). A
+    /// well-behaved TCG guest under load needs 15-22 %, and 200 latches it at times; a KVM
+    /// guest's boosts are far shorter (no emulation). Enforced ([`crate::fairness`]): once the VM has spent its banked
     /// budget, no vCPU of it is boosted until the window's budget is earned back. 0 refuses
     /// every boost.
     pub boost_share_permille: u32,
@@ -291,7 +292,7 @@ impl Default for VmLimits {
             demoted_charge: 2,
             inconsistent_grace_ns: 2_000_000,
             throttle_ns: 50_000_000,
-            boost_share_permille: 300,
+            boost_share_permille: 200,
             fairness_window_ns: 1_000_000_000,
             debt_nice: 5,
             cs_budget_ns: 2_000_000,
