@@ -76,9 +76,18 @@ fn vm_entries(vms: &[(&str, &Vm)]) -> String {
     toml
 }
 
-/// A pvschedd in a fresh directory serving `vms`.
+/// A pvschedd in a fresh directory serving `vms`, with demotion out of the
+/// way: these tests watch a boost at the cap (the guest's FIFO 42 mapped to
+/// 4) from its start to its end or throttle, and a burst past
+/// `demote_after_ns` (4 ms) would leave the cap for priority 1 until repaid.
+/// Demotion has tests of its own (crates/policy/tests/behaviour.rs) and the
+/// rogue-guest benchmark.
 fn start_daemon(name: &str, vms: &[(&str, &Vm)]) -> Daemon {
-    Daemon::start(&tempdir(name), &vm_entries(vms))
+    let toml = format!(
+        "[defaults]\ndemote_after_ns = 1_000_000_000\n{}",
+        vm_entries(vms)
+    );
+    Daemon::start(&tempdir(name), &toml)
 }
 
 fn vcpu_tid(vm: &Vm, vcpu: u32) -> i32 {
@@ -234,16 +243,10 @@ fn a_guest_rt_task_spinning_5s_is_throttled_and_counted() {
 #[test]
 fn unboost_follows_the_guest_clearing_its_reason_within_2ms() {
     let f = fixture();
-    // No demotion within a 30 ms RT phase: the boost stays at the cap until
-    // the guest clears its reason, so that leaving the cap is the unboost
-    // (with the default 4 ms it leaves the cap long before, and a phase
-    // that starts while the last one's burst is not yet repaid starts below
-    // it: neither measures the unboost).
-    let entries = format!(
-        "[defaults]\ndemote_after_ns = 1_000_000_000\n{}",
-        vm_entries(&[("e2e", &f.vm)])
-    );
-    let d = Daemon::start(&tempdir("unboost"), &entries);
+    // No demotion (start_daemon): the boost stays at the cap through the
+    // 30 ms RT phase until the guest clears its reason, so leaving the cap
+    // is the unboost.
+    let d = start_daemon("unboost", &[("e2e", &f.vm)]);
     d.wait_serving("e2e", 2);
     let tid = vcpu_tid(&f.vm, 1);
 
