@@ -161,39 +161,12 @@ impl Daemon {
 
     /// Starts pvschedd with exactly `toml` as its configuration.
     pub fn start_with_config(dir: &Path, toml: &str) -> Self {
-        let config = dir.join("pvsched.toml");
-        std::fs::write(&config, toml).unwrap();
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.join("pvschedd.log"))
-            .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_pvschedd"))
-            .arg("--config")
-            .arg(&config)
-            .arg("--log")
-            .arg(std::env::var("PVSCHED_E2E_LOG").unwrap_or_else(|_| "info".into()))
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start pvschedd");
-        let d = Daemon {
-            child: Some(child),
-            dir: dir.to_path_buf(),
-        };
-        // Connectable, not just present: the socket file exists between
-        // bind and listen, when a connection is refused.
-        wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
-            std::os::unix::net::UnixStream::connect(d.socket())
-                .ok()
-                .map(drop)
-        })
-        .unwrap_or_else(|| panic!("pvschedd did not open its socket; log:\n{}", d.log()));
-        d
+        Self::start_binary(Path::new(env!("CARGO_BIN_EXE_pvschedd")), dir, toml)
     }
 
-    /// Starts `bin` (e.g. an installed `/usr/sbin/pvschedd`) in `dir` with
-    /// exactly `toml` as its configuration, as [`Daemon::start_with_config`].
+    /// Starts `bin` (this build's pvschedd, or an installed
+    /// `/usr/sbin/pvschedd`) in `dir` with exactly `toml` as its
+    /// configuration; returns once its control socket accepts connections.
     pub fn start_binary(bin: &Path, dir: &Path, toml: &str) -> Self {
         let config = dir.join("pvsched.toml");
         std::fs::write(&config, toml).unwrap();
@@ -215,6 +188,8 @@ impl Daemon {
             child: Some(child),
             dir: dir.to_path_buf(),
         };
+        // Connectable, not just present: the socket file exists between
+        // bind and listen, when a connection is refused.
         wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
             std::os::unix::net::UnixStream::connect(d.socket())
                 .ok()
