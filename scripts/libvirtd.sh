@@ -61,6 +61,14 @@ stop_pid() {
 	wait_gone "$pid" || die "$name ($pid) still running ${WAIT_S}s after SIGTERM"
 }
 
+# Starts daemon $1 (-d: it daemonizes) and prints its pid from pidfile $2.
+# Its stdin and stdout are not this command substitution's pipe, so a
+# daemon that keeps them open cannot hold the caller.
+launch() {
+	"$1" -d </dev/null >/dev/null
+	wait_pidfile "$2" "$1"
+}
+
 # Waits (bounded) until pidfile $1 names a running $2, and prints the PID.
 wait_pidfile() {
 	local pidfile=$1 name=$2 i pid
@@ -145,8 +153,7 @@ start() {
 	pid=$(running_pid "$VIRTLOGD_PIDFILE" virtlogd)
 	how=running
 	if [ -z "$pid" ]; then
-		virtlogd -d
-		pid=$(wait_pidfile "$VIRTLOGD_PIDFILE" virtlogd)
+		pid=$(launch virtlogd "$VIRTLOGD_PIDFILE")
 		record virtlogd
 		how=started
 	fi
@@ -158,13 +165,11 @@ start() {
 		# Running domains survive this: QEMU is not libvirtd's child, and
 		# the new libvirtd reconnects to them.
 		stop_pid libvirtd "$pid"
-		libvirtd -d
-		pid=$(wait_pidfile "$LIBVIRTD_PIDFILE" libvirtd)
+		pid=$(launch libvirtd "$LIBVIRTD_PIDFILE")
 		# If we started the old one, we own the new one too (already recorded).
 		how=restarted
 	elif [ -z "$pid" ]; then
-		libvirtd -d
-		pid=$(wait_pidfile "$LIBVIRTD_PIDFILE" libvirtd)
+		pid=$(launch libvirtd "$LIBVIRTD_PIDFILE")
 		record libvirtd
 		how=started
 	fi
