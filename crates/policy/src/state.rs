@@ -23,6 +23,12 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
+    /// Whether the thread may be on a CPU: switched in, or no event seen yet (assumed
+    /// running, so an unknown vCPU is charged rather than free).
+    pub const fn on_cpu(self) -> bool {
+        matches!(self, RunStatus::Running | RunStatus::Unknown)
+    }
+
     /// `PVSCHED_HS_*`.
     pub const fn abi(self) -> u32 {
         match self {
@@ -412,7 +418,8 @@ impl VmState {
             }
             match (v.throttled_until, v.boost_start) {
                 (Some(t), _) => offer(t),
-                (None, Some(_)) => {
+                // Only time on a CPU grows a burst: a waiting vCPU's deadlines move on.
+                (None, Some(_)) if v.status.on_cpu() => {
                     offer(
                         v.burst_since
                             .saturating_add(self.limits.max_boost_ns.saturating_sub(v.burst_ns)),
@@ -424,7 +431,7 @@ impl VmState {
                         );
                     }
                 }
-                (None, None) => {}
+                (None, _) => {}
             }
         }
         if let Some(dt) = self
@@ -691,7 +698,10 @@ impl VmState {
             _ => {}
         }
 
-        let charge = is_rt && v.status != RunStatus::Halted;
+        // The budget pays for CPU time taken at RT: a boosted vCPU waiting for a CPU (behind
+        // the host's RT tasks or another VM's boost at the same priority) is not charged, or
+        // a well-behaved guest stuck behind a rogue would spend its budget waiting.
+        let charge = is_rt && v.status.on_cpu();
         match (charge, v.charged_since) {
             (true, None) => {
                 v.charged_since = Some(now);
@@ -772,14 +782,17 @@ fn since_ns(since: Option<u64>, now: u64) -> u64 {
     since.map_or(0, |s| now.saturating_sub(s))
 }
 
-/// Brings a vCPU's burst up to `now`: boosted time on a CPU adds, anything else drains.
+/// Brings a vCPU's burst up to `now`: boosted time on a CPU adds, boosted time waiting for
+/// one (behind a higher or equal RT priority) neither adds nor drains, anything else drains.
 /// Halted time is not burst: a halted vCPU uses no CPU whatever its policy. A demotion
 /// ends when the burst has drained to zero through time that was not held back.
 fn account_burst(v: &mut Vcpu, now: u64) {
     let dt = now.saturating_sub(v.burst_since);
     let halted = v.status == RunStatus::Halted;
-    if v.boost_start.is_some() && !halted {
+    if v.boost_start.is_some() && v.status.on_cpu() {
         v.burst_ns = v.burst_ns.saturating_add(dt);
+    } else if v.boost_start.is_some() && !halted {
+        // Boosted and waiting for a CPU: it takes nothing, and repays nothing either.
     } else {
         v.burst_ns = v.burst_ns.saturating_sub(dt);
         if v.burst_ns == 0 && dt > 0 && (halted || !v.target.throttled) {

@@ -112,6 +112,31 @@ fn tick_until(vm: &mut VmState, until: u64) -> Vec<(u64, Decision)> {
     all
 }
 
+/// Like [`tick_until`] on a loaded host: a vCPU runs at once when boosted and is preempted
+/// by host work when unboosted, and the policy hears of each switch.
+fn tick_until_loaded(vm: &mut VmState, until: u64) -> Vec<(u64, Decision)> {
+    let mut all = Vec::new();
+    while let Some(d) = vm.next_deadline() {
+        if d > until {
+            break;
+        }
+        let at = d.max(vm.now());
+        for dec in step(vm, at, Event::Tick) {
+            let vcpu = dec.vcpu;
+            let switch = if dec.params.is_rt() {
+                Event::Running { vcpu }
+            } else {
+                Event::Preempted { vcpu }
+            };
+            all.push((at, dec));
+            for more in step(vm, at, switch) {
+                all.push((at, more));
+            }
+        }
+    }
+    all
+}
+
 // ---- 1. critical sections ----
 
 #[test]
@@ -620,6 +645,29 @@ fn halted_time_does_not_count_toward_max_boost() {
 }
 
 #[test]
+fn a_boosted_vcpu_waiting_for_a_cpu_is_neither_throttled_demoted_nor_charged() {
+    let limits = VmLimits::default();
+    let mut vm = vm(limits.clone(), 1);
+    step(&mut vm, 0, upd(0, task(2, abi::POLICY_FIFO, 99, 0)));
+    step(&mut vm, 0, Event::Preempted { vcpu: 0 });
+
+    // Waits 100 ms behind an equal RT priority (a rogue VM's spinning vCPU): past
+    // max_boost and demote_after in wall time.
+    let waiting = tick_until(&mut vm, 100 * MS);
+    let charged_waiting = vm.vcpu_stats(0).unwrap().boosted_ns;
+    let ran = step(&mut vm, 100 * MS, Event::Running { vcpu: 0 });
+    let on_cpu = tick_until(&mut vm, 100 * MS + limits.demote_after_ns);
+
+    assert!(waiting.is_empty() && ran.is_empty());
+    assert_eq!(charged_waiting, 0);
+    assert_eq!(vm.vm_stats().throttles_total, 0);
+    // Its own CPU time still counts: demoted after demote_after on a CPU.
+    assert_eq!(on_cpu.len(), 1);
+    assert_eq!(on_cpu[0].0, 100 * MS + limits.demote_after_ns);
+    assert_eq!(on_cpu[0].1.params.rt_priority, 1);
+}
+
+#[test]
 fn proactive_boosts_can_be_switched_off() {
     let limits = VmLimits {
         proactive_wake: false,
@@ -1073,8 +1121,9 @@ fn a_guest_claiming_a_critical_section_forever_is_boosted_about_one_tick_at_a_ti
         .into_iter()
         .map(|d| (0, d))
         .collect();
+    step(&mut vm, 0, Event::Running { vcpu: 0 });
 
-    let later = tick_until(&mut vm, 1_000 * MS);
+    let later = tick_until_loaded(&mut vm, 1_000 * MS);
     let (boosted, longest) = boosted_time(&first, &later, 1, 1_000 * MS);
 
     // 2 ms of budget drained at a net 0.5 ns per ns: 4 ms boosted, then 4 ms to earn the
@@ -1095,6 +1144,7 @@ fn a_spent_critical_section_budget_leaves_the_guests_other_reasons_standing() {
     h.policy = abi::POLICY_FIFO;
     h.rt_priority = 3;
     let start = step(&mut vm, 0, upd(0, h));
+    step(&mut vm, 0, Event::Running { vcpu: 0 });
 
     let at_latch = step(&mut vm, 4 * MS, Event::Tick);
 
@@ -1116,7 +1166,10 @@ fn a_critical_section_boost_comes_back_once_its_budget_is_earned_back() {
     let mut vm = vm(base(), 1);
     step(&mut vm, 0, Event::Preempted { vcpu: 0 });
     step(&mut vm, 0, upd(0, cs(2, abi::CS_HARDIRQ)));
+    step(&mut vm, 0, Event::Running { vcpu: 0 });
     step(&mut vm, 4 * MS, Event::Tick);
+    // Unboosted, it loses its CPU to host work.
+    step(&mut vm, 4 * MS, Event::Preempted { vcpu: 0 });
 
     let owed = vm.vcpu_stats(0).unwrap();
     let back_at = vm.next_deadline();
@@ -1137,6 +1190,7 @@ fn critical_section_budgets_are_per_vcpu() {
     let mut vm = vm(base(), 2);
     step(&mut vm, 0, Event::Preempted { vcpu: 0 });
     step(&mut vm, 0, upd(0, cs(2, abi::CS_HARDIRQ)));
+    step(&mut vm, 0, Event::Running { vcpu: 0 });
     step(&mut vm, 4 * MS, Event::Tick);
 
     step(&mut vm, 5 * MS, Event::Preempted { vcpu: 1 });
@@ -1290,6 +1344,8 @@ fn host_half_reports_status_flags_params_and_counters() {
     step(&mut vm, 0, upd(0, cs(2, abi::CS_HARDIRQ)));
     step(&mut vm, 5, Event::Preempted { vcpu: 0 });
     step(&mut vm, 6, Event::OverloadHint { overloaded: true });
+    step(&mut vm, 10, Event::Running { vcpu: 0 });
+    step(&mut vm, 20, Event::Preempted { vcpu: 0 });
 
     let h = vm.host_half(0, 100);
 
@@ -1300,9 +1356,10 @@ fn host_half_reports_status_flags_params_and_counters() {
     assert_eq!(h.rt_priority, 8);
     assert_eq!(h.update_ns, 100);
     assert_eq!(h.boost_count, 1);
-    assert_eq!(h.preempt_count, 1);
-    // Boosted from the preemption at 5 (running, the critical section asked for nothing).
-    assert_eq!(h.boosted_ns, 95);
+    assert_eq!(h.preempt_count, 2);
+    // Boosted from the preemption at 5 (running, the critical section asked for nothing);
+    // charged only while on a CPU, 10 to 20.
+    assert_eq!(h.boosted_ns, 10);
 }
 
 #[test]

@@ -104,7 +104,8 @@ fn run(
     };
 
     // Per vCPU, since its boost began: boosted time on a CPU minus time halted (a halted
-    // vCPU uses no CPU; the policy's burst drains then, as when unboosted).
+    // vCPU uses no CPU; the policy's burst drains then, as when unboosted); time waiting for
+    // a CPU neither adds nor drains.
     let mut deliver = |vm: &mut VmState,
                        at: u64,
                        ev: &Event,
@@ -114,15 +115,13 @@ fn run(
         let prev = vm.now();
         charged.add(vm, at.max(prev) - prev);
         for (i, since) in boosted_since.iter_mut().enumerate() {
-            let halted = vm
-                .vcpu_stats(i as u32)
-                .is_some_and(|s| s.status == RunStatus::Halted);
+            let status = vm.vcpu_stats(i as u32).map(|s| s.status);
             if let Some(acc) = since.as_mut() {
                 let dt = at.max(prev) - prev;
-                *acc = if halted {
-                    acc.saturating_sub(dt)
-                } else {
-                    *acc + dt
+                *acc = match status {
+                    Some(RunStatus::Halted) => acc.saturating_sub(dt),
+                    Some(s) if s.on_cpu() => *acc + dt,
+                    _ => *acc,
                 };
             }
         }

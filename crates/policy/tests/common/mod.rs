@@ -3,7 +3,7 @@
 use proptest::prelude::*;
 use pvsched_abi as abi;
 use pvsched_abi::GuestHalf;
-use pvsched_policy::{AllowedPolicies, Decision, HostPolicy, Reason, RunStatus, VmLimits, VmState};
+use pvsched_policy::{AllowedPolicies, Decision, HostPolicy, Reason, VmLimits, VmState};
 
 pub fn arb_u32_biased(small: u32) -> impl Strategy<Value = u32> {
     prop_oneof![0..=small, any::<u32>()]
@@ -155,7 +155,7 @@ pub fn check_params(limits: &VmLimits, d: &Decision) -> Result<(), TestCaseError
     Ok(())
 }
 
-/// Boosted, non-halted time as the engine's targets show it between events, ns.
+/// Boosted time on a CPU as the engine's targets and statuses show it between events, ns.
 pub struct Charged {
     pub all: u64,
     pub cs: Vec<u64>,
@@ -168,7 +168,7 @@ impl Charged {
             let (Some(t), Some(s)) = (vm.target(i as u32), vm.vcpu_stats(i as u32)) else {
                 continue;
             };
-            if t.params.is_rt() && s.status != RunStatus::Halted {
+            if t.params.is_rt() && s.status.on_cpu() {
                 self.all += dt;
                 if matches!(t.reason, Reason::CriticalSection(_)) {
                     *cs += dt;
