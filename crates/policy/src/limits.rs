@@ -205,8 +205,9 @@ pub struct VmLimits {
     /// How long a proactive boost lasts unless the guest confirms (or denies) it. Default
     /// 1 ms: long enough for the guest to run its handler and publish why.
     pub proactive_boost_ns: u64,
-    /// Longest boost of one vCPU before it is throttled. Counted as boosted time not yet
-    /// matched by as much unboosted time, so brief unboosts do not restart the clock.
+    /// Longest boost of one vCPU before it is throttled. Counted as boosted time on a CPU
+    /// not yet matched by as much unboosted or halted time, so brief unboosts do not
+    /// restart the clock (time waiting for a CPU counts neither way).
     /// Default 50 ms: far above any interrupt handler or audio period, short enough that a
     /// spinning guest RT task costs the host at most 50 ms of latency per
     /// `max_boost + throttle`.
