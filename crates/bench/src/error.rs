@@ -6,6 +6,7 @@ use std::io;
 
 use pvsched_base::qmp::QmpError;
 use pvsched_control::ControlError;
+use pvsched_report::ReportError;
 
 use crate::stats::ParseError;
 
@@ -56,16 +57,16 @@ pub enum BenchError {
     #[error("{what}: {msg}")]
     Parse { what: String, msg: String },
 
-    /// A plot could not be drawn or written.
-    #[error("{what}: {msg}")]
-    Plot { what: String, msg: String },
-
     /// The pvsched mode cannot run (no binaries, no region, an earlier failure).
     #[error("{0}")]
     PvschedUnavailable(String),
 
     #[error("{what}: {source}")]
     Qmp { what: String, source: QmpError },
+
+    /// A plot could not be drawn or written, or has no font.
+    #[error(transparent)]
+    Report(#[from] ReportError),
 
     /// `sched_setattr` / `sched_getattr` on a host thread failed.
     #[error("{what}: {source}")]
@@ -128,6 +129,25 @@ mod tests {
     fn errors_can_travel_to_clap_and_between_threads() {
         fn assert_send_sync<T: Send + Sync + 'static>() {}
         assert_send_sync::<BenchError>();
+    }
+
+    #[test]
+    fn a_report_error_converts_with_question_mark_and_keeps_its_message() {
+        fn plot() -> std::result::Result<(), ReportError> {
+            Err(ReportError::Plot {
+                what: "/out/a.png".into(),
+                msg: "disk full".into(),
+            })
+        }
+        fn bench() -> Result<()> {
+            plot()?;
+            Ok(())
+        }
+
+        let e = bench().unwrap_err();
+
+        assert!(matches!(e, BenchError::Report(_)), "{e:?}");
+        assert_eq!(e.to_string(), "/out/a.png: disk full");
     }
 
     #[test]

@@ -13,12 +13,14 @@ pub mod foreign;
 pub mod guest;
 pub mod host;
 pub mod model;
-pub mod plot;
 pub mod progress;
 pub mod report;
 pub mod rogue;
 pub mod rogue_report;
 pub mod run;
-pub mod stats;
+
+// Shared with the simulator; re-exported so `crate::stats::…` and
+// `crate::plot::…` keep their paths.
+pub use pvsched_report::{plot, stats};
 
 pub use error::{BenchError, Result};

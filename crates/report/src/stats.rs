@@ -66,6 +66,14 @@ impl Histogram {
         self.max_us = self.max_us.max(us);
     }
 
+    /// Adds one sample of `ns` nanoseconds, rounded to the nearest
+    /// microsecond bucket (half up): what a simulator, which knows latencies
+    /// to the nanosecond, records so that its histograms read like
+    /// cyclictest's.
+    pub fn record_ns(&mut self, ns: u64) {
+        self.record(ns.saturating_add(500) / 1000, 1);
+    }
+
     /// Adds every sample of `other`.
     pub fn merge(&mut self, other: &Histogram) {
         for (&us, &n) in &other.buckets {
@@ -318,6 +326,36 @@ mod tests {
 
         // Assert
         assert_eq!(c, vec![(10.0, 1.0), (20.0, 0.5), (500.0, 0.25)]);
+    }
+
+    #[test]
+    fn record_ns_rounds_to_the_nearest_microsecond_bucket() {
+        // Arrange
+        let mut h = Histogram::default();
+
+        // Act
+        for ns in [0, 499, 500, 1_499, 1_500, 2_000, u64::MAX] {
+            h.record_ns(ns);
+        }
+
+        // Assert: 0 and 499 ns -> 0 us; 500 and 1499 -> 1; 1500 and 2000 -> 2.
+        assert_eq!(h.buckets.get(&0), Some(&2));
+        assert_eq!(h.buckets.get(&1), Some(&2));
+        assert_eq!(h.buckets.get(&2), Some(&2));
+        assert_eq!(h.samples, 7);
+        assert_eq!(h.overflows, 0);
+        assert_eq!(h.max_us, u64::MAX / 1000);
+    }
+
+    #[test]
+    fn record_ns_histograms_summarise_like_recorded_microseconds() {
+        let mut a = Histogram::default();
+        let mut b = Histogram::default();
+        for us in 1..=100u64 {
+            a.record(us, 1);
+            b.record_ns(us * 1000 + 123);
+        }
+        assert_eq!(a.summary(), b.summary());
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 
 use plotters::prelude::*;
 
-use crate::error::{BenchError, Result};
+use crate::error::{ReportError, Result};
 use crate::stats::Histogram;
 
 /// Font files tried, first found wins (fonts-dejavu-core).
@@ -45,13 +45,11 @@ pub fn init_font() -> Result<()> {
     });
     match font {
         Font::Ready => Ok(()),
-        Font::Unusable(f) => Err(BenchError::Plot {
-            what: f.to_string(),
-            msg: "not a usable font".into(),
+        Font::Unusable(f) => Err(ReportError::FontUnusable {
+            path: f.to_string(),
         }),
-        Font::Missing => Err(BenchError::Missing {
-            what: format!("a font for the plots ({})", FONTS[0]),
-            hint: "install fonts-dejavu-core".into(),
+        Font::Missing => Err(ReportError::NoFont {
+            path: FONTS[0].to_string(),
         }),
     }
 }
@@ -103,7 +101,7 @@ fn panel(
     curves: &[Curve<'_>],
     interval_us: u32,
 ) -> Result<()> {
-    let e = |x: &dyn std::fmt::Display| BenchError::Plot {
+    let e = |x: &dyn std::fmt::Display| ReportError::Plot {
         what: format!("{} ({title})", path.display()),
         msg: x.to_string(),
     };
@@ -206,7 +204,7 @@ pub fn latency_ccdf(
     host: &[Curve<'_>],
 ) -> Result<()> {
     init_font()?;
-    let e = |x: &dyn std::fmt::Display| BenchError::Plot {
+    let e = |x: &dyn std::fmt::Display| ReportError::Plot {
         what: path.display().to_string(),
         msg: x.to_string(),
     };
@@ -250,7 +248,7 @@ mod tests {
             a.record(us * 10, 200 - us);
             b.record(us, 200 - us);
         }
-        let dir = std::env::temp_dir().join(format!("pvsched-bench-plot-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("pvsched-report-plot-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("t.png");
 
