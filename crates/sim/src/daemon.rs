@@ -1,0 +1,181 @@
+//! pvschedd as the simulator runs it: the real policy engine (`pvsched-policy`), one
+//! [`VmState`] per VM, fed the events the daemon's BPF programs would deliver and the guest
+//! halves it would read (at a preemption, a halt, a wakeup, and on its recheck timer for
+//! boosted vCPUs), its decisions taking effect `reaction_ns` later. What it leaves out: the
+//! daemon's own CPU time, lost events, and lazy records (the sim delivers every record at
+//! once; the daemon reads a boosted vCPU's records up to one recheck period late).
+
+use pvsched_abi::GuestHalf;
+use pvsched_policy::{Decisions, Event, HostPolicy, SchedParams, VmLimits, VmState, VmStats};
+
+use crate::host::Class;
+
+pub struct Daemon {
+    vms: Vec<DaemonVm>,
+    out: Decisions,
+    latency_path: bool,
+    reaction_ns: u64,
+    recheck_ns: u64,
+}
+
+struct DaemonVm {
+    state: VmState,
+    /// Whether each vCPU's target is an RT boost, and its class.
+    boosted: Vec<Option<Class>>,
+    /// Decisions to take effect: (at, vcpu or u32::MAX for the main loop, class).
+    pending: Vec<(u64, u32, Class)>,
+    /// The main loop's class last asked for.
+    main_loop: Class,
+    /// When the next tick is due (the one queued).
+    tick_at: Option<u64>,
+}
+
+/// The host class of a policy decision.
+pub fn class_of(p: SchedParams) -> Class {
+    match p.policy {
+        HostPolicy::Fifo => Class::Fifo {
+            prio: p.rt_priority,
+        },
+        HostPolicy::Rr => Class::Rr {
+            prio: p.rt_priority,
+        },
+        // Batch and idle are fair-class threads; the model weighs them by nice.
+        HostPolicy::Other | HostPolicy::Batch | HostPolicy::Idle => Class::Fair { nice: p.nice },
+    }
+}
+
+fn prio_of(c: Class) -> u8 {
+    match c {
+        Class::Fifo { prio } | Class::Rr { prio } => prio,
+        Class::Fair { .. } => 0,
+    }
+}
+
+impl Daemon {
+    pub fn new(
+        vcpus_per_vm: &[u32],
+        limits: VmLimits,
+        latency_path: bool,
+        reaction_ns: u64,
+        recheck_ns: u64,
+    ) -> Daemon {
+        let vms = vcpus_per_vm
+            .iter()
+            .map(|&n| DaemonVm {
+                // The limits were validated with the scenario.
+                state: VmState::new(limits.clone(), n).unwrap_or_else(|e| {
+                    panic!("limits validated with the scenario were refused: {e}")
+                }),
+                boosted: vec![None; n as usize],
+                pending: Vec::new(),
+                main_loop: Class::Fair { nice: 0 },
+                tick_at: None,
+            })
+            .collect();
+        Daemon {
+            vms,
+            out: Decisions::new(),
+            latency_path,
+            reaction_ns,
+            recheck_ns,
+        }
+    }
+
+    /// One read of a guest half (if any) then one event (if any), as the daemon handles a
+    /// host event of the VM.
+    pub fn handle(&mut self, vm: u32, now: u64, read: Option<(u32, GuestHalf)>, ev: Option<Event>) {
+        let reaction = self.reaction_ns;
+        let dv = &mut self.vms[vm as usize];
+        if let Some((vcpu, guest)) = read {
+            dv.state.handle(
+                now,
+                &Event::GuestUpdate {
+                    vcpu,
+                    guest,
+                    consistent: true,
+                },
+                &mut self.out,
+            );
+            dv.take(&self.out, now + reaction);
+        }
+        if let Some(ev) = ev {
+            dv.state.handle(now, &ev, &mut self.out);
+            dv.take(&self.out, now + reaction);
+        }
+    }
+
+    /// Whether the tick queued for `vm` at `now` is the current one.
+    pub fn tick_due(&mut self, vm: u32, now: u64) -> bool {
+        let dv = &mut self.vms[vm as usize];
+        if dv.tick_at == Some(now) {
+            dv.tick_at = None;
+            true
+        } else {
+            false
+        }
+    }
+
+    pub fn is_boosted(&self, vm: u32, vcpu: u32) -> bool {
+        self.vms[vm as usize].boosted[vcpu as usize].is_some()
+    }
+
+    pub fn boosted_vcpus(&self, vm: u32) -> impl Iterator<Item = u32> + '_ {
+        self.vms[vm as usize]
+            .boosted
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.is_some())
+            .map(|(i, _)| i as u32)
+    }
+
+    /// The decisions of `vm` to apply (with the main loop's, when it follows the VM's
+    /// strongest boost) and its next tick, if a new one must be queued.
+    pub fn drain(&mut self, vm: u32, now: u64) -> (Vec<(u64, u32, Class)>, Option<u64>) {
+        let latency_path = self.latency_path;
+        let recheck = self.recheck_ns;
+        let dv = &mut self.vms[vm as usize];
+        let mut applies = std::mem::take(&mut dv.pending);
+        if latency_path && !applies.is_empty() {
+            let strongest = dv
+                .boosted
+                .iter()
+                .flatten()
+                .copied()
+                .max_by_key(|c| prio_of(*c));
+            let want = strongest.unwrap_or(Class::Fair { nice: 0 });
+            if want != dv.main_loop {
+                dv.main_loop = want;
+                let at = applies.last().map_or(now, |a| a.0);
+                applies.push((at, u32::MAX, want));
+            }
+        }
+        let mut next = dv.state.next_deadline().map(|t| t.max(now));
+        if dv.boosted.iter().any(|b| b.is_some()) {
+            let r = now + recheck;
+            next = Some(next.map_or(r, |t| t.min(r)));
+        }
+        let tick = match (next, dv.tick_at) {
+            (Some(t), Some(q)) if t >= q => None,
+            (Some(t), _) => {
+                dv.tick_at = Some(t);
+                Some(t)
+            }
+            (None, _) => None,
+        };
+        (applies, tick)
+    }
+
+    pub fn stats(&self) -> Vec<VmStats> {
+        self.vms.iter().map(|v| v.state.vm_stats()).collect()
+    }
+}
+
+impl DaemonVm {
+    fn take(&mut self, out: &Decisions, at: u64) {
+        for d in out.iter() {
+            let class = class_of(d.params);
+            self.boosted[d.vcpu as usize] = d.params.is_rt().then_some(class);
+            self.pending.push((at, d.vcpu, class));
+        }
+    }
+}

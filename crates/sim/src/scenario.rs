@@ -1,0 +1,485 @@
+//! Scenario files: the host, its load, the VMs and their workloads, the modes to compare.
+//! TOML, parsed strictly (unknown keys are errors); the shipped ones live in
+//! `crates/sim/scenarios/` and are built in, so `--scenario NAME` works from anywhere.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::costs::{Costs, HaltPoll};
+use crate::error::SimError;
+
+/// Shipped scenarios, by name.
+pub const BUILT_IN: &[(&str, &str)] = &[
+    ("busy-host", include_str!("../scenarios/busy-host.toml")),
+    ("idle-host", include_str!("../scenarios/idle-host.toml")),
+    ("rogue-guest", include_str!("../scenarios/rogue-guest.toml")),
+    ("lock-holder", include_str!("../scenarios/lock-holder.toml")),
+    (
+        "message-passing",
+        include_str!("../scenarios/message-passing.toml"),
+    ),
+    ("fleet", include_str!("../scenarios/fleet.toml")),
+];
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// Simulated seconds per mode, after the warm-up.
+    pub duration_s: f64,
+    #[serde(default = "default_warmup")]
+    pub warmup_s: f64,
+    /// `kvm` or `tcg`.
+    pub costs: String,
+    /// Fields of the cost set to override.
+    #[serde(default)]
+    pub cost_overrides: CostOverrides,
+    /// Modes compared, in order: vanilla, static-rt, pvsched, pvsched-locks (pvsched with
+    /// lock holders published as critical sections).
+    pub modes: Vec<String>,
+    /// Runs of the whole scenario varying one setting (message-passing: halt polling).
+    #[serde(default)]
+    pub variants: Vec<Variant>,
+    pub host: HostSpec,
+    #[serde(default)]
+    pub vms: Vec<VmSpec>,
+    #[serde(default)]
+    pub pvsched: PvschedSpec,
+}
+
+fn default_warmup() -> f64 {
+    1.0
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CostOverrides {
+    pub guest_slowdown: Option<f64>,
+    pub exit_entry_ns: Option<u64>,
+    pub host_switch_ns: Option<u64>,
+    pub idle_wakeup_ns: Option<u64>,
+    pub timer_latency_ns: Option<u64>,
+    pub guest_switch_ns: Option<u64>,
+    pub guest_irq_ns: Option<u64>,
+    pub timer_via_main_loop: Option<bool>,
+    pub main_loop_work_ns: Option<u64>,
+    pub halt_poll: Option<HaltPoll>,
+    pub guest_halt_poll_ns: Option<u64>,
+    pub daemon_reaction_ns: Option<u64>,
+    pub daemon_recheck_ns: Option<u64>,
+}
+
+impl CostOverrides {
+    pub fn apply(&self, c: &mut Costs) {
+        macro_rules! set {
+            ($($f:ident),*) => { $( if let Some(v) = self.$f { c.$f = v; } )* };
+        }
+        set!(
+            guest_slowdown,
+            exit_entry_ns,
+            host_switch_ns,
+            idle_wakeup_ns,
+            timer_latency_ns,
+            guest_switch_ns,
+            guest_irq_ns,
+            timer_via_main_loop,
+            main_loop_work_ns,
+            halt_poll,
+            guest_halt_poll_ns,
+            daemon_reaction_ns,
+            daemon_recheck_ns
+        );
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Variant {
+    pub name: String,
+    #[serde(default)]
+    pub cost_overrides: CostOverrides,
+    /// VMs (by name) left out of this variant's runs (a baseline without the rogue).
+    #[serde(default)]
+    pub drop_vms: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostSpec {
+    pub cpus: u32,
+    #[serde(default)]
+    pub tasks: Vec<HostTaskSpec>,
+}
+
+/// A host thread's scheduling class as a scenario names it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PolicyName {
+    #[default]
+    Normal,
+    Fifo,
+    Rr,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, tag = "kind", rename_all = "kebab-case")]
+pub enum HostTaskSpec {
+    /// Always runnable (stress-ng --cpu, --vm).
+    Hog {
+        #[serde(default = "one")]
+        count: u32,
+        #[serde(default)]
+        nice: i8,
+    },
+    /// Runs then sleeps, each exponentially distributed (stress-ng --fork, --iomix).
+    Bursty {
+        #[serde(default = "one")]
+        count: u32,
+        run_us: u64,
+        sleep_us: u64,
+    },
+    /// Time the machine itself loses on every CPU: a pinned thread above every priority
+    /// running `run_us` every `every_us` (both exponential). Models a test machine that is
+    /// itself a VM (steal time, its hypervisor's interrupts): the floor of its measured
+    /// latencies.
+    Steal { run_us: u64, every_us: u64 },
+    /// A cyclictest thread: its wakeup latency is the host's latency figure.
+    Periodic {
+        #[serde(default = "one")]
+        count: u32,
+        interval_us: u64,
+        #[serde(default = "five")]
+        work_us: u64,
+        #[serde(default)]
+        policy: PolicyName,
+        #[serde(default)]
+        prio: u8,
+    },
+}
+
+fn one() -> u32 {
+    1
+}
+fn five() -> u64 {
+    5
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VmSpec {
+    pub name: String,
+    #[serde(default = "one")]
+    pub count: u32,
+    pub vcpus: u32,
+    #[serde(default)]
+    pub tasks: Vec<GuestTaskSpec>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LockKind {
+    /// A sleeping lock (mutex, rwsem writer): waiters block, the holder hands over.
+    #[default]
+    Mutex,
+    /// A spinlock: waiters spin on their vCPU (FIFO hand-over, as a ticket/queued lock).
+    Spin,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, tag = "kind", rename_all = "kebab-case")]
+pub enum GuestTaskSpec {
+    /// cyclictest in the guest, one thread per vCPU: the guest's latency figure.
+    Periodic {
+        interval_us: u64,
+        #[serde(default = "five")]
+        work_us: u64,
+        #[serde(default)]
+        policy: PolicyName,
+        #[serde(default)]
+        prio: u8,
+    },
+    /// An audio-like task on vCPU 0: `work_us` per `period_us`, a glitch when a period's
+    /// work ends after the next period starts.
+    Audio {
+        period_us: u64,
+        work_us: u64,
+        #[serde(default)]
+        policy: PolicyName,
+        #[serde(default)]
+        prio: u8,
+    },
+    /// An always-runnable task per vCPU (`policy = "fifo"`: the rogue's rtspin).
+    Hog {
+        #[serde(default)]
+        policy: PolicyName,
+        #[serde(default)]
+        prio: u8,
+    },
+    /// Threads per vCPU taking one of `locks` locks in turn: `outside_us` of work, then the
+    /// lock for `hold_us`.
+    Lock {
+        #[serde(default = "one")]
+        threads_per_vcpu: u32,
+        #[serde(default = "one")]
+        locks: u32,
+        #[serde(default)]
+        lock_kind: LockKind,
+        outside_us: u64,
+        hold_us: u64,
+        /// Spinlocks: a waiter halts after spinning this long and the releaser kicks it
+        /// (paravirt qspinlock); 0 spins without limit.
+        #[serde(default)]
+        spin_limit_us: u64,
+    },
+    /// Two tasks on vCPUs 0 and 1 passing a message back and forth (each wakes the other
+    /// through an IPI when on another vCPU), `work_us` per message; the starter waits an
+    /// exponentially distributed `gap_us` (mean) before each round trip (0: closed loop).
+    PingPong {
+        work_us: u64,
+        #[serde(default)]
+        gap_us: u64,
+    },
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PvschedSpec {
+    /// SCHED_RR priority of every vCPU thread in the static-rt mode.
+    pub static_rt_priority: u8,
+    /// Boost the VMM's main loop with the VM's strongest boost (pvschedd's
+    /// `boost_latency_path`).
+    pub boost_latency_path: bool,
+    /// The guest rings a doorbell when a boosted vCPU's reason clears (it leaves a critical
+    /// section, its RT task stops), and the daemon re-reads the slot at once instead of at
+    /// its next recheck (the host-cost issue's design; not in the module yet).
+    pub doorbell: bool,
+    /// VmLimits overrides (the names of pvschedd's `[defaults]` keys).
+    pub boost_share_permille: Option<u32>,
+    pub demoted_charge: Option<u32>,
+    pub demote_after_ns: Option<u64>,
+    pub max_boost_ns: Option<u64>,
+    pub throttle_ns: Option<u64>,
+    pub cs_budget_ns: Option<u64>,
+    pub cs_window_ns: Option<u64>,
+}
+
+impl Default for PvschedSpec {
+    fn default() -> PvschedSpec {
+        PvschedSpec {
+            static_rt_priority: 8,
+            boost_latency_path: true,
+            doorbell: false,
+            boost_share_permille: None,
+            demoted_charge: None,
+            demote_after_ns: None,
+            max_boost_ns: None,
+            throttle_ns: None,
+            cs_budget_ns: None,
+            cs_window_ns: None,
+        }
+    }
+}
+
+impl PvschedSpec {
+    pub fn limits(&self) -> Result<pvsched_policy::VmLimits, SimError> {
+        let mut l = pvsched_policy::VmLimits::default();
+        macro_rules! set {
+            ($($f:ident),*) => { $( if let Some(v) = self.$f { l.$f = v; } )* };
+        }
+        set!(
+            boost_share_permille,
+            demoted_charge,
+            demote_after_ns,
+            max_boost_ns,
+            throttle_ns,
+            cs_budget_ns,
+            cs_window_ns
+        );
+        l.validate().map_err(|e| SimError::Scenario {
+            what: "[pvsched]".into(),
+            msg: e.to_string(),
+        })?;
+        Ok(l)
+    }
+}
+
+pub const MODES: &[&str] = &["vanilla", "static-rt", "pvsched", "pvsched-locks"];
+
+impl Scenario {
+    /// A built-in name or a path to a TOML file.
+    pub fn load(name_or_path: &str) -> Result<Scenario, SimError> {
+        if let Some((_, text)) = BUILT_IN.iter().find(|(n, _)| *n == name_or_path) {
+            return Scenario::parse(text, name_or_path);
+        }
+        let path = Path::new(name_or_path);
+        let text = std::fs::read_to_string(path).map_err(|source| SimError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Scenario::parse(&text, name_or_path)
+    }
+
+    pub fn parse(text: &str, what: &str) -> Result<Scenario, SimError> {
+        let s: Scenario = toml::from_str(text).map_err(|e| SimError::Scenario {
+            what: what.into(),
+            msg: e.to_string(),
+        })?;
+        s.check(what)?;
+        Ok(s)
+    }
+
+    fn check(&self, what: &str) -> Result<(), SimError> {
+        let bad = |msg: String| SimError::Scenario {
+            what: what.into(),
+            msg,
+        };
+        if !(self.duration_s > 0.0 && self.duration_s <= 3600.0) {
+            return Err(bad(format!(
+                "duration_s must be in (0, 3600], not {}",
+                self.duration_s
+            )));
+        }
+        if !(self.warmup_s >= 0.0 && self.warmup_s <= 600.0) {
+            return Err(bad(format!(
+                "warmup_s must be in [0, 600], not {}",
+                self.warmup_s
+            )));
+        }
+        if Costs::by_name(&self.costs).is_none() {
+            return Err(bad(format!(
+                "costs must be kvm or tcg, not {:?}",
+                self.costs
+            )));
+        }
+        if self.modes.is_empty() {
+            return Err(bad("modes is empty".into()));
+        }
+        for m in &self.modes {
+            if !MODES.contains(&m.as_str()) {
+                return Err(bad(format!(
+                    "unknown mode {m:?} (known: {})",
+                    MODES.join(", ")
+                )));
+            }
+        }
+        if self.host.cpus == 0 || self.host.cpus > 64 {
+            return Err(bad(format!(
+                "host.cpus must be 1..=64, not {}",
+                self.host.cpus
+            )));
+        }
+        for t in &self.host.tasks {
+            if let HostTaskSpec::Periodic {
+                interval_us,
+                policy,
+                prio,
+                ..
+            } = t
+            {
+                if *interval_us == 0 {
+                    return Err(bad("a host periodic task needs interval_us > 0".into()));
+                }
+                check_prio(*policy, *prio).map_err(bad)?;
+            }
+        }
+        for vm in &self.vms {
+            if vm.vcpus == 0 || vm.vcpus > 64 {
+                return Err(bad(format!("vm {}: vcpus must be 1..=64", vm.name)));
+            }
+            for t in &vm.tasks {
+                match t {
+                    GuestTaskSpec::Periodic {
+                        interval_us,
+                        policy,
+                        prio,
+                        ..
+                    } => {
+                        if *interval_us == 0 {
+                            return Err(bad(format!("vm {}: interval_us must be > 0", vm.name)));
+                        }
+                        check_prio(*policy, *prio).map_err(bad)?;
+                    }
+                    GuestTaskSpec::Audio {
+                        period_us,
+                        work_us,
+                        policy,
+                        prio,
+                    } => {
+                        if *period_us == 0 || work_us >= period_us {
+                            return Err(bad(format!(
+                                "vm {}: audio needs 0 < work_us < period_us",
+                                vm.name
+                            )));
+                        }
+                        check_prio(*policy, *prio).map_err(bad)?;
+                    }
+                    GuestTaskSpec::Hog { policy, prio } => {
+                        check_prio(*policy, *prio).map_err(bad)?
+                    }
+                    GuestTaskSpec::Lock { locks, hold_us, .. } => {
+                        if *locks == 0 || *hold_us == 0 {
+                            return Err(bad(format!(
+                                "vm {}: locks and hold_us must be > 0",
+                                vm.name
+                            )));
+                        }
+                    }
+                    GuestTaskSpec::PingPong { .. } => {
+                        if vm.vcpus < 2 {
+                            return Err(bad(format!("vm {}: ping-pong needs 2 vCPUs", vm.name)));
+                        }
+                    }
+                }
+            }
+        }
+        self.pvsched.limits()?;
+        Ok(())
+    }
+
+    /// The cost set of `variant` (or the scenario's own when `None`).
+    pub fn costs_for(&self, variant: Option<&Variant>) -> Costs {
+        let mut c = Costs::by_name(&self.costs).unwrap_or_else(Costs::tcg);
+        self.cost_overrides.apply(&mut c);
+        if let Some(v) = variant {
+            v.cost_overrides.apply(&mut c);
+        }
+        c
+    }
+}
+
+fn check_prio(policy: PolicyName, prio: u8) -> Result<(), String> {
+    match policy {
+        PolicyName::Normal if prio != 0 => Err(format!("prio {prio} given to a normal task")),
+        PolicyName::Fifo | PolicyName::Rr if !(1..=99).contains(&prio) => {
+            Err(format!("an RT task needs prio 1..=99, not {prio}"))
+        }
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_built_in_scenario_parses() {
+        for (name, _) in BUILT_IN {
+            Scenario::load(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_refused_with_the_reason() {
+        let base = include_str!("../scenarios/idle-host.toml");
+        let unknown = format!("{base}\nbogus = 1\n");
+        let e = Scenario::parse(&unknown, "t").unwrap_err().to_string();
+        assert!(e.contains("bogus"), "{e}");
+
+        let bad_mode = base.replace("\"vanilla\"", "\"fast\"");
+        let e = Scenario::parse(&bad_mode, "t").unwrap_err().to_string();
+        assert!(e.contains("unknown mode"), "{e}");
+    }
+}
