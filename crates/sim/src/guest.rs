@@ -273,8 +273,8 @@ impl GuestVm {
     }
 
     /// The task vCPU `v` should run: its best RT task (FIFO among equals; the current one
-    /// keeps the CPU against an equal), else the current fair task while its slice lasts,
-    /// else the head of the fair queue.
+    /// keeps the CPU against an equal), else the head of the fair queue (the current fair
+    /// task stays at the head until its slice ends).
     pub fn pick(&self, v: u32) -> Option<TaskId> {
         let vc = &self.vcpus[v as usize];
         let mut best: Option<TaskId> = None;
@@ -294,11 +294,7 @@ impl GuestVm {
         if best.is_some() {
             return best;
         }
-        if let Some(c) = vc.cur {
-            if vc.fair.contains(&c) && (vc.slice_used < GUEST_SLICE_NS || vc.fair.len() == 1) {
-                return Some(c);
-            }
-        }
+        // The fair task at the head runs; one whose slice ends goes to the back (`rotate`).
         vc.fair.front().copied()
     }
 

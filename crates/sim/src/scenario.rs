@@ -110,6 +110,10 @@ pub struct Variant {
 #[serde(deny_unknown_fields)]
 pub struct HostSpec {
     pub cpus: u32,
+    /// The fair class: `eevdf` (Linux >= 6.6; this project's machines run 6.18) or `cfs`
+    /// (Linux 6.1, Debian 12's kernel).
+    #[serde(default)]
+    pub fair: crate::host::FairModel,
     #[serde(default)]
     pub tasks: Vec<HostTaskSpec>,
 }
@@ -146,7 +150,8 @@ pub enum HostTaskSpec {
     /// itself a VM (steal time, its hypervisor's interrupts): the floor of its measured
     /// latencies.
     Steal { run_us: u64, every_us: u64 },
-    /// A cyclictest thread: its wakeup latency is the host's latency figure.
+    /// cyclictest threads, thread k pinned to CPU k mod cpus (`-a`): their wakeup latency is
+    /// the host's latency figure.
     Periodic {
         #[serde(default = "one")]
         count: u32,

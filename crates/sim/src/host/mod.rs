@@ -18,8 +18,8 @@
 //! thread at the head when it lowers its priority, at the tail when it raises it, in place when the
 //! prio is unchanged (as `__sched_setscheduler`).
 //!
-//! **Fair (CFS, 6.1, `FairModel::Cfs`).** Latency, minimum and wakeup granularity are scaled by `1 +
-//! ilog2(min(cpus, 8))` (SCHED_TUNABLESCALING_LOG). Weights from nice are the kernel's
+//! **Fair (CFS, 6.1, `FairModel::Cfs`).** Latency, minimum and wakeup granularity are scaled by
+//! `1 + ilog2(min(cpus, 8))` (SCHED_TUNABLESCALING_LOG). Weights from nice are the kernel's
 //! `sched_prio_to_weight`; vruntime advances by `delta * 1024 / weight` (exactly: the division's
 //! remainder is carried). The queued thread with the least vruntime runs next (of equal ones, the
 //! earlier queued, as in the kernel's rbtree). Its slice is `max(period * w / total_w, min_gran)`
@@ -57,7 +57,8 @@
 //! priority (idle < fair < RT prio; prev wins ties, then round robin from prev+1) if that is lower
 //! than the wakee's (RT push), else prev; for fair, prev (or the waker's CPU if prev is not
 //! allowed, else the first allowed from prev+1). A thread never run before has prev = its first
-//! allowed CPU. `waker_cpu` is otherwise unused (no wake_affine).
+//! allowed CPU. `waker_cpu` is otherwise unused (no wake_affine). EEVDF: a thread still queued
+//! by DELAY_DEQUEUE wakes where it is, without placement.
 //!
 //! **RT push and pull.** After an RT thread is picked on a CPU with other RT threads queued there,
 //! the highest queued one allowed elsewhere is pushed to the lowest-priority CPU (as above) if that
@@ -80,12 +81,13 @@
 //! scaling, cache-hotness and NUMA/SMT domains are not modelled. Affinity is always respected.
 //!
 //! **Timers.** `next_timer` is the earliest of: per-CPU deadlines (a fair slice end while a fair
-//! thread is queued, an RR slice end (also when alone: it refills), the RT-throttle point of a
-//! running RT thread), kept in a `BTreeSet`; the next RT period boundary while any CPU has RT time,
-//! a running RT thread or a throttled queue; the next balance while any CPU has a queued fair
-//! thread (and cpus > 1). Every call first handles the deadlines strictly before its `now` (each at
-//! its own time, as `on_timer` does; a `Switch`'s `at` is then its deadline, <= now), then acts,
-//! then handles those at `now`: after any call `next_timer() > now`.
+//! thread is queued (EEVDF: any other entity, a delayed one included; a resched the call itself
+//! asked for falls due at once), an RR slice end (also when alone: it refills), the RT-throttle
+//! point of a running RT thread), kept in a `BTreeSet`; the next RT period boundary while any CPU
+//! has RT time, a running RT thread or a throttled queue; the next balance while any CPU has a
+//! queued fair thread (and cpus > 1). Every call first handles the deadlines strictly before its
+//! `now` (each at its own time, as `on_timer` does; a `Switch`'s `at` is then its deadline, <=
+//! now), then acts, then handles those at `now`: after any call `next_timer() > now`.
 //!
 //! **Determinism.** Decisions use `Vec`s, bitmasks and ordered sets only; ties go to the lower
 //! `Tid`/`Cpu` unless stated.

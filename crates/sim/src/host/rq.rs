@@ -46,7 +46,8 @@ pub(super) struct Thread {
     pub cpu: Cpu,
     /// Never woken yet.
     pub fresh: bool,
-    /// Fair: vruntime on `cpu`'s timeline. Not fair: relative to `min_vruntime`.
+    /// Fair: vruntime on `cpu`'s timeline. Not fair: relative to `min_vruntime` (CFS) or stale
+    /// (EEVDF, which places by lag).
     pub vr: i64,
     /// Remainder of the vruntime division, in units of 1/weight ns.
     pub vr_rem: u64,
@@ -58,6 +59,18 @@ pub(super) struct Thread {
     pub slice_exec0: u64,
     /// Insertion number of its fair queue entry.
     pub seq: u64,
+    // EEVDF only (see eevdf.rs).
+    /// Virtual deadline, on `cpu`'s timeline while queued or running fair.
+    pub dl: i64,
+    /// Lag (`V - vruntime`, clamped) kept from its last dequeue, in units of weight `lag_w`.
+    pub vlag: i64,
+    pub lag_w: u64,
+    /// Deadline relative to vruntime kept by a dequeue other than a sleep (PLACE_REL_DEADLINE).
+    pub rel_dl: Option<i64>,
+    /// Slice protection (RUN_TO_PARITY): protected while `vr < vprot`.
+    pub vprot: i64,
+    /// Blocked but still queued on `cpu` (DELAY_DEQUEUE).
+    pub delayed: bool,
 }
 
 impl Thread {
@@ -76,6 +89,12 @@ impl Thread {
             rr_left: rr_slice,
             slice_exec0: 0,
             seq: 0,
+            dl: 0,
+            vlag: 0,
+            lag_w: weight,
+            rel_dl: None,
+            vprot: 0,
+            delayed: false,
         }
     }
 }
@@ -89,6 +108,13 @@ pub(super) struct Rq {
     pub tree: BTreeSet<(i64, u64, Tid)>,
     /// Total weight of `tree`.
     pub tree_load: u64,
+    /// EEVDF: queued fair threads, delayed ones included, by (deadline, insertion number, tid).
+    pub ev: BTreeSet<(i64, u64, Tid)>,
+    /// EEVDF: sum of weight * vruntime, and of weight, over `ev`.
+    pub ev_sum: i128,
+    pub ev_load: u64,
+    /// EEVDF: the running fair thread is to be re-picked (update_curr's resched).
+    pub resched: bool,
     pub min_vr: i64,
     /// Queued RT threads per prio (index 0 unused).
     pub rt_q: Vec<VecDeque<Tid>>,
@@ -111,6 +137,10 @@ impl Rq {
             curr_start: 0,
             tree: BTreeSet::new(),
             tree_load: 0,
+            ev: BTreeSet::new(),
+            ev_sum: 0,
+            ev_load: 0,
+            resched: false,
             min_vr: 0,
             rt_q: (0..100).map(|_| VecDeque::new()).collect(),
             rt_bits: 0,
@@ -152,16 +182,27 @@ impl Host {
 
     /// Puts `t` on `c`'s queue (RT: at the head of its prio if `head`, else the tail).
     pub(super) fn enqueue(&mut self, c: Cpu, t: Tid, head: bool) {
+        self.enqueue_seq(c, t, head, true);
+    }
+
+    /// `enqueue`; a fair thread gets a new insertion number if `renumber` (else it keeps its
+    /// place among equal keys, for a delayed thread requeued in place).
+    pub(super) fn enqueue_seq(&mut self, c: Cpu, t: Tid, head: bool, renumber: bool) {
         let th = &mut self.threads[t as usize];
         th.state = ThreadState::Runnable(c);
         th.cpu = c;
         let rq = &mut self.rqs[c as usize];
         match th.class.rt_prio() {
             None => {
-                self.seq += 1;
-                th.seq = self.seq;
+                if renumber {
+                    self.seq += 1;
+                    th.seq = self.seq;
+                }
                 rq.tree.insert((th.vr, th.seq, t));
                 rq.tree_load += th.weight;
+                if self.eevdf {
+                    self.ev_insert(c, t);
+                }
                 if self.fair_queued == 0 {
                     self.next_balance = self.next_multiple(self.p.balance_interval_ns);
                 }
@@ -198,6 +239,9 @@ impl Host {
                 if rq.tree.is_empty() {
                     self.fair_queued &= !bit(c);
                 }
+                if self.eevdf {
+                    self.ev_remove(c, t);
+                }
             }
             Some(p) => {
                 let q = &mut rq.rt_q[p as usize];
@@ -224,6 +268,7 @@ impl Host {
         let rq = &mut self.rqs[c as usize];
         rq.curr = next;
         rq.curr_start = self.now;
+        rq.resched = false;
         if let Some(t) = next {
             let th = &mut self.threads[t as usize];
             th.state = ThreadState::Running(c);
@@ -301,6 +346,9 @@ impl Host {
                 th.vr += (num / u128::from(th.weight)) as i64;
                 th.vr_rem = (num % u128::from(th.weight)) as u64;
                 self.update_min_vr(c);
+                if self.eevdf {
+                    self.ev_tick(c);
+                }
             }
             Class::Fifo { .. } | Class::Rr { .. } => {
                 th.rt_exec += delta;
@@ -312,6 +360,28 @@ impl Host {
                 }
             }
         }
+    }
+
+    /// Adds the fair thread `t` (not running) to `c`'s EEVDF queue with its current deadline.
+    pub(super) fn ev_insert(&mut self, c: Cpu, t: Tid) {
+        let th = &self.threads[t as usize];
+        let rq = &mut self.rqs[c as usize];
+        let fresh = rq.ev.insert((th.dl, th.seq, t));
+        debug_assert!(fresh, "thread {t} already in CPU {c}'s EEVDF queue");
+        rq.ev_sum += i128::from(th.weight) * i128::from(th.vr);
+        rq.ev_load += th.weight;
+        self.dirty |= bit(c);
+    }
+
+    /// Takes `t` off `c`'s EEVDF queue.
+    pub(super) fn ev_remove(&mut self, c: Cpu, t: Tid) {
+        let th = &self.threads[t as usize];
+        let rq = &mut self.rqs[c as usize];
+        let removed = rq.ev.remove(&(th.dl, th.seq, t));
+        debug_assert!(removed, "thread {t} not in CPU {c}'s EEVDF queue");
+        rq.ev_sum -= i128::from(th.weight) * i128::from(th.vr);
+        rq.ev_load -= th.weight;
+        self.dirty |= bit(c);
     }
 
     /// The smallest multiple of `interval` after `self.now`.

@@ -7,6 +7,10 @@ use std::collections::BTreeSet;
 
 impl Host {
     pub(super) fn do_wake(&mut self, t: Tid, waker: Option<Cpu>, out: &mut Vec<Switch>) {
+        if self.threads[t as usize].delayed {
+            self.ev_wake_delayed(t, out);
+            return;
+        }
         let th = &self.threads[t as usize];
         let prev = th.cpu;
         let c = match th.class.rt_prio() {
@@ -14,7 +18,10 @@ impl Host {
             None => self.select_fair(t, prev, waker),
         };
         self.update_curr(c);
-        if self.threads[t as usize].class.rt_prio().is_none() {
+        if self.eevdf && self.threads[t as usize].class.rt_prio().is_none() {
+            let fresh = self.threads[t as usize].fresh;
+            self.ev_place(c, t, fresh);
+        } else if self.threads[t as usize].class.rt_prio().is_none() {
             let min = self.rqs[c as usize].min_vr;
             let th = &self.threads[t as usize];
             let vr = if th.fresh {
@@ -33,8 +40,12 @@ impl Host {
     pub(super) fn do_block(&mut self, c: Cpu, t: Tid, out: &mut Vec<Switch>) {
         self.update_curr(c);
         let rt = self.is_rt(t);
+        let delay = self.eevdf && !rt && self.ev_sleep(c, t);
         self.rqs[c as usize].curr = None;
         self.threads[t as usize].state = ThreadState::Blocked;
+        if delay {
+            self.ev_delay(c, t);
+        }
         self.schedule(c, Some((t, SwitchOut::Blocked)), rt, out);
     }
 
@@ -42,15 +53,25 @@ impl Host {
         let old = self.threads[t as usize].class;
         let c = self.threads[t as usize].cpu;
         let state = self.threads[t as usize].state;
+        if self.threads[t as usize].delayed {
+            self.update_curr(c);
+            self.ev_finish_delayed(c, t);
+        }
         if state != ThreadState::Blocked {
             self.update_curr(c);
         }
         let in_place = old.rt_prio().is_some() && old.rt_prio() == class.rt_prio();
         let queued = state == ThreadState::Runnable(c);
+        let (was_fair, is_fair) = (old.rt_prio().is_none(), class.rt_prio().is_none());
+        if self.eevdf && was_fair && state != ThreadState::Blocked {
+            self.ev_detach(c, t);
+        }
         if queued && !in_place {
             self.dequeue(c, t);
         }
-        self.convert_vr(t, old, class, state == ThreadState::Blocked);
+        if !self.eevdf {
+            self.convert_vr(t, old, class, state == ThreadState::Blocked);
+        }
         let th = &mut self.threads[t as usize];
         th.class = class;
         th.weight = weight_of(class);
@@ -58,6 +79,9 @@ impl Host {
             ThreadState::Blocked => {}
             ThreadState::Runnable(_) => {
                 if !in_place {
+                    if self.eevdf && is_fair {
+                        self.ev_place(c, t, false);
+                    }
                     // Linux requeues at the head when the priority is lowered.
                     self.enqueue(c, t, class.rank() < old.rank());
                 }
@@ -67,6 +91,12 @@ impl Host {
                 }
             }
             ThreadState::Running(_) => {
+                if self.eevdf && is_fair {
+                    // Put back and set as next again: placed anew, freshly protected.
+                    self.ev_place(c, t, false);
+                    let th = &mut self.threads[t as usize];
+                    th.vprot = th.dl;
+                }
                 self.curr_class_changed(c);
                 self.running_class_changed(c, t, old, class, out);
             }
@@ -105,12 +135,17 @@ impl Host {
         let rq = &self.rqs[c as usize];
         let rt_waiting = !rq.throttled && rq.rt_nr > 0;
         let vr = self.threads[t as usize].vr;
+        let lowered = old.rt_prio().is_some() || weight_of(new) < weight_of(old);
         let resched = match new.rt_prio() {
             Some(p) => rq.throttled || rq.rt_highest().is_some_and(|q| q > p),
-            None => {
-                let lowered = old.rt_prio().is_some() || weight_of(new) < weight_of(old);
-                rt_waiting || (lowered && rq.tree.first().is_some_and(|&(v, _, _)| v <= vr))
+            None if self.eevdf => {
+                // prio_changed/switched_to_fair's resched, or one pending from the accounting:
+                // the pick runs (it keeps the freshly protected thread while eligible).
+                let check = lowered || rq.resched;
+                self.rqs[c as usize].resched = false;
+                rt_waiting || (check && self.ev_pick_settled(c) != Some(t))
             }
+            None => rt_waiting || (lowered && rq.tree.first().is_some_and(|&(v, _, _)| v <= vr)),
         };
         if resched {
             self.put_prev(c, new.rt_prio().is_some());
@@ -165,6 +200,10 @@ impl Host {
             (Some(p), Some(q)) => p > q,
             (Some(_), None) => true,
             (None, Some(_)) => false,
+            (None, None) if self.eevdf => {
+                self.update_curr(c);
+                self.ev_wakeup_preempts(c, t)
+            }
             (None, None) => {
                 self.update_curr(c);
                 let (cv, tv) = (self.threads[cur as usize].vr, self.threads[t as usize].vr);
@@ -196,17 +235,29 @@ impl Host {
             }
         }
         let rq = &self.rqs[c as usize];
-        let next = if let Some(p) = rq.rt_highest().filter(|_| !rq.throttled) {
-            rq.rt_q[p as usize].front().copied()
-        } else if let Some(&(_, _, t)) = rq.tree.first() {
-            Some(t)
+        let rt_next = rq
+            .rt_highest()
+            .filter(|_| !rq.throttled)
+            .and_then(|p| rq.rt_q[p as usize].front().copied());
+        let fair_next = if rt_next.is_some() {
+            None
+        } else if self.eevdf {
+            self.ev_pick_settled(c)
         } else {
-            self.pull_fair(c)
+            rq.tree.first().map(|&(_, _, t)| t)
         };
+        let next = rt_next.or(fair_next).or_else(|| self.pull_fair(c));
         if let Some(n) = next {
             self.dequeue(c, n);
         }
         self.set_curr(c, next);
+        if let Some(n) = next.filter(|&n| self.eevdf && !self.is_rt(n)) {
+            if prev.map(|p| p.0) != Some(n) {
+                // set_next_entity's RUN_TO_PARITY protection; a re-pick keeps the old one.
+                let th = &mut self.threads[n as usize];
+                th.vprot = th.dl;
+            }
+        }
         if prev.map(|p| p.0) != next {
             out.push(Switch {
                 at: self.now,
@@ -220,11 +271,19 @@ impl Host {
         }
     }
 
-    /// Moves the queued thread `t` from `src` to `dst`, renormalising a fair vruntime.
+    /// Moves the queued thread `t` from `src` to `dst`, renormalising a fair vruntime (CFS) or
+    /// keeping its lag and relative deadline (EEVDF).
     fn migrate(&mut self, src: Cpu, dst: Cpu, t: Tid) {
+        let ev = self.eevdf && !self.is_rt(t);
+        if ev {
+            self.update_curr(src);
+            self.ev_detach(src, t);
+        }
         self.dequeue(src, t);
         self.update_curr(dst);
-        if !self.is_rt(t) {
+        if ev {
+            self.ev_place(dst, t, false);
+        } else if !self.is_rt(t) {
             let d = self.rqs[dst as usize].min_vr - self.rqs[src as usize].min_vr;
             self.threads[t as usize].vr += d;
         }

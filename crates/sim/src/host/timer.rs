@@ -124,6 +124,7 @@ impl Host {
         let th = &self.threads[t as usize];
         let pending = self.now - rq.curr_start;
         match th.class {
+            Class::Fair { .. } if self.eevdf => self.ev_deadline(c, t),
             Class::Fair { .. } => {
                 if rq.tree.is_empty() {
                     return u64::MAX;
@@ -151,6 +152,10 @@ impl Host {
         let Some(t) = self.rqs[c as usize].curr else {
             return;
         };
+        if self.eevdf && !self.is_rt(t) {
+            self.ev_cpu_deadline(c, out);
+            return;
+        }
         let rq = &self.rqs[c as usize];
         let th = &self.threads[t as usize];
         match th.class {
@@ -212,6 +217,44 @@ impl Host {
         self.next_period = self.next_multiple(self.p.rt_period_ns);
     }
 
+    /// EEVDF queue invariants of `c` (tests only): it holds the runnable queued fair threads
+    /// and the delayed ones, with their current keys and sums.
+    #[cfg(test)]
+    fn check_ev(&self, c: Cpu) {
+        use super::ThreadState;
+        let rq = &self.rqs[c as usize];
+        if !self.eevdf {
+            assert!(rq.ev.is_empty() && rq.ev_load == 0 && rq.ev_sum == 0);
+            return;
+        }
+        let (mut sum, mut load, mut runnable) = (0i128, 0u64, 0usize);
+        for &(d, seq, t) in &rq.ev {
+            let th = &self.threads[t as usize];
+            assert_eq!((th.dl, th.seq), (d, seq), "EEVDF key of {t}");
+            assert!(th.class.rt_prio().is_none(), "RT {t} in EEVDF queue");
+            if th.delayed {
+                assert_eq!((th.state, th.cpu), (ThreadState::Blocked, c), "delayed {t}");
+            } else {
+                assert_eq!(th.state, ThreadState::Runnable(c), "EEVDF entry {t}");
+                assert!(rq.tree.contains(&(th.vr, th.seq, t)), "{t} not in tree");
+                runnable += 1;
+            }
+            sum += i128::from(th.weight) * i128::from(th.vr);
+            load += th.weight;
+        }
+        assert_eq!(runnable, rq.tree.len(), "EEVDF queue vs tree, cpu {c}");
+        assert_eq!((sum, load), (rq.ev_sum, rq.ev_load), "EEVDF sums, cpu {c}");
+        if let Some(t) = rq.curr {
+            let th = &self.threads[t as usize];
+            if th.class.rt_prio().is_none() {
+                assert!(
+                    th.vr < th.dl || rq.ev.is_empty() || rq.resched,
+                    "curr {t} past its deadline"
+                );
+            }
+        }
+    }
+
     /// Checks the model's invariants (tests only).
     #[cfg(test)]
     pub(super) fn check_invariants(&self) {
@@ -250,6 +293,7 @@ impl Host {
                 );
             }
             assert_eq!(rq.throttled, self.throttled & b != 0, "throttled cpu {c}");
+            self.check_ev(c);
             for p in 1..100u8 {
                 let queued = !rq.rt_q[p as usize].is_empty();
                 assert_eq!(
@@ -271,7 +315,7 @@ impl Host {
             let best_rt = rq.rt_highest().filter(|_| !rq.throttled);
             match rq.curr {
                 None => assert!(
-                    rq.tree.is_empty() && best_rt.is_none(),
+                    rq.tree.is_empty() && rq.ev.is_empty() && best_rt.is_none(),
                     "idle cpu {c} has work"
                 ),
                 Some(t) => {
@@ -295,6 +339,20 @@ impl Host {
                 rq.deadline > self.now || rq.deadline == u64::MAX,
                 "stale deadline cpu {c}"
             );
+        }
+        for (t, th) in self.threads.iter().enumerate() {
+            if th.delayed {
+                assert!(
+                    self.eevdf && th.state == ThreadState::Blocked,
+                    "delayed {t}"
+                );
+                assert!(
+                    self.rqs[th.cpu as usize]
+                        .ev
+                        .contains(&(th.dl, th.seq, t as super::Tid)),
+                    "delayed {t} not queued"
+                );
+            }
         }
         assert_eq!(self.dirty, 0);
         assert!(

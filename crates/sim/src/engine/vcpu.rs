@@ -1,0 +1,279 @@
+//! A vCPU thread's work: guest timers and interrupts, the guest's dispatch (interrupt,
+//! context switch, task, idle), halts with guest and host polling, the doorbell.
+
+use pvsched_policy::{Event, WakeSource};
+
+use super::Sim;
+use crate::guest::{Behaviour, GClass, Irq, LockPhase, TaskId, VWork, GUEST_SLICE_NS};
+use crate::host::ThreadState;
+
+impl Sim {
+    pub(super) fn guest_timer(&mut self, vm: u32, t: TaskId, gen: u32) {
+        let now = self.now;
+        let g = &mut self.vms[vm as usize];
+        let task = &mut g.tasks[t as usize];
+        if task.timer_gen != gen {
+            return;
+        }
+        match task.behaviour {
+            Behaviour::Periodic { next, work, .. } | Behaviour::Audio { next, work, .. } => {
+                task.expiry = Some(next);
+                task.remaining = work;
+            }
+            // The end of a ping-pong starter's rest: it sends (a moment of work first).
+            Behaviour::PingPong { resting: true, .. } => task.remaining = 1,
+            // A paravirt spinlock waiter's spin limit: it halts until kicked.
+            Behaviour::Lock {
+                phase: LockPhase::Spinning,
+                ..
+            } => {
+                self.spin_limit_reached(vm, t);
+                return;
+            }
+            _ => return,
+        }
+        let v = task.vcpu;
+        if self.costs.timer_via_main_loop {
+            g.main_loop_queue.push_back((v, Irq::Timer(t)));
+            let ml = g.main_loop;
+            if g.main_loop_queue.len() == 1 {
+                self.threads[ml as usize].remaining = self.costs.main_loop_work_ns.max(1);
+                if self.host.state(ml) == ThreadState::Blocked {
+                    self.host.wake(now, ml, None, &mut self.sw);
+                    self.flush();
+                }
+            }
+        } else {
+            self.deliver_irq(vm, v, Irq::Timer(t), None);
+        }
+    }
+
+    /// An interrupt for vCPU `v`: handled at once if it runs, when it runs if it waits for
+    /// a CPU, after a host wakeup if it halted.
+    pub(super) fn deliver_irq(&mut self, vm: u32, v: u32, irq: Irq, waker_cpu: Option<u32>) {
+        let now = self.now;
+        if !self.costs.timer_via_main_loop {
+            // KVM's kvm_apic_accept_irq tracepoint: the daemon hears of every interrupt
+            // injected (TCG has no such event).
+            self.feed(vm, v, Event::InterruptTargeted { vcpu: v }, false);
+        }
+        let vc = &mut self.vms[vm as usize].vcpus[v as usize];
+        vc.irqs.push_back(irq);
+        let tid = vc.tid;
+        match self.host.state(tid) {
+            ThreadState::Running(_) => {
+                if vc.work.interruptible() {
+                    let w = vc.work;
+                    self.cut(tid, now);
+                    let vc = &mut self.vms[vm as usize].vcpus[v as usize];
+                    if w == VWork::HostPoll {
+                        if let Some(h) = vc.halt_start.take() {
+                            vc.poll_ns = self.costs.halt_poll.adapt(vc.poll_ns, now - h);
+                        }
+                    }
+                    self.dispatch(vm, v);
+                }
+            }
+            ThreadState::Runnable(_) => {}
+            ThreadState::Blocked => {
+                let source = match irq {
+                    Irq::Timer(_) if self.costs.timer_via_main_loop => WakeSource::Io,
+                    Irq::Timer(_) => WakeSource::Timer,
+                    Irq::Ipi(_) => WakeSource::OtherVcpu,
+                };
+                self.feed(vm, v, Event::Woken { vcpu: v, source }, true);
+                self.host.wake(now, tid, waker_cpu, &mut self.sw);
+                self.flush();
+            }
+        }
+    }
+
+    /// A task became runnable without an interrupt of its own: wakes its vCPU if halted
+    /// (boot), else the next dispatch point picks it.
+    pub(super) fn kick_vcpu(&mut self, vm: u32, v: u32, waker_cpu: Option<u32>) {
+        let vc = &self.vms[vm as usize].vcpus[v as usize];
+        let tid = vc.tid;
+        if self.host.state(tid) == ThreadState::Blocked {
+            self.feed(
+                vm,
+                v,
+                Event::Woken {
+                    vcpu: v,
+                    source: WakeSource::Unknown,
+                },
+                true,
+            );
+            self.host.wake(self.now, tid, waker_cpu, &mut self.sw);
+            self.flush();
+        } else if vc.work.interruptible() && matches!(self.host.state(tid), ThreadState::Running(_))
+        {
+            self.cut(tid, self.now);
+            self.dispatch(vm, v);
+        }
+    }
+
+    /// Wakes task `t`, from vCPU `from` (None: not from a vCPU).
+    pub(super) fn wake_task(&mut self, vm: u32, t: TaskId, from: Option<u32>) {
+        let tv = self.vms[vm as usize].tasks[t as usize].vcpu;
+        if from == Some(tv) {
+            self.vms[vm as usize].enqueue(t);
+            return;
+        }
+        let cpu =
+            from.and_then(
+                |f| match self.host.state(self.vms[vm as usize].vcpus[f as usize].tid) {
+                    ThreadState::Running(c) => Some(c),
+                    _ => None,
+                },
+            );
+        self.deliver_irq(vm, tv, Irq::Ipi(t), cpu);
+    }
+
+    /// Chooses the next work item of running vCPU `v`.
+    pub(super) fn dispatch(&mut self, vm: u32, v: u32) {
+        let now = self.now;
+        let costs = &self.costs;
+        let g = &mut self.vms[vm as usize];
+        let tid = g.vcpus[v as usize].tid;
+        let (work, remaining) = if let Some(irq) = g.vcpus[v as usize].irqs.pop_front() {
+            g.vcpus[v as usize].seq += 1;
+            (VWork::Irq(irq), costs.guest(costs.guest_irq_ns))
+        } else {
+            match g.pick(v) {
+                Some(t) if g.vcpus[v as usize].cur != Some(t) => {
+                    (VWork::Switch(t), costs.guest(costs.guest_switch_ns))
+                }
+                Some(t) => {
+                    let vc = &g.vcpus[v as usize];
+                    let r = g.tasks[t as usize].remaining;
+                    let r = if g.tasks[t as usize].class == GClass::Fair && vc.fair.len() > 1 {
+                        r.min(GUEST_SLICE_NS.saturating_sub(vc.slice_used).max(1))
+                    } else {
+                        r
+                    };
+                    g.vcpus[v as usize].guest_polled = false;
+                    (VWork::Task(t), r)
+                }
+                None => {
+                    let vc = &mut g.vcpus[v as usize];
+                    if vc.cur.take().is_some() {
+                        vc.seq += 1;
+                    }
+                    if !vc.guest_polled && costs.guest_halt_poll_ns > 0 {
+                        (VWork::GuestPoll, costs.guest(costs.guest_halt_poll_ns))
+                    } else {
+                        (VWork::Exit, (costs.exit_entry_ns / 2).max(1))
+                    }
+                }
+            }
+        };
+        g.vcpus[v as usize].work = work;
+        let th = &mut self.threads[tid as usize];
+        th.remaining = remaining;
+        th.gen = th.gen.wrapping_add(1);
+        if th.from.is_none_or(|f| f < now) {
+            th.from = Some(now);
+        }
+        self.schedule_step(tid);
+        if self.doorbell {
+            self.ring_if_reason_cleared(vm, v);
+        }
+    }
+
+    /// The doorbell: a boosted vCPU whose guest half no longer shows a reason rings, and
+    /// the daemon reads the slot now rather than at its next recheck.
+    pub(super) fn ring_if_reason_cleared(&mut self, vm: u32, v: u32) {
+        let now = self.now;
+        let Some(d) = self.daemon.as_mut() else {
+            return;
+        };
+        let vc = &self.vms[vm as usize].vcpus[v as usize];
+        if !d.is_boosted(vm, v) || vc.rung_seq == vc.seq {
+            return;
+        }
+        let half = self.vms[vm as usize].guest_half(v, now);
+        let reason = half.cs_flags != 0
+            || half.policy != pvsched_abi::POLICY_NORMAL
+            || half.guest_pending != 0;
+        if reason {
+            return;
+        }
+        self.vms[vm as usize].vcpus[v as usize].rung_seq =
+            self.vms[vm as usize].vcpus[v as usize].seq;
+        d.handle(vm, now, Some((v, half)), None);
+        self.daemon_after(vm);
+    }
+
+    pub(super) fn vcpu_item_done(&mut self, vm: u32, v: u32) {
+        let now = self.now;
+        let work = self.vms[vm as usize].vcpus[v as usize].work;
+        match work {
+            VWork::Entry | VWork::None | VWork::Halted => {}
+            VWork::Irq(irq) => {
+                let g = &mut self.vms[vm as usize];
+                g.vcpus[v as usize].hardirqs += 1;
+                g.vcpus[v as usize].seq += 1;
+                match irq {
+                    Irq::Timer(t) | Irq::Ipi(t) => g.enqueue(t),
+                }
+            }
+            VWork::Switch(t) => {
+                let g = &mut self.vms[vm as usize];
+                let vc = &mut g.vcpus[v as usize];
+                vc.cur = Some(t);
+                vc.switches += 1;
+                vc.seq += 1;
+                vc.slice_used = 0;
+                let task = &mut g.tasks[t as usize];
+                if let (Some(e), Behaviour::Periodic { .. }) = (task.expiry, &task.behaviour) {
+                    task.expiry = None;
+                    self.rec.guest_latency(vm, e, now - e);
+                }
+            }
+            VWork::Task(t) => {
+                if self.vms[vm as usize].tasks[t as usize].remaining > 0 {
+                    self.vms[vm as usize].rotate(v, t);
+                } else {
+                    self.task_burst_done(vm, v, t);
+                }
+            }
+            VWork::GuestPoll => self.vms[vm as usize].vcpus[v as usize].guest_polled = true,
+            VWork::Exit => {
+                let vc = &mut self.vms[vm as usize].vcpus[v as usize];
+                if !vc.irqs.is_empty() {
+                    // An interrupt came during the exit: back into the guest.
+                    self.dispatch(vm, v);
+                    return;
+                }
+                vc.halt_start = Some(now);
+                let tid = vc.tid;
+                if vc.poll_ns > 0 {
+                    vc.work = VWork::HostPoll;
+                    let th = &mut self.threads[tid as usize];
+                    th.remaining = vc.poll_ns;
+                    th.gen = th.gen.wrapping_add(1);
+                    self.schedule_step(tid);
+                } else {
+                    vc.work = VWork::Halted;
+                    self.host.block(now, tid, &mut self.sw);
+                    self.flush();
+                }
+                return;
+            }
+            VWork::HostPoll => {
+                let vc = &mut self.vms[vm as usize].vcpus[v as usize];
+                vc.work = VWork::Halted;
+                let tid = vc.tid;
+                self.host.block(now, tid, &mut self.sw);
+                self.flush();
+                return;
+            }
+        }
+        // The item may have blocked the thread (never for the items above), or an
+        // interrupt may have dispatched already: only a running, item-less vCPU goes on.
+        let tid = self.vms[vm as usize].vcpus[v as usize].tid;
+        if matches!(self.host.state(tid), ThreadState::Running(_)) {
+            self.dispatch(vm, v);
+        }
+    }
+}
