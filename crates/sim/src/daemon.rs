@@ -128,13 +128,19 @@ impl Daemon {
             .map(|(i, _)| i as u32)
     }
 
-    /// The decisions of `vm` to apply (with the main loop's, when it follows the VM's
-    /// strongest boost) and its next tick, if a new one must be queued.
-    pub fn drain(&mut self, vm: u32, now: u64) -> (Vec<(u64, u32, Class)>, Option<u64>) {
+    /// Moves the decisions of `vm` to apply into `applies` (with the main loop's, when it
+    /// follows the VM's strongest boost); returns its next tick, if a new one must be queued.
+    pub fn drain(
+        &mut self,
+        vm: u32,
+        now: u64,
+        applies: &mut Vec<(u64, u32, Class)>,
+    ) -> Option<u64> {
         let latency_path = self.latency_path;
         let recheck = self.recheck_ns;
         let dv = &mut self.vms[vm as usize];
-        let mut applies = std::mem::take(&mut dv.pending);
+        applies.clear();
+        applies.append(&mut dv.pending);
         if latency_path && !applies.is_empty() {
             let strongest = dv
                 .boosted
@@ -154,15 +160,14 @@ impl Daemon {
             let r = now + recheck;
             next = Some(next.map_or(r, |t| t.min(r)));
         }
-        let tick = match (next, dv.tick_at) {
+        match (next, dv.tick_at) {
             (Some(t), Some(q)) if t >= q => None,
             (Some(t), _) => {
                 dv.tick_at = Some(t);
                 Some(t)
             }
             (None, _) => None,
-        };
-        (applies, tick)
+        }
     }
 
     pub fn stats(&self) -> Vec<VmStats> {

@@ -140,7 +140,7 @@ pub fn targets(sc: &Scenario, rs: &[ModeResult]) -> Vec<Target> {
             let Some(v) = find(rs, None, "vanilla") else {
                 return out;
             };
-            for mode in ["pvsched", "pvsched-locks"] {
+            for mode in ["pvsched", "pvsched-doorbell", "pvsched-locks"] {
                 let Some(p) = find(rs, None, mode) else {
                     continue;
                 };

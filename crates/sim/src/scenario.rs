@@ -37,8 +37,9 @@ pub struct Scenario {
     /// Fields of the cost set to override.
     #[serde(default)]
     pub cost_overrides: CostOverrides,
-    /// Modes compared, in order: vanilla, static-rt, pvsched, pvsched-locks (pvsched with
-    /// lock holders published as critical sections).
+    /// Modes compared, in order: vanilla, static-rt, pvsched, pvsched-doorbell (the guest
+    /// rings when a boost's reason clears: the host-cost issue's design), pvsched-locks
+    /// (that, and lock holders published as critical sections: the lock-holder issue's).
     pub modes: Vec<String>,
     /// Runs of the whole scenario varying one setting (message-passing: halt polling).
     #[serde(default)]
@@ -257,10 +258,6 @@ pub struct PvschedSpec {
     /// Boost the VMM's main loop with the VM's strongest boost (pvschedd's
     /// `boost_latency_path`).
     pub boost_latency_path: bool,
-    /// The guest rings a doorbell when a boosted vCPU's reason clears (it leaves a critical
-    /// section, its RT task stops), and the daemon re-reads the slot at once instead of at
-    /// its next recheck (the host-cost issue's design; not in the module yet).
-    pub doorbell: bool,
     /// VmLimits overrides (the names of pvschedd's `[defaults]` keys).
     pub boost_share_permille: Option<u32>,
     pub demoted_charge: Option<u32>,
@@ -276,7 +273,6 @@ impl Default for PvschedSpec {
         PvschedSpec {
             static_rt_priority: 8,
             boost_latency_path: true,
-            doorbell: false,
             boost_share_permille: None,
             demoted_charge: None,
             demote_after_ns: None,
@@ -311,7 +307,13 @@ impl PvschedSpec {
     }
 }
 
-pub const MODES: &[&str] = &["vanilla", "static-rt", "pvsched", "pvsched-locks"];
+pub const MODES: &[&str] = &[
+    "vanilla",
+    "static-rt",
+    "pvsched",
+    "pvsched-doorbell",
+    "pvsched-locks",
+];
 
 impl Scenario {
     /// A built-in name or a path to a TOML file.

@@ -19,17 +19,21 @@ impl Sim {
         self.daemon_after(vm);
     }
 
-    pub(super) fn daemon_tick(&mut self, vm: u32) {
+    /// The daemon's timer for `vm`; false if it was a stale one.
+    pub(super) fn daemon_tick(&mut self, vm: u32) -> bool {
         let now = self.now;
         let Some(d) = self.daemon.as_mut() else {
-            return;
+            return false;
         };
         if !d.tick_due(vm, now) {
-            return;
+            return false;
         }
         // The recheck: boosted vCPUs on a CPU are re-read.
-        let reads: Vec<u32> = d.boosted_vcpus(vm).collect();
-        for v in reads {
+        let nr = self.vms[vm as usize].vcpus.len() as u32;
+        for v in 0..nr {
+            if !self.daemon.as_ref().is_some_and(|d| d.is_boosted(vm, v)) {
+                continue;
+            }
             let tid = self.vms[vm as usize].vcpus[v as usize].tid;
             if matches!(self.host.state(tid), ThreadState::Running(_)) {
                 let half = self.vms[vm as usize].guest_half(v, now);
@@ -42,6 +46,7 @@ impl Sim {
             d.handle(vm, now, None, Some(Event::Tick));
         }
         self.daemon_after(vm);
+        true
     }
 
     /// Schedules the daemon's decisions and its next wakeup for `vm`.
@@ -50,10 +55,12 @@ impl Sim {
         let Some(d) = self.daemon.as_mut() else {
             return;
         };
-        let (applies, tick) = d.drain(vm, now);
-        for (at, vcpu, class) in applies {
+        let mut applies = std::mem::take(&mut self.applies);
+        let tick = d.drain(vm, now, &mut applies);
+        for &(at, vcpu, class) in &applies {
             self.push(at, Ev::Apply { vm, vcpu, class });
         }
+        self.applies = applies;
         if let Some(t) = tick {
             self.push(t, Ev::DaemonTick { vm });
         }

@@ -8,12 +8,13 @@ use crate::guest::{Behaviour, GClass, Irq, LockPhase, TaskId, VWork, GUEST_SLICE
 use crate::host::ThreadState;
 
 impl Sim {
-    pub(super) fn guest_timer(&mut self, vm: u32, t: TaskId, gen: u32) {
+    /// A guest timer of task `t`; false if it was a stale one.
+    pub(super) fn guest_timer(&mut self, vm: u32, t: TaskId, gen: u32) -> bool {
         let now = self.now;
         let g = &mut self.vms[vm as usize];
         let task = &mut g.tasks[t as usize];
         if task.timer_gen != gen {
-            return;
+            return false;
         }
         match task.behaviour {
             Behaviour::Periodic { next, work, .. } | Behaviour::Audio { next, work, .. } => {
@@ -28,24 +29,36 @@ impl Sim {
                 ..
             } => {
                 self.spin_limit_reached(vm, t);
-                return;
+                return true;
             }
-            _ => return,
+            _ => return false,
         }
         let v = task.vcpu;
         if self.costs.timer_via_main_loop {
             g.main_loop_queue.push_back((v, Irq::Timer(t)));
             let ml = g.main_loop;
             if g.main_loop_queue.len() == 1 {
-                self.threads[ml as usize].remaining = self.costs.main_loop_work_ns.max(1);
-                if self.host.state(ml) == ThreadState::Blocked {
-                    self.host.wake(now, ml, None, &mut self.sw);
-                    self.flush();
+                // It had no work: blocked, or about to block when it runs again.
+                let work = self.costs.main_loop_work_ns.max(1);
+                match self.host.state(ml) {
+                    ThreadState::Blocked => {
+                        self.threads[ml as usize].remaining = work;
+                        self.host.wake(now, ml, None, &mut self.sw);
+                        self.flush();
+                    }
+                    state => {
+                        self.cut(ml, now);
+                        self.threads[ml as usize].remaining = work;
+                        if matches!(state, ThreadState::Running(_)) {
+                            self.schedule_step(ml);
+                        }
+                    }
                 }
             }
         } else {
             self.deliver_irq(vm, v, Irq::Timer(t), None);
         }
+        true
     }
 
     /// An interrupt for vCPU `v`: handled at once if it runs, when it runs if it waits for
