@@ -12,9 +12,8 @@ use crate::events::{self, EventKind, KvmExitReason};
 pub struct HostEventMeaning {
     /// The policy event, if the policy has one for it.
     pub event: Option<Event>,
-    /// Read the vCPU's guest half before: the moments the guest's state
-    /// may start a boost (preempted, woken) or end one (halted: the guest
-    /// published "idle" before halting).
+    /// Read the vCPU's guest half before ([`Event::reads_slot_first`]: the
+    /// policy's rule, shared with the simulator).
     pub slot_may_matter: bool,
     /// How `pvschedctl record` shows it.
     pub trace: Option<TraceKind>,
@@ -22,46 +21,36 @@ pub struct HostEventMeaning {
 
 impl HostEventMeaning {
     pub fn of(kind: EventKind, vcpu: u32) -> Self {
-        let (event, slot_may_matter, trace) = match kind {
-            EventKind::SwitchOut { runnable: true } => (
-                Some(Event::Preempted { vcpu }),
-                true,
-                Some(TraceKind::Preempted),
-            ),
-            EventKind::SwitchOut { runnable: false } => {
-                (Some(Event::Blocked { vcpu }), true, Some(TraceKind::Halted))
+        let (event, trace) = match kind {
+            EventKind::SwitchOut { runnable: true } => {
+                (Some(Event::Preempted { vcpu }), Some(TraceKind::Preempted))
             }
-            EventKind::SwitchIn { .. } => (
-                Some(Event::Running { vcpu }),
-                false,
-                Some(TraceKind::Running),
-            ),
+            EventKind::SwitchOut { runnable: false } => {
+                (Some(Event::Blocked { vcpu }), Some(TraceKind::Halted))
+            }
+            EventKind::SwitchIn { .. } => (Some(Event::Running { vcpu }), Some(TraceKind::Running)),
             EventKind::Waking { source } => {
                 let source = match source {
                     events::WakeSource::Vcpu => WakeSource::OtherVcpu,
                     events::WakeSource::SameVmm => WakeSource::Io,
                     events::WakeSource::Other => WakeSource::Unknown,
                 };
-                (
-                    Some(Event::Woken { vcpu, source }),
-                    true,
-                    Some(TraceKind::Woken),
-                )
+                (Some(Event::Woken { vcpu, source }), Some(TraceKind::Woken))
             }
             EventKind::KvmExit { reason } => {
                 let reason = match reason {
                     KvmExitReason::Hlt => ExitReason::Hlt,
                     KvmExitReason::Pause => ExitReason::Pause,
                 };
-                (Some(Event::KvmExit { vcpu, reason }), false, None)
+                (Some(Event::KvmExit { vcpu, reason }), None)
             }
-            EventKind::KvmIrq => (Some(Event::InterruptTargeted { vcpu }), false, None),
+            EventKind::KvmIrq => (Some(Event::InterruptTargeted { vcpu }), None),
             // Halt-poll statistics: nothing the policy decides on yet.
-            EventKind::KvmHaltWakeup { .. } => (None, false, None),
+            EventKind::KvmHaltWakeup { .. } => (None, None),
         };
         Self {
             event,
-            slot_may_matter,
+            slot_may_matter: event.is_some_and(|e| e.reads_slot_first()),
             trace,
         }
     }

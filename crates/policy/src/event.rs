@@ -72,6 +72,17 @@ impl Event {
         }
     }
 
+    /// Whether the vCPU's guest half should be read just before this event is handled:
+    /// the moments the guest's state may start a boost (preempted, woken) or end one
+    /// (halted: the guest published "idle" before halting). pvschedd and the simulator
+    /// both feed the policy by this rule.
+    pub const fn reads_slot_first(&self) -> bool {
+        matches!(
+            self,
+            Event::Preempted { .. } | Event::Blocked { .. } | Event::Woken { .. }
+        )
+    }
+
     /// The payload-free kind (for per-kind counters).
     pub const fn kind(&self) -> EventKind {
         match self {

@@ -8,13 +8,15 @@ use crate::host::ThreadState;
 
 impl Sim {
     /// Feeds the daemon a host event of vCPU `v`, reading its guest half first when the
-    /// daemon would (preempted, halted, woken).
-    pub(super) fn feed(&mut self, vm: u32, v: u32, ev: Event, read_slot: bool) {
+    /// daemon would ([`Event::reads_slot_first`], the rule pvschedd follows).
+    pub(super) fn feed(&mut self, vm: u32, v: u32, ev: Event) {
         let Some(d) = self.daemon.as_mut() else {
             return;
         };
         let now = self.now;
-        let half = read_slot.then(|| self.vms[vm as usize].guest_half(v, now));
+        let half = ev
+            .reads_slot_first()
+            .then(|| self.vms[vm as usize].guest_half(v, now));
         d.handle(vm, now, half.map(|h| (v, h)), Some(ev));
         self.daemon_after(vm);
     }

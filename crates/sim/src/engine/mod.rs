@@ -606,7 +606,7 @@ impl Sim {
                 SwitchOut::Preempted => Event::Preempted { vcpu },
                 SwitchOut::Blocked => Event::Blocked { vcpu },
             };
-            self.feed(vm, vcpu, ev, true);
+            self.feed(vm, vcpu, ev);
         }
     }
 
@@ -630,7 +630,7 @@ impl Sim {
             }
             Owner::MainLoop(_) => self.schedule_step(tid),
             Owner::Vcpu { vm, vcpu } => {
-                self.feed(vm, vcpu, Event::Running { vcpu }, false);
+                self.feed(vm, vcpu, Event::Running { vcpu });
                 let vc = &mut self.vms[vm as usize].vcpus[vcpu as usize];
                 match vc.work {
                     VWork::Halted | VWork::None => {

@@ -68,7 +68,7 @@ impl Sim {
         if !self.costs.timer_via_main_loop {
             // KVM's kvm_apic_accept_irq tracepoint: the daemon hears of every interrupt
             // injected (TCG has no such event).
-            self.feed(vm, v, Event::InterruptTargeted { vcpu: v }, false);
+            self.feed(vm, v, Event::InterruptTargeted { vcpu: v });
         }
         let vc = &mut self.vms[vm as usize].vcpus[v as usize];
         vc.irqs.push_back(irq);
@@ -94,7 +94,7 @@ impl Sim {
                     Irq::Timer(_) => WakeSource::Timer,
                     Irq::Ipi(_) => WakeSource::OtherVcpu,
                 };
-                self.feed(vm, v, Event::Woken { vcpu: v, source }, true);
+                self.feed(vm, v, Event::Woken { vcpu: v, source });
                 self.host.wake(now, tid, waker_cpu, &mut self.sw);
                 self.flush();
             }
@@ -114,7 +114,6 @@ impl Sim {
                     vcpu: v,
                     source: WakeSource::Unknown,
                 },
-                true,
             );
             self.host.wake(self.now, tid, waker_cpu, &mut self.sw);
             self.flush();
