@@ -97,13 +97,14 @@ fn vcpu_tid(vm: &Vm, vcpu: u32) -> i32 {
 
 /// Time thread `tid` has been on a CPU or waiting for one (runnable), from
 /// /proc/<tid>/schedstat (run time + run-queue delay).
-fn runnable_time(tid: i32) -> Duration {
+/// A thread's time on a CPU and time waiting for one, from its schedstat.
+fn run_and_wait(tid: i32) -> (Duration, Duration) {
     let text = std::fs::read_to_string(format!("/proc/{tid}/schedstat")).expect("schedstat");
     let mut f = text
         .split_whitespace()
         .map(|v| v.parse::<u64>().expect("schedstat field"));
     let (run, delay) = (f.next().expect("run time"), f.next().expect("run delay"));
-    Duration::from_nanos(run + delay)
+    (Duration::from_nanos(run), Duration::from_nanos(delay))
 }
 
 /// A consistent copy of a guest half. The guest may be mid-update, or its vCPU
@@ -182,9 +183,9 @@ fn a_guest_rt_task_spinning_5s_is_throttled_and_counted() {
         (slot(&f.vm, 1).policy == POLICY_FIFO).then_some(())
     });
     // Sample the thread's policy while the guest task spins. max_boost bounds
-    // a boost's net burst: time runnable (on a CPU or waiting for one) minus
-    // time blocked (the vCPU thread blocks on QEMU's lock, or halts), so a
-    // FIFO run is measured the same way, from the thread's schedstat.
+    // a boost's net burst: time on a CPU minus time blocked (the vCPU thread
+    // blocks on QEMU's lock, or halts); time waiting for a CPU counts neither
+    // way. A FIFO run is measured the same way, from the thread's schedstat.
     let observer = RtObserver::new();
     let start = Instant::now();
     let (mut rt_runs, mut longest, mut run_start, mut throttled_seen) =
@@ -194,14 +195,15 @@ fn a_guest_rt_task_spinning_5s_is_throttled_and_counted() {
         let guest_rt = slot(&f.vm, 1).policy == POLICY_FIFO;
         match (p.policy == SCHED_FIFO, run_start) {
             (true, None) => {
-                run_start = Some((Instant::now(), runnable_time(tid)));
+                run_start = Some((Instant::now(), run_and_wait(tid)));
                 rt_runs += 1;
             }
-            (false, Some((wall, runnable))) => {
+            (false, Some((wall, (run0, wait0)))) => {
                 let wall = wall.elapsed();
-                let runnable = runnable_time(tid).saturating_sub(runnable);
-                let blocked = wall.saturating_sub(runnable);
-                longest = longest.max(runnable.saturating_sub(blocked));
+                let (run1, wait1) = run_and_wait(tid);
+                let (ran, waited) = (run1.saturating_sub(run0), wait1.saturating_sub(wait0));
+                let blocked = wall.saturating_sub(ran + waited);
+                longest = longest.max(ran.saturating_sub(blocked));
                 run_start = None;
                 throttled_seen |= guest_rt;
             }

@@ -83,7 +83,10 @@ struct pvs_vcpu {
 	__u32 vm;
 	__u32 vcpu;
 	__u32 lazy_slot;
-	__u32 reserved;
+	/* Switch-ins so far, counted by the programs (the daemon writes 0):
+	 * tells a preemption by the daemon that was followed by a run on
+	 * another CPU from one that was not. */
+	__u32 switch_seq;
 };
 
 /*

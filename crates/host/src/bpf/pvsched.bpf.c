@@ -148,11 +148,14 @@ struct trace_event_raw_kvm_exit___pvs {
  * softirqs and hrtimer callbacks (entry/exit programs below); a wakeup done
  * there is not the current task's doing. None of these regions can
  * schedule, so sched_switch resets it: a missed exit heals at once.
- * hidden_tid: the tracked thread the daemon preempted on this CPU.
+ * hidden_tid: the tracked thread the daemon preempted on this CPU, and
+ * hidden_seq its switch_seq then: if it has been switched in since (pulled
+ * to another CPU while the daemon ran here), that preemption is over.
  */
 struct pvs_cpu_state {
 	u32 irq_depth;
 	u32 hidden_tid;
+	u32 hidden_seq;
 };
 
 struct {
@@ -285,9 +288,10 @@ int BPF_PROG(pvs_sched_switch, bool preempt, struct task_struct___pvs *prev,
 		/* preempted, or woken between set_current_state() and
 		 * schedule(): it stays on the runqueue */
 		runnable = preempt || task_state(prev) == 0 /* TASK_RUNNING */;
-		if (runnable && self_tgid && (u32)next->tgid == self_tgid && c)
+		if (runnable && self_tgid && (u32)next->tgid == self_tgid && c) {
 			c->hidden_tid = prev_tid; /* the daemon's doing: see self_tgid */
-		else
+			c->hidden_seq = v->switch_seq;
+		} else
 			emit_switch(PVS_EV_SWITCH_OUT, prev_tid, v, runnable ? PVS_F_RUNNABLE : 0,
 				    next_tid);
 	}
@@ -298,14 +302,17 @@ int BPF_PROG(pvs_sched_switch, bool preempt, struct task_struct___pvs *prev,
 		if (next_tid == hidden)
 			return 0; /* back to it: nothing happened */
 		v = bpf_map_lookup_elem(&tracked, &hidden);
-		if (v) /* someone else runs: now it is a real preemption */
+		/* someone else runs: now it is a real preemption, unless the
+		 * thread ran elsewhere meanwhile (its switch-in was reported) */
+		if (v && v->switch_seq == c->hidden_seq)
 			emit_switch(PVS_EV_SWITCH_OUT, hidden, v, PVS_F_RUNNABLE, next_tid);
 	}
 
-	if (!emit_switch_in)
-		return 0;
 	v = bpf_map_lookup_elem(&tracked, &next_tid);
-	if (v)
+	if (!v)
+		return 0;
+	v->switch_seq++; /* one CPU at a time switches a thread in */
+	if (emit_switch_in)
 		emit_switch(PVS_EV_SWITCH_IN, next_tid, v, 0, prev_tid);
 	return 0;
 }

@@ -93,7 +93,7 @@ impl BpfSource {
             vm,
             vcpu,
             lazy_slot: slot,
-            reserved: 0,
+            switch_seq: 0,
         };
         let mut val = [0u8; VCPU_SIZE];
         val[..4].copy_from_slice(&value.vm.to_ne_bytes());
