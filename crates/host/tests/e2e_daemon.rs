@@ -138,7 +138,12 @@ fn guest_fifo_task_boosts_its_vcpu_thread_and_its_exit_unboosts_it() {
     let d = start_daemon("boost", &[("e2e", &f.vm)]);
     d.wait_serving("e2e", 2);
     let tid = vcpu_tid(&f.vm, 1);
-    assert_eq!(params(tid).policy, SCHED_OTHER);
+    // Unboosted between its wakeups' proactive boosts (SCHED_RR, 1 ms each).
+    wait_for(
+        "vCPU 1 thread at SCHED_OTHER",
+        Duration::from_secs(2),
+        || (params(tid).policy == SCHED_OTHER).then_some(()),
+    );
 
     let task = f.vm.spawn("rtspin -c 1 -P fifo -p 42 -t 0.2 -s 0").unwrap();
     let observer = RtObserver::new();
