@@ -6,6 +6,7 @@ use crate::decision::{Decision, Decisions, Reason, SchedParams, Target};
 use crate::event::{Event, EventKind, ExitReason};
 use crate::fairness::{Budget, BudgetParams};
 use crate::guest::{GuestPolicy, GuestView};
+use crate::idle::IdleMeter;
 use crate::limits::{HostPolicy, LimitsError, VmLimits, MAX_VCPUS};
 
 /// What the host last saw a vCPU thread do (host-half `status`).
@@ -232,6 +233,8 @@ type Candidate = (SchedParams, Reason);
 pub struct VmState {
     limits: VmLimits,
     vcpus: Vec<Vcpu>,
+    /// Idle transitions per vCPU (measurement only: no decision reads them).
+    idle: Vec<IdleMeter>,
     /// The VM's boost budget (every boosted, non-halted vCPU-ns), and its rates.
     budget: Budget,
     budget_rates: BudgetParams,
@@ -266,6 +269,7 @@ impl VmState {
             cs_rates,
             limits,
             vcpus: vec![Vcpu::new(cs); nr_vcpus as usize],
+            idle: vec![IdleMeter::default(); nr_vcpus as usize],
             charged: 0,
             charge_units: 0,
             now: 0,
@@ -443,6 +447,11 @@ impl VmState {
         best
     }
 
+    /// Idle transitions of `vcpu` measured so far (halt -> wake, wake -> running).
+    pub fn idle_meter(&self, vcpu: u32) -> Option<&IdleMeter> {
+        self.idle.get(vcpu as usize)
+    }
+
     /// Counters of `vcpu` as of the last event.
     pub fn vcpu_stats(&self, vcpu: u32) -> Option<VcpuStats> {
         let v = self.vcpus.get(vcpu as usize)?;
@@ -580,19 +589,24 @@ impl VmState {
                     start_proactive(limits, v, now, Reason::ProactiveHalt);
                 }
             }
-            Event::Running { .. } => v.status = RunStatus::Running,
+            Event::Running { .. } => {
+                v.status = RunStatus::Running;
+                self.idle[i].running(now);
+            }
             Event::Preempted { .. } => {
                 v.status = RunStatus::Preempted;
                 v.stats.preemptions += 1;
             }
             Event::Blocked { .. } => {
                 v.status = RunStatus::Halted;
+                self.idle[i].blocked(now);
                 if halt_boost_due(limits, v, now) {
                     self.stats.proactive_boosts_total += 1;
                     start_proactive(limits, v, now, Reason::ProactiveHalt);
                 }
             }
             Event::Woken { .. } => {
+                self.idle[i].woken(now);
                 if v.status != RunStatus::Running {
                     v.status = RunStatus::Preempted;
                 }
