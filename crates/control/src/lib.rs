@@ -31,6 +31,12 @@ pub enum Request {
     Rescan {
         reason: String,
     },
+    /// Idle transitions measured per vCPU, and the halt-polling window the
+    /// advisor recommends within `budget_permille` of a core per vCPU.
+    Idle {
+        vm: Option<String>,
+        budget_permille: u32,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -40,7 +46,61 @@ pub enum Response {
     Metrics { text: String },
     Ok { message: String },
     Record(Recording),
+    Idle(IdleReport),
     Error { message: String },
+}
+
+/// `pvschedctl idle`: per VM and vCPU, the measured halt -> wake and
+/// wake -> running distributions, the advisor's polling window and what it
+/// and the window in force would have done over the same halts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IdleReport {
+    pub budget_permille: u32,
+    /// The host's kvm module halt-polling parameters, if the module is loaded.
+    pub kvm_halt_poll: Option<HaltPollParams>,
+    pub vms: Vec<VmIdle>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HaltPollParams {
+    pub halt_poll_ns: u64,
+    pub grow: u64,
+    pub grow_start_ns: u64,
+    pub shrink: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VmIdle {
+    pub name: String,
+    pub accel: String,
+    pub vcpus: Vec<VcpuIdle>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VcpuIdle {
+    pub index: u32,
+    /// Seconds the distributions cover.
+    pub observed_s: f64,
+    /// Halt -> wake intervals: (bucket upper bound µs, count), non-empty buckets.
+    pub halts: Vec<(f64, u64)>,
+    /// Wake -> running latencies, the same way.
+    pub wakes: Vec<(f64, u64)>,
+    pub wake_p50_us: f64,
+    pub wake_p99_us: f64,
+    /// The advisor's window and its price over the measured halts.
+    pub advice: PollOutcome,
+    /// The polling window in force (the kvm module's cap; none under TCG),
+    /// priced the same way.
+    pub in_force: Option<PollOutcome>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PollOutcome {
+    pub window_us: f64,
+    /// Halts the window catches, 0..=1.
+    pub hit_rate: f64,
+    /// CPU spent polling, share of one core.
+    pub cpu_share: f64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -1,4 +1,5 @@
-//! pvschedctl internals: rendering of status and of recordings.
+//! pvschedctl internals: rendering of status, idle reports and recordings.
 
+pub mod idle;
 pub mod table;
 pub mod trace;

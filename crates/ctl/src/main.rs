@@ -60,6 +60,19 @@ enum Cmd {
         #[arg(long, default_value = "pvsched-trace.json")]
         out: PathBuf,
     },
+    /// Idle transitions per vCPU (halt -> wake, wake -> running) and the
+    /// halt-polling window that catches the most wakeups within a CPU budget.
+    Idle {
+        /// Only this VM.
+        #[arg(long)]
+        vm: Option<String>,
+        /// CPU a vCPU may spend polling, permille of a core (50 = 5 %).
+        #[arg(long, default_value_t = 50)]
+        budget_permille: u32,
+        /// Print the raw JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Prometheus metrics text.
     Metrics,
     /// Tell pvschedd to look for VMs now (a VM manager's start/stop hook,
@@ -111,6 +124,24 @@ fn run(cli: &Cli) -> Result<(), String> {
             Response::Status(s) => print!("{}", pvsched_ctl::table::render(&s)),
             other => return Err(format!("unexpected reply {other:?}")),
         },
+        Cmd::Idle {
+            vm,
+            budget_permille,
+            json,
+        } => {
+            let req = Request::Idle {
+                vm: vm.clone(),
+                budget_permille: *budget_permille,
+            };
+            match ask(cli, &req, t)? {
+                Response::Idle(r) if *json => println!(
+                    "{}",
+                    serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?
+                ),
+                Response::Idle(r) => print!("{}", pvsched_ctl::idle::render(&r)),
+                other => return Err(format!("unexpected reply {other:?}")),
+            }
+        }
         Cmd::Rescan { reason } => {
             let req = Request::Rescan {
                 reason: reason.clone(),

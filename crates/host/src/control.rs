@@ -118,6 +118,18 @@ impl Daemon {
                 text: self.metrics.encode(),
             },
             Request::Set { vm, key, value } => self.set(vm.as_deref(), &key, &value),
+            Request::Idle {
+                vm,
+                budget_permille,
+            } => match crate::idle_report::report(
+                self.vms.iter().flatten(),
+                vm.as_deref(),
+                budget_permille,
+                monotonic_ns(),
+            ) {
+                Ok(r) => Response::Idle(r),
+                Err(message) => error(&message),
+            },
             Request::Rescan { reason } => {
                 let reason: String = reason.chars().take(200).collect();
                 tracing::info!(%reason, "looking for VMs now");

@@ -10,6 +10,7 @@ pub mod discovery;
 pub mod event_loop;
 pub mod events;
 pub mod feed;
+pub mod idle_report;
 pub mod metrics;
 pub mod signals;
 pub mod statefile;

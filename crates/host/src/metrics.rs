@@ -41,8 +41,19 @@ const REACTION_BUCKETS_US: [f64; 24] = [
     300.0, 500.0, 700.0, 1000.0, 2000.0, 5000.0, 10000.0, 20000.0,
 ];
 
+/// A constructor for the idle-transition histograms of a VM.
+type IdleFamily = Family<VmLabel, Histogram, fn() -> Histogram>;
+
+/// Idle transitions: powers of two from 1 µs to about 1 s (the advisor's own
+/// quarter-octave buckets each fall inside one of these).
+fn idle_histogram() -> Histogram {
+    Histogram::new((0..21).map(|k| (1u64 << k) as f64 * 1e-6))
+}
+
 pub struct Metrics {
     registry: Registry,
+    halt_seconds: IdleFamily,
+    wake_seconds: IdleFamily,
     boosts: Family<VmLabel, Counter>,
     throttles: Family<VmLabel, Counter>,
     clamped: Family<VmLabel, Counter>,
@@ -70,6 +81,8 @@ pub struct VmMetrics {
     pub throttles: Counter,
     pub clamped: Counter,
     pub boosted_seconds: Gauge<f64, AtomicU64>,
+    pub halt_seconds: Histogram,
+    pub wake_seconds: Histogram,
     label: VmLabel,
 }
 
@@ -91,6 +104,8 @@ impl Metrics {
             .get_or_create(&CauseLabel { cause: "timer" })
             .clone();
         let m = Self {
+            halt_seconds: Family::new_with_constructor(idle_histogram as fn() -> Histogram),
+            wake_seconds: Family::new_with_constructor(idle_histogram as fn() -> Histogram),
             boosts: Family::default(),
             throttles: Family::default(),
             clamped: Family::default(),
@@ -161,6 +176,16 @@ impl Metrics {
             "Of those, records submitted without waking the daemon",
             m.lazy_records.clone(),
         );
+        registry.register(
+            "vcpu_halt_seconds",
+            "vCPU halts, halt to wakeup (the thread blocked until woken)",
+            m.halt_seconds.clone(),
+        );
+        registry.register(
+            "vcpu_wake_latency_seconds",
+            "vCPU wakeups, woken to running",
+            m.wake_seconds.clone(),
+        );
         registry.register("vms", "VMs served", m.vms.clone());
         registry.register(
             "boosted_vcpus",
@@ -179,6 +204,8 @@ impl Metrics {
             throttles: self.throttles.get_or_create(&label).clone(),
             clamped: self.clamped.get_or_create(&label).clone(),
             boosted_seconds: self.boosted_seconds.get_or_create(&label).clone(),
+            halt_seconds: self.halt_seconds.get_or_create(&label).clone(),
+            wake_seconds: self.wake_seconds.get_or_create(&label).clone(),
             label,
         }
     }

@@ -2,7 +2,7 @@
 //! what is in force on each thread.
 
 use pvsched_abi::{RegionFile, F_ALL};
-use pvsched_policy::{Decision, Decisions, Event, VmLimits, VmState};
+use pvsched_policy::{Decision, Decisions, DurationHistogram, Event, VmLimits, VmState};
 use tracing::{info, warn};
 
 use crate::actuator::Managed;
@@ -53,6 +53,8 @@ pub struct ServedVm {
     pub metrics: VmMetrics,
     /// Totals already pushed to the metrics (they take deltas).
     pub reported_clamped: u64,
+    /// Idle histograms as last pushed to the metrics (they take deltas).
+    reported_idle: Vec<(DurationHistogram, DurationHistogram)>,
     pub gone: bool,
 }
 
@@ -148,6 +150,7 @@ impl ServedVm {
             policy,
             metrics,
             reported_clamped: 0,
+            reported_idle: Vec::new(),
             gone: false,
         })
     }
@@ -262,6 +265,23 @@ impl ServedVm {
                 .inc_by(stats.clamped_inputs_total - self.reported_clamped);
             self.reported_clamped = stats.clamped_inputs_total;
         }
+        self.report_idle();
+    }
+
+    /// Pushes what the idle meters recorded since the last report: each new
+    /// sample as its bucket's mean, which falls in the same metric bucket.
+    fn report_idle(&mut self) {
+        let n = self.policy.nr_vcpus() as usize;
+        self.reported_idle.resize_with(n, Default::default);
+        for (v, (halts_seen, wakes_seen)) in self.reported_idle.iter_mut().enumerate() {
+            let Some(m) = self.policy.idle_meter(v as u32) else {
+                continue;
+            };
+            observe_new(&self.metrics.halt_seconds, &m.halt_to_wake, halts_seen);
+            observe_new(&self.metrics.wake_seconds, &m.wake_to_run, wakes_seen);
+            halts_seen.clone_from(&m.halt_to_wake);
+            wakes_seen.clone_from(&m.wake_to_run);
+        }
     }
 
     /// Clears every host half: the guest sees no host (at exit).
@@ -286,5 +306,23 @@ impl ServedVm {
             }
         }
         out
+    }
+}
+
+fn observe_new(
+    metric: &prometheus_client::metrics::histogram::Histogram,
+    now: &DurationHistogram,
+    seen: &DurationHistogram,
+) {
+    for b in 0..pvsched_policy::idle::BUCKETS {
+        let ((c1, s1), (c0, s0)) = (now.bucket(b), seen.bucket(b));
+        let n = c1.saturating_sub(c0);
+        if n == 0 {
+            continue;
+        }
+        let mean_s = s1.saturating_sub(s0) as f64 / n as f64 * 1e-9;
+        for _ in 0..n {
+            metric.observe(mean_s);
+        }
     }
 }

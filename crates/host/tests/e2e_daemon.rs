@@ -441,3 +441,88 @@ fn record_writes_a_perfetto_trace_with_a_track_per_vcpu_and_boost_slices() {
         .iter()
         .any(|e| e["ph"] == "X" && e["tid"].as_i64() == Some(vcpu1) && e["name"] == "running"));
 }
+
+#[test]
+fn idle_shows_measured_halts_and_a_recommendation_for_a_tcg_guest() {
+    let f = fixture();
+    let d = start_daemon("idle", &[("e2e", &f.vm)]);
+    d.wait_serving("e2e", 2);
+    // Short sleeps on every vCPU: halts of about 2 ms, each ended by a wakeup.
+    let task = f
+        .vm
+        .spawn("for i in $(seq 150); do sleep 0.002; done & taskset -c 1 sh -c 'for i in $(seq 150); do sleep 0.002; done'; wait")
+        .unwrap();
+    f.vm.wait_gone(task.pid, Duration::from_secs(30)).unwrap();
+
+    let report = match d.request(
+        &Request::Idle {
+            vm: None,
+            budget_permille: 50,
+        },
+        Duration::from_secs(5),
+    ) {
+        Response::Idle(r) => r,
+        other => panic!("{other:?}"),
+    };
+    let pvschedctl = Path::new(env!("CARGO_BIN_EXE_pvschedd")).with_file_name("pvschedctl");
+    let ctl = Command::new(&pvschedctl)
+        .arg("--socket")
+        .arg(d.socket())
+        .args(["idle", "--budget-permille", "50"])
+        .output()
+        .expect("run pvschedctl (cargo builds it with the workspace)");
+    let text = String::from_utf8_lossy(&ctl.stdout);
+    eprintln!("pvschedctl idle:\n{text}");
+    // The metrics take what the meters recorded at the daemon's next scan.
+    let halts_exported = || {
+        let metrics = match d.request(&Request::Metrics, Duration::from_secs(5)) {
+            Response::Metrics { text } => text,
+            other => panic!("{other:?}"),
+        };
+        metrics
+            .lines()
+            .find(|l| l.starts_with("pvsched_vcpu_halt_seconds_count{vm=\"e2e\"}"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|n| n.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+
+    let vm = &report.vms[0];
+    assert_eq!((vm.name.as_str(), vm.accel.as_str()), ("e2e", "tcg"));
+    for v in &vm.vcpus {
+        let halts: u64 = v.halts.iter().map(|b| b.1).sum();
+        let wakes: u64 = v.wakes.iter().map(|b| b.1).sum();
+        assert!(halts >= 50, "vCPU {}: {halts} halts measured", v.index);
+        assert!(wakes >= 50, "vCPU {}: {wakes} wakeups measured", v.index);
+        assert!(v.observed_s > 0.5, "vCPU {}: {} s", v.index, v.observed_s);
+        assert!(v.advice.cpu_share <= 0.05, "over budget: {:?}", v.advice);
+        assert!((0.0..=1.0).contains(&v.advice.hit_rate));
+        assert!(v.in_force.is_none(), "TCG vCPU threads do not halt-poll");
+    }
+    assert!(
+        ctl.status.success(),
+        "pvschedctl: {}",
+        String::from_utf8_lossy(&ctl.stderr)
+    );
+    assert!(text.contains("VM e2e (tcg)"), "{text}");
+    assert!(text.contains("halt -> wake ("), "{text}");
+    assert!(
+        text.contains("recommended (budget 5.0 % of a core): window"),
+        "{text}"
+    );
+    wait_for("halts in the metrics", Duration::from_secs(5), || {
+        (halts_exported() >= 100.0).then_some(())
+    });
+
+    let bad = d.request(
+        &Request::Idle {
+            vm: Some("nope".into()),
+            budget_permille: 50,
+        },
+        Duration::from_secs(5),
+    );
+    assert!(
+        matches!(bad, Response::Error { ref message } if message.contains("no VM named")),
+        "{bad:?}"
+    );
+}

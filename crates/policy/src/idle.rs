@@ -81,6 +81,14 @@ impl DurationHistogram {
         }
     }
 
+    /// Bucket `b`'s (count, sum ns); (0, 0) past the last.
+    pub fn bucket(&self, b: usize) -> (u64, u64) {
+        match (self.counts.get(b), self.sums_ns.get(b)) {
+            (Some(&c), Some(&s)) => (c, s),
+            _ => (0, 0),
+        }
+    }
+
     pub fn count(&self) -> u64 {
         self.counts.iter().sum()
     }

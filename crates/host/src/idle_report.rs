@@ -1,0 +1,101 @@
+//! `pvschedctl idle`: the idle transitions the policy measured per vCPU, the
+//! advisor's halt-polling window within a CPU budget, and what the window in
+//! force (the kvm module's cap; nothing under TCG, whose vCPU threads do not
+//! poll) would have done over the same halts.
+
+use pvsched_base::kvm_params::{self, HaltPoll};
+use pvsched_base::vcpu_names::Accel;
+use pvsched_control::{HaltPollParams, IdleReport, PollOutcome, VcpuIdle, VmIdle};
+use pvsched_policy::{advise, DurationHistogram, PollPrice};
+
+use crate::vm::ServedVm;
+
+/// Largest window the advisor considers: 1 ms, far above KVM's 200 µs default;
+/// a longer poll is a busy vCPU, not a halt.
+const MAX_WINDOW_NS: u64 = 1_000_000;
+
+/// Budgets above this are refused: a poll that may take half a core per vCPU
+/// is not a halt-polling setting.
+pub const MAX_BUDGET_PERMILLE: u32 = 500;
+
+fn outcome(p: &PollPrice, elapsed_ns: u64) -> PollOutcome {
+    PollOutcome {
+        window_us: p.window_ns as f64 / 1e3,
+        hit_rate: p.hit_rate(),
+        cpu_share: p.cpu_share(elapsed_ns),
+    }
+}
+
+fn buckets(h: &DurationHistogram) -> Vec<(f64, u64)> {
+    h.buckets()
+        .map(|(upper, count, _)| {
+            let us = if upper == u64::MAX {
+                f64::INFINITY
+            } else {
+                upper as f64 / 1e3
+            };
+            (us, count)
+        })
+        .collect()
+}
+
+/// The report for `vms` (all, or the one named `only`) at `now`.
+pub fn report<'a>(
+    vms: impl Iterator<Item = &'a ServedVm>,
+    only: Option<&str>,
+    budget_permille: u32,
+    now: u64,
+) -> Result<IdleReport, String> {
+    if budget_permille == 0 || budget_permille > MAX_BUDGET_PERMILLE {
+        return Err(format!(
+            "budget must be 1..={MAX_BUDGET_PERMILLE} permille of a core, not {budget_permille}"
+        ));
+    }
+    let kvm = kvm_params::read_halt_poll().map_err(|e| format!("kvm module parameters: {e}"))?;
+    let mut out = Vec::new();
+    for vm in vms.filter(|vm| only.is_none_or(|n| n == vm.name)) {
+        let tcg = vm.threads.accel == Accel::Tcg;
+        let mut vcpus = Vec::new();
+        for v in 0..vm.policy.nr_vcpus() {
+            let Some(m) = vm.policy.idle_meter(v) else {
+                continue;
+            };
+            let elapsed = m.since().map_or(0, |s| now.saturating_sub(s));
+            let advice = advise(&m.halt_to_wake, elapsed, budget_permille, MAX_WINDOW_NS);
+            let in_force = match (tcg, kvm) {
+                (false, Some(HaltPoll { halt_poll_ns, .. })) => {
+                    Some(outcome(&m.halt_to_wake.price(halt_poll_ns), elapsed))
+                }
+                _ => None,
+            };
+            vcpus.push(VcpuIdle {
+                index: v,
+                observed_s: elapsed as f64 / 1e9,
+                halts: buckets(&m.halt_to_wake),
+                wakes: buckets(&m.wake_to_run),
+                wake_p50_us: m.wake_to_run.quantile_upper_ns(0.5) as f64 / 1e3,
+                wake_p99_us: m.wake_to_run.quantile_upper_ns(0.99) as f64 / 1e3,
+                advice: outcome(&advice, elapsed),
+                in_force,
+            });
+        }
+        out.push(VmIdle {
+            name: vm.name.clone(),
+            accel: format!("{:?}", vm.threads.accel).to_lowercase(),
+            vcpus,
+        });
+    }
+    if let (Some(name), true) = (only, out.is_empty()) {
+        return Err(format!("no VM named {name:?}"));
+    }
+    Ok(IdleReport {
+        budget_permille,
+        kvm_halt_poll: kvm.map(|k| HaltPollParams {
+            halt_poll_ns: k.halt_poll_ns,
+            grow: k.grow,
+            grow_start_ns: k.grow_start_ns,
+            shrink: k.shrink,
+        }),
+        vms: out,
+    })
+}
