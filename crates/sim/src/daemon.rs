@@ -6,7 +6,13 @@
 //! once; the daemon reads a boosted vCPU's records up to one recheck period late).
 
 use pvsched_abi::GuestHalf;
-use pvsched_policy::{Decisions, Event, HostPolicy, SchedParams, VmLimits, VmState, VmStats};
+use pvsched_policy::{
+    advise, Decisions, DurationHistogram, Event, HostPolicy, PollPrice, SchedParams, VmLimits,
+    VmState, VmStats,
+};
+
+/// The advisor's longest window, as pvschedd's (`idle_report.rs`).
+const ADVISOR_MAX_WINDOW_NS: u64 = 1_000_000;
 
 use crate::host::Class;
 
@@ -172,6 +178,35 @@ impl Daemon {
 
     pub fn stats(&self) -> Vec<VmStats> {
         self.vms.iter().map(|v| v.state.vm_stats()).collect()
+    }
+
+    /// What the halt-polling advisor (`pvschedctl idle`) would recommend for each VM from
+    /// the halts the policy measured up to `now`, within `budget_permille` of a core per
+    /// vCPU (the VM's vCPUs' halts together, priced per vCPU).
+    /// Each entry: the advisor's price and its CPU share per vCPU.
+    pub fn advice(&self, now: u64, budget_permille: u32) -> Vec<Option<(PollPrice, f64)>> {
+        self.vms
+            .iter()
+            .map(|v| {
+                let nr = v.state.nr_vcpus();
+                let mut halts = DurationHistogram::default();
+                let mut since = None::<u64>;
+                for i in 0..nr {
+                    if let Some(m) = v.state.idle_meter(i) {
+                        halts.merge(&m.halt_to_wake);
+                        since = match (since, m.since()) {
+                            (Some(a), Some(b)) => Some(a.min(b)),
+                            (a, b) => a.or(b),
+                        };
+                    }
+                }
+                let elapsed = since.map(|s| now.saturating_sub(s))? * u64::from(nr);
+                (halts.count() > 0).then(|| {
+                    let p = advise(&halts, elapsed, budget_permille, ADVISOR_MAX_WINDOW_NS);
+                    (p, p.cpu_share(elapsed))
+                })
+            })
+            .collect()
     }
 }
 

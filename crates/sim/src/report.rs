@@ -269,6 +269,29 @@ pub fn markdown(sc: &Scenario, rs: &[ModeResult], targets: &[Target]) -> String 
                 );
             }
         }
+        let advised: Vec<_> = rs
+            .iter()
+            .filter(|r| r.variant.as_deref() == var)
+            .flat_map(|r| r.vms.iter().take(8).map(move |vm| (r, vm)))
+            .filter_map(|(r, vm)| vm.advisor.map(|a| (r, vm, a)))
+            .collect();
+        if !advised.is_empty() {
+            let _ = writeln!(
+                s,
+                "\nHalt-polling advisor on the halts the policy measured (budget 5 % of a core per vCPU, whole run):\n\n| mode | VM | window µs | halts caught | CPU per vCPU |\n|---|---|--:|--:|--:|"
+            );
+            for (r, vm, a) in advised {
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {:.0} | {:.1} % | {:.2} % |",
+                    r.mode,
+                    vm.name,
+                    a.window_us,
+                    a.hit_rate * 100.0,
+                    a.cpu_share * 100.0
+                );
+            }
+        }
         let _ = writeln!(s);
     }
     if !targets.is_empty() {

@@ -2,7 +2,7 @@
 //! (the same type the benchmark fills from cyclictest, so measured and simulated figures
 //! read alike), CPU shares, workload counters and the policy's totals.
 
-use pvsched_policy::VmStats;
+use pvsched_policy::{PollPrice, VmStats};
 use pvsched_report::{Histogram, Summary};
 use serde::{Deserialize, Serialize};
 
@@ -29,6 +29,17 @@ pub struct VmResult {
     pub throttles: u64,
     pub over_budget: u64,
     pub boosted_s: f64,
+    /// The halt-polling advisor on the halts the policy measured (pvsched modes; budget
+    /// 5 % of a core per vCPU): its window µs, the halts it catches and its CPU share
+    /// per vCPU.
+    pub advisor: Option<Advice>,
+}
+
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+pub struct Advice {
+    pub window_us: f64,
+    pub hit_rate: f64,
+    pub cpu_share: f64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -148,6 +159,7 @@ impl Recorder {
         vm_threads: &[Vec<u32>],
         hog_threads: &[u32],
         policy: Option<Vec<VmStats>>,
+        advice: Option<Vec<Option<(PollPrice, f64)>>>,
         events: u64,
     ) -> ModeResult {
         let window_s = sc.duration_s;
@@ -182,6 +194,14 @@ impl Recorder {
                 throttles: stats.map_or(0, |s| s.throttles_total),
                 over_budget: stats.map_or(0, |s| s.over_budget_total),
                 boosted_s: stats.map_or(0.0, |s| s.boosted_ns_total as f64 * 1e-9),
+                advisor: advice
+                    .as_ref()
+                    .and_then(|a| a.get(i).copied().flatten())
+                    .map(|(p, cpu_share)| Advice {
+                        window_us: p.window_ns as f64 / 1e3,
+                        hit_rate: p.hit_rate(),
+                        cpu_share,
+                    }),
             });
         }
         ModeResult {

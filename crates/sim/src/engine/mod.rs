@@ -755,6 +755,7 @@ impl Sim {
             }
         }
         let stats = self.daemon.as_ref().map(|d| d.stats());
+        let advice = self.daemon.as_ref().map(|d| d.advice(now, 50));
         self.rec.finish(
             sc,
             variant.map(|v| v.name.as_str()),
@@ -765,6 +766,7 @@ impl Sim {
             &vm_threads,
             &hog_threads,
             stats,
+            advice,
             self.events,
         )
     }
