@@ -99,22 +99,29 @@ fn target(vm: &VmState, vcpu: u32) -> (SchedParams, Reason) {
 
 /// Delivers Ticks at every deadline up to `until` (inclusive), collecting decisions.
 fn tick_until(vm: &mut VmState, until: u64) -> Vec<(u64, Decision)> {
-    let mut all = Vec::new();
-    while let Some(d) = vm.next_deadline() {
-        if d > until {
-            break;
-        }
-        let at = d.max(vm.now());
-        for dec in step(vm, at, Event::Tick) {
-            all.push((at, dec));
-        }
-    }
-    all
+    tick_until_then(vm, until, |_| None)
 }
 
 /// Like [`tick_until`] on a loaded host: a vCPU runs at once when boosted and is preempted
 /// by host work when unboosted, and the policy hears of each switch.
 fn tick_until_loaded(vm: &mut VmState, until: u64) -> Vec<(u64, Decision)> {
+    tick_until_then(vm, until, |dec| {
+        let vcpu = dec.vcpu;
+        Some(if dec.params.is_rt() {
+            Event::Running { vcpu }
+        } else {
+            Event::Preempted { vcpu }
+        })
+    })
+}
+
+/// Ticks at every deadline up to `until`; after each decision, `then` may name an event
+/// that follows it at once.
+fn tick_until_then(
+    vm: &mut VmState,
+    until: u64,
+    mut then: impl FnMut(&Decision) -> Option<Event>,
+) -> Vec<(u64, Decision)> {
     let mut all = Vec::new();
     while let Some(d) = vm.next_deadline() {
         if d > until {
@@ -122,15 +129,12 @@ fn tick_until_loaded(vm: &mut VmState, until: u64) -> Vec<(u64, Decision)> {
         }
         let at = d.max(vm.now());
         for dec in step(vm, at, Event::Tick) {
-            let vcpu = dec.vcpu;
-            let switch = if dec.params.is_rt() {
-                Event::Running { vcpu }
-            } else {
-                Event::Preempted { vcpu }
-            };
+            let next = then(&dec);
             all.push((at, dec));
-            for more in step(vm, at, switch) {
-                all.push((at, more));
+            if let Some(ev) = next {
+                for more in step(vm, at, ev) {
+                    all.push((at, more));
+                }
             }
         }
     }

@@ -25,20 +25,12 @@ impl Sim {
                 while next <= now {
                     next += interval;
                 }
-                let task = &mut g.tasks[t as usize];
-                task.behaviour = Behaviour::Periodic {
+                g.tasks[t as usize].behaviour = Behaviour::Periodic {
                     interval,
                     work,
                     next,
                 };
-                task.timer_gen += 1;
-                let gen = task.timer_gen;
-                g.dequeue(t, TState::Sleeping);
-                g.vcpus[v as usize].seq += 1;
-                self.push(
-                    next + self.costs.timer_latency_ns,
-                    Ev::GuestTimer { vm, task: t, gen },
-                );
+                self.sleep_until_timer(vm, v, t, next);
             }
             Behaviour::Audio { period, work, next } => {
                 // This period's work ends now; it was due when the next period began.
@@ -49,20 +41,12 @@ impl Sim {
                     n += period;
                     self.rec.audio_period(vm, n, true);
                 }
-                let task = &mut g.tasks[t as usize];
-                task.behaviour = Behaviour::Audio {
+                g.tasks[t as usize].behaviour = Behaviour::Audio {
                     period,
                     work,
                     next: n,
                 };
-                task.timer_gen += 1;
-                let gen = task.timer_gen;
-                g.dequeue(t, TState::Sleeping);
-                g.vcpus[v as usize].seq += 1;
-                self.push(
-                    n + self.costs.timer_latency_ns,
-                    Ev::GuestTimer { vm, task: t, gen },
-                );
+                self.sleep_until_timer(vm, v, t, n);
             }
             Behaviour::Hog => g.tasks[t as usize].remaining = FOREVER,
             Behaviour::Lock {
@@ -177,6 +161,21 @@ impl Sim {
                 self.wake_task(vm, peer, Some(v));
             }
         }
+    }
+
+    /// Task `t` of vCPU `v` sleeps until its timer at `at` (delivered `timer_latency_ns`
+    /// later); a timer armed before is cancelled.
+    fn sleep_until_timer(&mut self, vm: u32, v: u32, t: TaskId, at: u64) {
+        let g = &mut self.vms[vm as usize];
+        let task = &mut g.tasks[t as usize];
+        task.timer_gen += 1;
+        let gen = task.timer_gen;
+        g.dequeue(t, TState::Sleeping);
+        g.vcpus[v as usize].seq += 1;
+        self.push(
+            at + self.costs.timer_latency_ns,
+            Ev::GuestTimer { vm, task: t, gen },
+        );
     }
 
     /// A spinning waiter spun `spin_limit`: it stops spinning and halts (sleeps) until the
