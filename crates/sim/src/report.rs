@@ -186,12 +186,7 @@ pub fn markdown(sc: &Scenario, rs: &[ModeResult], targets: &[Target]) -> String 
     if !sc.description.is_empty() {
         let _ = writeln!(s, "{}\n", sc.description.trim());
     }
-    let mut variants: Vec<Option<&str>> = Vec::new();
-    for r in rs {
-        if !variants.contains(&r.variant.as_deref()) {
-            variants.push(r.variant.as_deref());
-        }
-    }
+    let variants = variants_of(rs);
     for var in variants {
         if let Some(v) = var {
             let _ = writeln!(s, "## Variant: {v}\n");
@@ -307,6 +302,33 @@ pub fn markdown(sc: &Scenario, rs: &[ModeResult], targets: &[Target]) -> String 
     s
 }
 
+/// The variants of `rs`, in the order they ran (`None`: the scenario has none).
+fn variants_of(rs: &[ModeResult]) -> Vec<Option<&str>> {
+    let mut variants: Vec<Option<&str>> = Vec::new();
+    for r in rs {
+        if !variants.contains(&r.variant.as_deref()) {
+            variants.push(r.variant.as_deref());
+        }
+    }
+    variants
+}
+
+/// One curve per mode that has samples in the histogram `hist` picks.
+fn curves<'a>(
+    these: &[&'a ModeResult],
+    hist: impl Fn(&'a ModeResult) -> &'a pvsched_report::Histogram,
+) -> Vec<Curve<'a>> {
+    these
+        .iter()
+        .map(|&r| (r, hist(r)))
+        .filter(|(_, h)| h.samples > 0)
+        .map(|(r, h)| Curve {
+            mode: &r.mode,
+            hist: h,
+        })
+        .collect()
+}
+
 /// One CCDF plot per variant into `dir`.
 pub fn plots(
     sc: &Scenario,
@@ -328,31 +350,12 @@ pub fn plots(
             _ => None,
         })
         .unwrap_or(1000);
-    let mut variants: Vec<Option<&str>> = Vec::new();
-    for r in rs {
-        if !variants.contains(&r.variant.as_deref()) {
-            variants.push(r.variant.as_deref());
-        }
-    }
+    let variants = variants_of(rs);
     let mut written = Vec::new();
     for var in variants {
         let these: Vec<&ModeResult> = rs.iter().filter(|r| r.variant.as_deref() == var).collect();
-        let guest: Vec<Curve> = these
-            .iter()
-            .filter(|r| r.guest_hist.samples > 0)
-            .map(|r| Curve {
-                mode: &r.mode,
-                hist: &r.guest_hist,
-            })
-            .collect();
-        let host: Vec<Curve> = these
-            .iter()
-            .filter(|r| r.host_hist.samples > 0)
-            .map(|r| Curve {
-                mode: &r.mode,
-                hist: &r.host_hist,
-            })
-            .collect();
+        let guest = curves(&these, |r| &r.guest_hist);
+        let host = curves(&these, |r| &r.host_hist);
         if guest.is_empty() && host.is_empty() {
             continue;
         }
