@@ -85,10 +85,12 @@ impl Drop for ShmDir {
 
 /// A fresh directory for one test under the target's temporary directory,
 /// traversable by every user (tests run programs as `nobody` in it).
+/// A test's directory, 0755 under the system's temporary directory: the
+/// fake VMMs of other users put sockets there, and a checkout may be private
+/// (`mktemp -d` makes it 0700), so not under the target directory.
 pub fn tempdir(name: &str) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("e2e-{name}-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("pvsched-e2e-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -339,9 +341,33 @@ pub struct FakeVmm {
     pub tids: Vec<i32>,
 }
 
+/// A copy of workspace binary `name` that any user may run: another user
+/// cannot reach the build's directory when the checkout is private.
+/// Made once per test process (tests run in parallel threads).
+fn bin_for_anyone(name: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    static COPY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let dir = DIR.get_or_init(|| tempdir("bin"));
+    let copy = dir.join(name);
+    let _one_at_a_time = COPY.lock().unwrap_or_else(|e| e.into_inner());
+    if !copy.exists() {
+        let part = dir.join(format!("{name}.part"));
+        std::fs::copy(workspace_bin(name), &part).expect("copy a workspace binary");
+        std::fs::set_permissions(&part, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::rename(&part, &copy).expect("install the copy");
+    }
+    copy
+}
+
 impl FakeVmm {
     pub fn spawn(cfg: &FakeVmmConfig) -> Self {
-        let bin = workspace_bin("pvsched-fake-vmm");
+        let as_another_user = cfg.user.is_some() || !cfg.wrapper.is_empty();
+        let bin = if as_another_user {
+            bin_for_anyone("pvsched-fake-vmm")
+        } else {
+            workspace_bin("pvsched-fake-vmm")
+        };
         let mut cmd = match cfg.wrapper.split_first() {
             Some((prog, args)) => {
                 let mut c = Command::new(prog);
