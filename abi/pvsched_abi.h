@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 OR MIT */
 /*
- * pvsched shared-region ABI, version 1.
+ * pvsched shared-region ABI, version 1.1.
  *
  * The ONE definition of the memory a KVM guest and its host share for
  * cooperative vCPU scheduling. Guest kernel module, host daemon (through the
@@ -52,7 +52,7 @@ typedef uint64_t __u64;
 /* "PVSCHED\0" read as a little-endian 64-bit word. */
 #define PVSCHED_MAGIC		0x0044454843535650ULL
 #define PVSCHED_ABI_MAJOR	1
-#define PVSCHED_ABI_MINOR	0
+#define PVSCHED_ABI_MINOR	1
 
 #define PVSCHED_CACHELINE	64
 #define PVSCHED_HEADER_SIZE	128
@@ -72,8 +72,13 @@ typedef uint64_t __u64;
 #define PVSCHED_F_PENDING_HINT	(1ULL << 1)
 /* Guest honours explicit boost requests from its user space. */
 #define PVSCHED_F_BOOST_REQUEST	(1ULL << 2)
+/*
+ * Since minor 1: the host half carries idle hints (wake_p50_ns, wake_p99_ns;
+ * PVSCHED_HF_OVERLOADED is in every minor) for a guest idle driver.
+ */
+#define PVSCHED_F_IDLE_HINTS	(1ULL << 3)
 #define PVSCHED_F_ALL		(PVSCHED_F_HOST_HALF | PVSCHED_F_PENDING_HINT | \
-				 PVSCHED_F_BOOST_REQUEST)
+				 PVSCHED_F_BOOST_REQUEST | PVSCHED_F_IDLE_HINTS)
 
 /* struct pvsched_guest_half.flags */
 /* A guest CPU serves this slot; clear = nothing to act on. */
@@ -195,7 +200,15 @@ struct pvsched_host_half {
 	__u64 throttle_count;	/* throttles applied */
 	__u64 preempt_count;	/* times seen preempted while runnable */
 	__u64 boosted_ns;	/* total time boosted */
-	__u64 host_reserved[8];
+	/*
+	 * PVSCHED_F_IDLE_HINTS: how long this vCPU thread, once woken from a
+	 * halt, waited for a host CPU (wake -> running), median and 99th
+	 * percentile over the host's recent window; 0 = not measured yet.
+	 * Zero without the feature.
+	 */
+	__u32 wake_p50_ns;
+	__u32 wake_p99_ns;
+	__u64 host_reserved[7];
 };
 
 struct pvsched_slot {

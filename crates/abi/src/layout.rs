@@ -6,7 +6,7 @@
 /// `"PVSCHED\0"` read as a little-endian 64-bit word.
 pub const MAGIC: u64 = 0x0044_4548_4353_5650;
 pub const ABI_MAJOR: u16 = 1;
-pub const ABI_MINOR: u16 = 0;
+pub const ABI_MINOR: u16 = 1;
 
 pub const CACHELINE: usize = 64;
 pub const HEADER_SIZE: usize = 128;
@@ -19,7 +19,9 @@ pub const READ_RETRIES: u32 = 16;
 pub const F_HOST_HALF: u64 = 1 << 0;
 pub const F_PENDING_HINT: u64 = 1 << 1;
 pub const F_BOOST_REQUEST: u64 = 1 << 2;
-pub const F_ALL: u64 = F_HOST_HALF | F_PENDING_HINT | F_BOOST_REQUEST;
+/// Since minor 1: the host half carries idle hints (`wake_p50_ns`, `wake_p99_ns`).
+pub const F_IDLE_HINTS: u64 = 1 << 3;
+pub const F_ALL: u64 = F_HOST_HALF | F_PENDING_HINT | F_BOOST_REQUEST | F_IDLE_HINTS;
 
 pub const GF_ACTIVE: u32 = 1 << 0;
 pub const GF_IDLE: u32 = 1 << 1;
@@ -123,7 +125,11 @@ pub struct HostHalf {
     pub throttle_count: u64,
     pub preempt_count: u64,
     pub boosted_ns: u64,
-    pub host_reserved: [u64; 8],
+    /// With `F_IDLE_HINTS`: wake -> running latency of the vCPU thread, median and
+    /// 99th percentile over the host's recent window, ns; 0 = not measured.
+    pub wake_p50_ns: u32,
+    pub wake_p99_ns: u32,
+    pub host_reserved: [u64; 7],
 }
 
 /// `struct pvsched_slot`.

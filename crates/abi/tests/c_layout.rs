@@ -134,6 +134,8 @@ fn rust_fields() -> BTreeMap<String, (u64, u64)> {
             throttle_count,
             preempt_count,
             boosted_ns,
+            wake_p50_ns,
+            wake_p99_ns,
             host_reserved,
         }
     );
@@ -154,6 +156,7 @@ fn rust_consts() -> BTreeMap<String, u64> {
         ("PVSCHED_F_HOST_HALF", F_HOST_HALF),
         ("PVSCHED_F_PENDING_HINT", F_PENDING_HINT),
         ("PVSCHED_F_BOOST_REQUEST", F_BOOST_REQUEST),
+        ("PVSCHED_F_IDLE_HINTS", F_IDLE_HINTS),
         ("PVSCHED_F_ALL", F_ALL),
         ("PVSCHED_GF_ACTIVE", GF_ACTIVE.into()),
         ("PVSCHED_GF_IDLE", GF_IDLE.into()),

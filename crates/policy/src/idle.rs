@@ -202,8 +202,24 @@ pub fn advise(
     best
 }
 
+/// The window the guest's idle hints summarise: wake → running latencies of the last
+/// second or so. A window closes once it is this long and holds `HINT_MIN_WAKES`
+/// wakeups, or once it is `HINT_MAX_WINDOWS` times this long with any, so that a
+/// vCPU that rarely halts still gets a hint and a busy one gets a fresh one each second.
+pub const HINT_WINDOW_NS: u64 = 1_000_000_000;
+pub const HINT_MIN_WAKES: u64 = 20;
+pub const HINT_MAX_WINDOWS: u64 = 10;
+
+/// What the host tells a guest idle driver about waking this vCPU (ABI minor 1,
+/// `F_IDLE_HINTS`): the wake → running latency of the last closed window; 0 = none yet.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WakeHint {
+    pub p50_ns: u32,
+    pub p99_ns: u32,
+}
+
 /// Per vCPU: the two distributions, recorded from the thread's blocks, wakeups and
-/// switch-ins.
+/// switch-ins, and the hint of the latest window of wakeups.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct IdleMeter {
     pub halt_to_wake: DurationHistogram,
@@ -211,9 +227,17 @@ pub struct IdleMeter {
     halted_at: Option<u64>,
     woken_at: Option<u64>,
     since: Option<u64>,
+    window: DurationHistogram,
+    window_start: Option<u64>,
+    hint: WakeHint,
 }
 
 impl IdleMeter {
+    /// The wake → running latency of the latest closed window.
+    pub fn hint(&self) -> WakeHint {
+        self.hint
+    }
+
     /// When the first event was measured (the start of the observation), if any.
     pub fn since(&self) -> Option<u64> {
         self.since
@@ -239,9 +263,29 @@ impl IdleMeter {
     pub fn running(&mut self, now: u64) {
         self.since.get_or_insert(now);
         if let Some(w) = self.woken_at.take() {
-            self.wake_to_run.record(now.saturating_sub(w));
+            let d = now.saturating_sub(w);
+            self.wake_to_run.record(d);
+            self.window.record(d);
+            self.close_window(now);
         }
         self.halted_at = None;
+    }
+
+    fn close_window(&mut self, now: u64) {
+        let start = *self.window_start.get_or_insert(now);
+        let age = now.saturating_sub(start);
+        let n = self.window.count();
+        let full = age >= HINT_WINDOW_NS && n >= HINT_MIN_WAKES;
+        if !full && age < HINT_WINDOW_NS * HINT_MAX_WINDOWS {
+            return;
+        }
+        let q = |q| u32::try_from(self.window.quantile_upper_ns(q)).unwrap_or(u32::MAX);
+        self.hint = WakeHint {
+            p50_ns: q(0.5),
+            p99_ns: q(0.99),
+        };
+        self.window = DurationHistogram::default();
+        self.window_start = Some(now);
     }
 }
 
@@ -333,6 +377,52 @@ mod tests {
 
         assert_eq!((p.halts, p.caught), (3, 2));
         assert_eq!(p.spin_ns, 55 * US + p.window_ns);
+    }
+
+    /// Halt at `t`, wake 10 us later, run `wake` ns after that; returns the next `t`.
+    fn halt_wake_run(m: &mut IdleMeter, t: u64, wake: u64) -> u64 {
+        m.blocked(t);
+        m.woken(t + 10 * US);
+        m.running(t + 10 * US + wake);
+        t + 100 * US
+    }
+
+    #[test]
+    fn the_hint_is_the_last_full_window_of_wakeups() {
+        let mut m = IdleMeter::default();
+        let mut t = 0;
+        // 0.5 s of 20 us wakeups: the window is not a second old, no hint yet.
+        while t < S / 2 {
+            t = halt_wake_run(&mut m, t, 20 * US);
+        }
+        assert_eq!(m.hint(), WakeHint::default());
+        // Past 1 s: the first window closes with every wakeup at 20 us.
+        while t < S + S / 10 {
+            t = halt_wake_run(&mut m, t, 20 * US);
+        }
+        let first = m.hint();
+        assert_eq!(first.p50_ns, first.p99_ns);
+        assert!(first.p50_ns > 20_000 && first.p50_ns <= 25_000, "{first:?}");
+        // Then a second of 200 us wakeups replaces it.
+        let until = t + S + S / 10;
+        while t < until {
+            t = halt_wake_run(&mut m, t, 200 * US);
+        }
+        let second = m.hint();
+        assert!(
+            second.p50_ns > 200_000 && second.p50_ns <= 250_000,
+            "{second:?}"
+        );
+    }
+
+    #[test]
+    fn a_rarely_halting_vcpu_gets_a_hint_from_few_wakeups() {
+        let mut m = IdleMeter::default();
+        // Three wakeups of 50 us, 4 s apart: below HINT_MIN_WAKES, but old enough.
+        for i in 0..4 {
+            halt_wake_run(&mut m, i * 4 * S, 50 * US);
+        }
+        assert!(m.hint().p99_ns > 50_000, "{:?}", m.hint());
     }
 
     #[test]

@@ -70,6 +70,6 @@ pub use decision::{Decision, Decisions, Reason, SchedParams, Target};
 pub use event::{Event, EventKind, ExitReason, WakeSource};
 pub use fairness::{Budget, BudgetParams};
 pub use guest::{GuestPolicy, GuestView, PendingHint};
-pub use idle::{advise, DurationHistogram, IdleMeter, PollPrice};
+pub use idle::{advise, DurationHistogram, IdleMeter, PollPrice, WakeHint};
 pub use limits::{AllowedPolicies, HostPolicy, LimitsError, VmLimits, MAX_CS_WINDOW_NS, MAX_VCPUS};
 pub use state::{RunStatus, VcpuStats, VmState, VmStats};

@@ -510,6 +510,11 @@ impl VmState {
         if self.budget.latched() {
             flags |= abi::HF_IN_DEBT;
         }
+        let hint = self
+            .idle
+            .get(vcpu as usize)
+            .map(IdleMeter::hint)
+            .unwrap_or_default();
         abi::HostHalf {
             seq: 0,
             status: v.status.abi(),
@@ -525,7 +530,9 @@ impl VmState {
                 .stats
                 .boosted_ns
                 .saturating_add(charged_ns(v, now.max(self.now))),
-            host_reserved: [0; 8],
+            wake_p50_ns: hint.p50_ns,
+            wake_p99_ns: hint.p99_ns,
+            host_reserved: [0; 7],
         }
     }
 
