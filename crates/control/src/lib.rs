@@ -37,6 +37,29 @@ pub enum Request {
         vm: Option<String>,
         budget_permille: u32,
     },
+    /// Acts on the advisor (`Idle` with the same arguments reports what it would do):
+    /// sets, or puts back, the host's halt polling. Answered with `Response::Idle`,
+    /// whose `applied` says what changed.
+    IdleApply {
+        vm: Option<String>,
+        budget_permille: u32,
+        target: ApplyTarget,
+    },
+}
+
+/// Where `IdleApply` acts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApplyTarget {
+    /// The kvm module's `halt_poll_ns` (every KVM VM on the host): the advisor's
+    /// window over the halts of every vCPU served (or of `vm`'s). pvschedd puts the
+    /// values it found back when it stops, or after a crash at its next start.
+    Host,
+    /// One VM's own cap (`KVM_CAP_HALT_POLL` on the VM's file descriptor), where its
+    /// VMM offers a way to set it.
+    Vm,
+    /// Put back the kvm module parameters found before the first `host`.
+    Restore,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -58,15 +81,23 @@ pub struct IdleReport {
     pub budget_permille: u32,
     /// The host's kvm module halt-polling parameters, if the module is loaded.
     pub kvm_halt_poll: Option<HaltPollParams>,
+    /// The advisor over the halts of every vCPU reported, for the host-wide cap.
+    #[serde(default)]
+    pub host_advice: Option<PollOutcome>,
+    /// What an `IdleApply` changed.
+    #[serde(default)]
+    pub applied: Option<Applied>,
     pub vms: Vec<VmIdle>,
 }
 
+pub use pvsched_base::kvm_params::HaltPoll as HaltPollParams;
+
+/// The kvm module parameters before and after an `IdleApply`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HaltPollParams {
-    pub halt_poll_ns: u64,
-    pub grow: u64,
-    pub grow_start_ns: u64,
-    pub shrink: u64,
+pub struct Applied {
+    pub target: ApplyTarget,
+    pub before: HaltPollParams,
+    pub after: HaltPollParams,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -114,6 +114,26 @@ pub fn render(r: &IdleReport) -> String {
             let _ = writeln!(out, "kvm module: not loaded");
         }
     }
+    if let Some(h) = &r.host_advice {
+        let _ = writeln!(
+            out,
+            "host-wide (kvm halt_poll_ns, every vCPU's halts, budget {:.1} % of a core each): {}",
+            r.budget_permille as f64 / 10.0,
+            outcome(h)
+        );
+    }
+    if let Some(a) = &r.applied {
+        let _ = writeln!(
+            out,
+            "applied ({:?}): halt_poll_ns {} -> {} (grow {} grow_start {} shrink {})",
+            a.target,
+            a.before.halt_poll_ns,
+            a.after.halt_poll_ns,
+            a.after.grow,
+            a.after.grow_start_ns,
+            a.after.shrink
+        );
+    }
     if r.vms.is_empty() {
         let _ = writeln!(out, "no VMs served");
     }
@@ -129,7 +149,7 @@ pub fn render(r: &IdleReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pvsched_control::{HaltPollParams, VmIdle};
+    use pvsched_control::{Applied, ApplyTarget, HaltPollParams, VmIdle};
 
     #[test]
     fn the_report_shows_histograms_and_both_windows() {
@@ -140,6 +160,26 @@ mod tests {
                 grow: 2,
                 grow_start_ns: 10_000,
                 shrink: 0,
+            }),
+            host_advice: Some(PollOutcome {
+                window_us: 14.0,
+                hit_rate: 15.0 / 18.0,
+                cpu_share: 0.0002,
+            }),
+            applied: Some(Applied {
+                target: ApplyTarget::Host,
+                before: HaltPollParams {
+                    halt_poll_ns: 200_000,
+                    grow: 2,
+                    grow_start_ns: 10_000,
+                    shrink: 0,
+                },
+                after: HaltPollParams {
+                    halt_poll_ns: 14_000,
+                    grow: 2,
+                    grow_start_ns: 10_000,
+                    shrink: 0,
+                },
             }),
             vms: vec![VmIdle {
                 name: "a".into(),
@@ -170,5 +210,7 @@ mod tests {
             text.contains("TCG: the vCPU threads do not halt-poll"),
             "{text}"
         );
+        assert!(text.contains("halt_poll_ns 200000 -> 14000"), "{text}");
+        assert!(text.contains("host-wide"), "{text}");
     }
 }

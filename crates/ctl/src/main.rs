@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use pvsched_control::{call, Request, Response};
+use pvsched_control::{call, ApplyTarget, Request, Response};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -72,6 +72,12 @@ enum Cmd {
         /// Print the raw JSON.
         #[arg(long)]
         json: bool,
+        /// Act on the advice: `host` sets the kvm module's halt_poll_ns to the
+        /// window advised over every vCPU's halts (pvschedd puts the old values
+        /// back when it stops); `vm` a VM's own cap, where its VMM can set one;
+        /// `restore` puts the kvm parameters back now.
+        #[arg(long, value_enum)]
+        apply: Option<Apply>,
     },
     /// Prometheus metrics text.
     Metrics,
@@ -91,6 +97,24 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         rest: Vec<String>,
     },
+}
+
+/// Where `idle --apply` acts.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum Apply {
+    Host,
+    Vm,
+    Restore,
+}
+
+impl Apply {
+    fn target(self) -> ApplyTarget {
+        match self {
+            Apply::Host => ApplyTarget::Host,
+            Apply::Vm => ApplyTarget::Vm,
+            Apply::Restore => ApplyTarget::Restore,
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -128,10 +152,18 @@ fn run(cli: &Cli) -> Result<(), String> {
             vm,
             budget_permille,
             json,
+            apply,
         } => {
-            let req = Request::Idle {
-                vm: vm.clone(),
-                budget_permille: *budget_permille,
+            let req = match apply {
+                None => Request::Idle {
+                    vm: vm.clone(),
+                    budget_permille: *budget_permille,
+                },
+                Some(a) => Request::IdleApply {
+                    vm: vm.clone(),
+                    budget_permille: *budget_permille,
+                    target: a.target(),
+                },
             };
             match ask(cli, &req, t)? {
                 Response::Idle(r) if *json => println!(

@@ -125,8 +125,17 @@ impl Daemon {
                 self.vms.iter().flatten(),
                 vm.as_deref(),
                 budget_permille,
+                &self.cfg.config.daemon.kvm_params_dir,
                 monotonic_ns(),
             ) {
+                Ok(r) => Response::Idle(r),
+                Err(message) => error(&message),
+            },
+            Request::IdleApply {
+                vm,
+                budget_permille,
+                target,
+            } => match self.idle_apply(vm.as_deref(), budget_permille, target, monotonic_ns()) {
                 Ok(r) => Response::Idle(r),
                 Err(message) => error(&message),
             },

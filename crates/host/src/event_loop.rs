@@ -65,6 +65,10 @@ pub struct Daemon {
     /// Host events of one drain, reused.
     batch: Vec<HostEvent>,
     pub(crate) overloaded: bool,
+    /// The kvm module's halt-polling parameters as found before `pvschedctl idle
+    /// --apply host` first changed them: put back at shutdown (and recorded in the
+    /// state file, for the next start after a crash).
+    pub(crate) kvm_original: Option<statefile::SavedHaltPoll>,
     disc_rx: Receiver<DiscoveryMsg>,
     disc_fd: Arc<EventFd>,
     /// VMs to open, to the discovery thread.
@@ -103,8 +107,9 @@ impl Daemon {
         cfg: Resolved,
         source: EventSource,
         metrics: Arc<Metrics>,
-        leftover: Vec<ThreadRecord>,
+        recovered: statefile::Restored,
     ) -> Result<Self, DaemonError> {
+        let leftover = recovered.left;
         let state_path = cfg.config.daemon.state_file.clone();
         let (disc_tx, disc_rx) = mpsc::channel();
         let (open_tx, open_rx) = mpsc::channel();
@@ -135,6 +140,7 @@ impl Daemon {
             batch: Vec::with_capacity(256),
             next_recheck: u64::MAX,
             overloaded: false,
+            kvm_original: recovered.kvm_halt_poll,
             disc_rx,
             disc_fd,
             open_tx,
@@ -466,10 +472,13 @@ impl Daemon {
         }
         self.vms.clear();
         self.stop.store(true, Ordering::Relaxed);
+        if let Err(e) = self.restore_kvm_params() {
+            error!(error = %e, "cannot put the kvm module's halt-polling parameters back");
+        }
         let done = restore_records(&self.leftover);
         restored += done.restored;
         self.leftover = done.left;
-        if self.leftover.is_empty() {
+        if self.leftover.is_empty() && self.kvm_original.is_none() {
             let _ = std::fs::remove_file(&self.state_path);
         } else if let Err(e) = self.save_state(std::iter::empty()) {
             error!(error = %e, left = self.leftover.len(), "cannot record the threads left unrestored");

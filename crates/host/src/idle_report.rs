@@ -3,9 +3,11 @@
 //! force (the kvm module's cap; nothing under TCG, whose vCPU threads do not
 //! poll) would have done over the same halts.
 
+use std::path::Path;
+
 use pvsched_base::kvm_params::{self, HaltPoll};
 use pvsched_base::vcpu_names::Accel;
-use pvsched_control::{HaltPollParams, IdleReport, PollOutcome, VcpuIdle, VmIdle};
+use pvsched_control::{IdleReport, PollOutcome, VcpuIdle, VmIdle};
 use pvsched_policy::{advise, DurationHistogram, PollPrice};
 
 use crate::vm::ServedVm;
@@ -44,6 +46,7 @@ pub fn report<'a>(
     vms: impl Iterator<Item = &'a ServedVm>,
     only: Option<&str>,
     budget_permille: u32,
+    kvm_params_dir: &Path,
     now: u64,
 ) -> Result<IdleReport, String> {
     if budget_permille == 0 || budget_permille > MAX_BUDGET_PERMILLE {
@@ -51,8 +54,11 @@ pub fn report<'a>(
             "budget must be 1..={MAX_BUDGET_PERMILLE} permille of a core, not {budget_permille}"
         ));
     }
-    let kvm = kvm_params::read_halt_poll().map_err(|e| format!("kvm module parameters: {e}"))?;
+    let kvm = kvm_params::read_halt_poll_from(kvm_params_dir)
+        .map_err(|e| format!("kvm module parameters: {e}"))?;
     let mut out = Vec::new();
+    // Every reported vCPU's halts, for the host-wide cap: budgets add up per vCPU.
+    let (mut all_halts, mut all_elapsed) = (DurationHistogram::default(), 0u64);
     for vm in vms.filter(|vm| only.is_none_or(|n| n == vm.name)) {
         let tcg = vm.threads.accel == Accel::Tcg;
         let mut vcpus = Vec::new();
@@ -61,6 +67,8 @@ pub fn report<'a>(
                 continue;
             };
             let elapsed = m.since().map_or(0, |s| now.saturating_sub(s));
+            all_halts.merge(&m.halt_to_wake);
+            all_elapsed = all_elapsed.saturating_add(elapsed);
             let advice = advise(&m.halt_to_wake, elapsed, budget_permille, MAX_WINDOW_NS);
             let in_force = match (tcg, kvm) {
                 (false, Some(HaltPoll { halt_poll_ns, .. })) => {
@@ -88,14 +96,30 @@ pub fn report<'a>(
     if let (Some(name), true) = (only, out.is_empty()) {
         return Err(format!("no VM named {name:?}"));
     }
+    let host = advise(&all_halts, all_elapsed, budget_permille, MAX_WINDOW_NS);
     Ok(IdleReport {
         budget_permille,
-        kvm_halt_poll: kvm.map(|k| HaltPollParams {
-            halt_poll_ns: k.halt_poll_ns,
-            grow: k.grow,
-            grow_start_ns: k.grow_start_ns,
-            shrink: k.shrink,
-        }),
+        kvm_halt_poll: kvm,
+        host_advice: (all_halts.count() > 0).then(|| outcome(&host, all_elapsed)),
+        applied: None,
         vms: out,
+    })
+}
+
+/// The kvm module parameters that put the host-wide advice in force: the cap
+/// becomes the advised window (0 turns host polling off); KVM's adaptive
+/// grow/shrink stay as they are, and so does a grow start below the cap.
+pub fn host_setting(report: &IdleReport, current: HaltPoll) -> Result<HaltPoll, String> {
+    let advice = report
+        .host_advice
+        .ok_or("no halts measured yet: nothing to base a setting on")?;
+    let window = (advice.window_us * 1e3).round() as u64;
+    Ok(HaltPoll {
+        halt_poll_ns: window,
+        grow_start_ns: match window {
+            0 => current.grow_start_ns,
+            w => current.grow_start_ns.min(w),
+        },
+        ..current
     })
 }

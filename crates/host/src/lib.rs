@@ -11,6 +11,7 @@ pub mod event_loop;
 pub mod events;
 pub mod feed;
 pub mod idle_report;
+pub mod kvm_apply;
 pub mod metrics;
 pub mod signals;
 pub mod statefile;

@@ -130,7 +130,7 @@ fn run(resolved: pvsched_host::config::Resolved) -> Result<(), Box<dyn std::erro
     let metrics = Arc::new(Metrics::new());
     metrics::serve(&d.metrics, metrics.clone())
         .map_err(|e| format!("metrics {}: {e}", d.metrics))?;
-    let daemon = Daemon::new(resolved, source, metrics, recovered.left)?;
+    let daemon = Daemon::new(resolved, source, metrics, recovered)?;
     // Only the event thread runs RT: the helper threads were spawned above
     // and keep the default policy.
     // SCHED_FIFO above every boost it applies (a boosted vCPU must never

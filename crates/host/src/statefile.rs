@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
+use pvsched_base::kvm_params::{self, HaltPoll};
 use pvsched_base::sched::{self, ThreadParams};
 use pvsched_base::thread::ThreadHandle;
 
@@ -38,6 +39,17 @@ pub struct StateFile {
     pub version: u32,
     pub daemon_pid: u32,
     pub threads: Vec<ThreadRecord>,
+    /// The kvm module's halt-polling parameters before `pvschedctl idle --apply
+    /// host` changed them; put back at the next start.
+    #[serde(default)]
+    pub kvm_halt_poll: Option<SavedHaltPoll>,
+}
+
+/// Halt-polling parameters to put back, and the directory they belong in.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SavedHaltPoll {
+    pub dir: PathBuf,
+    pub params: HaltPoll,
 }
 
 const VERSION: u32 = 1;
@@ -48,6 +60,7 @@ impl StateFile {
             version: VERSION,
             daemon_pid: std::process::id(),
             threads: Vec::new(),
+            kvm_halt_poll: None,
         }
     }
 
@@ -114,6 +127,8 @@ pub struct Restored {
     /// Threads that still exist (same identity) but could not be put back:
     /// they stay recorded, and are tried again.
     pub left: Vec<ThreadRecord>,
+    /// kvm module parameters still to put back (a write failed).
+    pub kvm_halt_poll: Option<SavedHaltPoll>,
 }
 
 /// Puts every recorded thread that still exists (same process, same start
@@ -160,12 +175,24 @@ pub fn recover(path: &Path) -> Result<Restored, StateFileError> {
             msg: format!("pvschedd {} is still running", state.daemon_pid),
         });
     }
-    let done = restore_records(&state.threads);
+    let mut done = restore_records(&state.threads);
+    if let Some(k) = state.kvm_halt_poll {
+        match kvm_params::write_halt_poll_to(&k.dir, &k.params) {
+            Ok(()) => info!(
+                halt_poll_ns = k.params.halt_poll_ns,
+                "put the kvm halt-polling parameters a previous pvschedd changed back"
+            ),
+            Err(e) => {
+                warn!(error = %e, "cannot put the kvm halt-polling parameters back; kept in the state file");
+                done.kvm_halt_poll = Some(k);
+            }
+        }
+    }
     info!(
         path = %path.display(), previous_pid = state.daemon_pid, restored = done.restored,
         left = done.left.len(), "recovered state of a previous pvschedd"
     );
-    if done.left.is_empty() {
+    if done.left.is_empty() && done.kvm_halt_poll.is_none() {
         fs::remove_file(path).map_err(|e| StateFileError::Io {
             path: path.to_path_buf(),
             op: "remove",

@@ -1,7 +1,7 @@
 //! One VM the daemon serves: its region, its threads, its policy state, and
 //! what is in force on each thread.
 
-use pvsched_abi::{RegionFile, F_ALL};
+use pvsched_abi::RegionFile;
 use pvsched_policy::{Decision, Decisions, DurationHistogram, Event, VmLimits, VmState};
 use tracing::{info, warn};
 
@@ -55,6 +55,8 @@ pub struct ServedVm {
     pub reported_clamped: u64,
     /// Idle histograms as last pushed to the metrics (they take deltas).
     reported_idle: Vec<(DurationHistogram, DurationHistogram)>,
+    /// The region offers `F_IDLE_HINTS`: the host halves carry wake latencies.
+    idle_hints: bool,
     pub gone: bool,
 }
 
@@ -67,6 +69,7 @@ impl ServedVm {
         id: u32,
         limits: VmLimits,
         metrics: VmMetrics,
+        features: u64,
     ) -> Result<Self, VmError> {
         let Found {
             name,
@@ -89,12 +92,14 @@ impl ServedVm {
                 source: e,
             })?;
         let generation = match region.region().validate() {
-            Ok(v) if v.header.slot_count == nr => {
+            // A region left by an earlier pvschedd is kept (its guest stays bound)
+            // when it offers what this one does.
+            Ok(v) if v.header.slot_count == nr && v.header.host_features == features => {
                 region.region_mut().adopt(&v);
                 v.header.generation
             }
             _ => {
-                let g = region.region_mut().init_header(nr, F_ALL).map_err(|e| {
+                let g = region.region_mut().init_header(nr, features).map_err(|e| {
                     VmError::RegionInit {
                         vm: name.to_string(),
                         path: region_path.display().to_string(),
@@ -151,6 +156,7 @@ impl ServedVm {
             metrics,
             reported_clamped: 0,
             reported_idle: Vec::new(),
+            idle_hints: features & pvsched_abi::F_IDLE_HINTS != 0,
             gone: false,
         })
     }
@@ -215,7 +221,10 @@ impl ServedVm {
 
     /// Publishes the host half of `vcpu`.
     pub fn publish(&self, now: u64, vcpu: u32) {
-        let half = self.policy.host_half(vcpu, now);
+        let mut half = self.policy.host_half(vcpu, now);
+        if !self.idle_hints {
+            (half.wake_p50_ns, half.wake_p99_ns) = (0, 0);
+        }
         let _ = self.region.region().write_host(vcpu, &half);
     }
 

@@ -7,6 +7,8 @@ use tracing::{error, info, warn};
 
 use crate::discovery::{DiscoveryRequest, OpenRequest, Snapshot};
 use crate::event_loop::Daemon;
+use pvsched_abi::{F_ALL, F_IDLE_HINTS};
+
 use crate::statefile::{restore_records, StateFile, StateFileError, ThreadRecord};
 use crate::vm::ServedVm;
 
@@ -40,11 +42,17 @@ impl Daemon {
                 .unwrap_or_else(|| self.cfg.default_limits.clone());
             let metrics = self.metrics.vm(&f.name);
             self.opening.insert(f.name.clone(), id);
+            let features = if self.cfg.config.daemon.offer_idle_hints {
+                F_ALL
+            } else {
+                F_ALL & !F_IDLE_HINTS
+            };
             let req = OpenRequest {
                 found: f,
                 id,
                 limits,
                 metrics,
+                features,
             };
             if self
                 .open_tx
@@ -172,6 +180,7 @@ impl Daemon {
         }
         state.threads.extend(extra);
         state.threads.extend(self.leftover.iter().cloned());
+        state.kvm_halt_poll = self.kvm_original.clone();
         state.save(&self.state_path)
     }
 }

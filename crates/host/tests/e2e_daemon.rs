@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 
 use pvsched_abi::{GuestHalf, POLICY_FIFO};
 use pvsched_base::sched::ThreadParams;
-use pvsched_control::{Request, Response};
+use pvsched_control::{ApplyTarget, Request, Response};
 use pvsched_host::discovery::threads_by_name;
+use pvsched_host::statefile::StateFile;
 use pvsched_vmtest::{wait_until, GuestImage, ImageConfig, Vm, VmConfig};
 use support::{params, tempdir, Daemon, RtObserver};
 
@@ -525,4 +526,153 @@ fn idle_shows_measured_halts_and_a_recommendation_for_a_tcg_guest() {
         matches!(bad, Response::Error { ref message } if message.contains("no VM named")),
         "{bad:?}"
     );
+}
+
+fn idle_apply(d: &Daemon, target: ApplyTarget) -> Response {
+    d.request(
+        &Request::IdleApply {
+            vm: None,
+            budget_permille: 50,
+            target,
+        },
+        Duration::from_secs(5),
+    )
+}
+
+/// The halts the advisor needs: short sleeps on both vCPUs.
+fn sleep_on_both_vcpus(vm: &Vm) {
+    let task = vm
+        .spawn("for i in $(seq 100); do sleep 0.002; done & taskset -c 1 sh -c 'for i in $(seq 100); do sleep 0.002; done'; wait")
+        .unwrap();
+    vm.wait_gone(task.pid, Duration::from_secs(30)).unwrap();
+}
+
+/// `--apply host` against a parameter directory of real files standing in for
+/// /sys/module/kvm/parameters (read-only on this host, see the second test): the
+/// cap becomes the advice, and SIGTERM, `--apply restore` and a start after
+/// kill -9 each put back what was found.
+#[test]
+fn applying_the_advice_sets_kvm_halt_polling_and_every_exit_puts_it_back() {
+    use pvsched_base::kvm_params::{read_halt_poll_from, write_halt_poll_to, HaltPoll};
+    let f = fixture();
+    let dir = tempdir("apply");
+    let params = dir.join("kvm-parameters");
+    std::fs::create_dir_all(&params).unwrap();
+    // This host's values, with a cap the advice cannot equal (not a bucket bound).
+    let host = pvsched_base::kvm_params::read_halt_poll()
+        .unwrap()
+        .unwrap_or(HaltPoll {
+            halt_poll_ns: 200_000,
+            grow: 2,
+            grow_start_ns: 10_000,
+            shrink: 0,
+        });
+    let start = HaltPoll {
+        halt_poll_ns: 123_457,
+        ..host
+    };
+    write_halt_poll_to(&params, &start).unwrap();
+    let now = || read_halt_poll_from(&params).unwrap().unwrap();
+    let toml = format!(
+        "kvm_params_dir = {:?}\n{}",
+        params.display().to_string(),
+        vm_entries(&[("e2e", &f.vm)])
+    );
+
+    // --apply host: the cap becomes the host-wide advice; SIGTERM puts it back.
+    let mut d = Daemon::start(&dir, &toml);
+    d.wait_serving("e2e", 2);
+    sleep_on_both_vcpus(&f.vm);
+    let report = match idle_apply(&d, ApplyTarget::Host) {
+        Response::Idle(r) => r,
+        other => panic!("{other:?}\n{}", d.log()),
+    };
+    let applied = report.applied.expect("applied");
+    let advised_ns = (report.host_advice.expect("host advice").window_us * 1e3).round() as u64;
+    assert_eq!(applied.before, start);
+    assert_eq!(applied.after.halt_poll_ns, advised_ns);
+    assert_eq!(now(), applied.after);
+    let per_vm = idle_apply(&d, ApplyTarget::Vm);
+    assert!(
+        matches!(&per_vm, Response::Error { message } if message.contains("TCG")),
+        "{per_vm:?}"
+    );
+    assert!(d.signal(libc::SIGTERM).success(), "{}", d.log());
+    assert_eq!(now(), start, "SIGTERM left the cap changed");
+    assert!(!d.state_file().exists());
+
+    // --apply restore puts it back at once.
+    let mut d = Daemon::start(&dir, &toml);
+    d.wait_serving("e2e", 2);
+    sleep_on_both_vcpus(&f.vm);
+    assert!(matches!(
+        idle_apply(&d, ApplyTarget::Host),
+        Response::Idle(_)
+    ));
+    assert_ne!(now(), start);
+    assert!(matches!(
+        idle_apply(&d, ApplyTarget::Restore),
+        Response::Idle(_)
+    ));
+    assert_eq!(now(), start, "--apply restore");
+    d.signal(libc::SIGTERM);
+
+    // kill -9 after --apply host leaves it set, and the next start puts it back.
+    let mut d = Daemon::start(&dir, &toml);
+    d.wait_serving("e2e", 2);
+    sleep_on_both_vcpus(&f.vm);
+    assert!(matches!(
+        idle_apply(&d, ApplyTarget::Host),
+        Response::Idle(_)
+    ));
+    d.signal(libc::SIGKILL);
+    assert_ne!(now(), start, "kill -9 cannot put anything back");
+    let state = StateFile::load(&d.state_file())
+        .unwrap()
+        .expect("state file");
+    assert_eq!(state.kvm_halt_poll.map(|k| k.params), Some(start));
+    let mut successor = Daemon::start(&dir, "[discovery]\nauto = false\n");
+    wait_for(
+        "the successor puts the cap back",
+        Duration::from_secs(5),
+        || (now() == start).then_some(()),
+    );
+    successor.signal(libc::SIGTERM);
+    assert!(!successor.state_file().exists());
+}
+
+/// The real /sys/module/kvm/parameters: applied and put back where the kernel
+/// lets root write it; refused with a message naming the file where it is
+/// read-only (this machine's kernel exports them 0444), and nothing recorded.
+#[test]
+fn applying_to_the_real_kvm_module_works_or_says_why_not() {
+    let f = fixture();
+    let Some(before) = pvsched_base::kvm_params::read_halt_poll().unwrap() else {
+        panic!("the kvm module is loaded on this host (ENVIRONMENT.md)");
+    };
+    let writable = std::fs::OpenOptions::new()
+        .write(true)
+        .open(Path::new(pvsched_base::kvm_params::DEFAULT_DIR).join("halt_poll_ns"))
+        .is_ok();
+    let mut d = start_daemon("apply-real", &[("e2e", &f.vm)]);
+    d.wait_serving("e2e", 2);
+    sleep_on_both_vcpus(&f.vm);
+
+    let r = idle_apply(&d, ApplyTarget::Host);
+
+    if writable {
+        assert!(matches!(r, Response::Idle(_)), "{r:?}");
+    } else {
+        assert!(
+            matches!(&r, Response::Error { message }
+                if message.contains("/sys/module/kvm/parameters/halt_poll_ns") && message.contains("read-only")),
+            "{r:?}"
+        );
+    }
+    assert!(d.signal(libc::SIGTERM).success(), "{}", d.log());
+    assert_eq!(
+        pvsched_base::kvm_params::read_halt_poll().unwrap(),
+        Some(before)
+    );
+    assert!(!d.state_file().exists());
 }

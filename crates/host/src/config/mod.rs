@@ -74,6 +74,13 @@ pub struct DaemonConfig {
     /// without waking the daemon; they are read at its next wakeup. Each
     /// wakeup saved is a context switch (and an IPI) on a host CPU.
     pub lazy_events: bool,
+    /// Offer guests idle hints (ABI `F_IDLE_HINTS`: each vCPU's measured wake-up
+    /// latency, for a guest idle driver that polls instead of halting when a
+    /// wake-up costs more than the poll). Off: the guest's idle path is its own.
+    pub offer_idle_hints: bool,
+    /// The kvm module's parameter directory, which `pvschedctl idle --apply host`
+    /// writes `halt_poll_ns` into (and puts back).
+    pub kvm_params_dir: PathBuf,
 }
 
 impl Default for DaemonConfig {
@@ -91,6 +98,8 @@ impl Default for DaemonConfig {
             mlock: true,
             boost_latency_path: true,
             lazy_events: true,
+            offer_idle_hints: true,
+            kvm_params_dir: pvsched_base::kvm_params::DEFAULT_DIR.into(),
         }
     }
 }

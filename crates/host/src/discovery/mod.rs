@@ -81,6 +81,8 @@ pub struct OpenRequest {
     pub id: u32,
     pub limits: VmLimits,
     pub metrics: VmMetrics,
+    /// The `F_*` bits the region offers its guest.
+    pub features: u64,
 }
 
 /// What the event loop asks of the discovery thread.
@@ -112,8 +114,9 @@ fn open_vm(req: OpenRequest, allowed: &Allowed) -> Result<Box<ServedVm>, String>
         id,
         limits,
         metrics,
+        features,
     } = req;
-    let vm = ServedVm::open(&found, id, limits, metrics).map_err(|e| e.to_string())?;
+    let vm = ServedVm::open(&found, id, limits, metrics, features).map_err(|e| e.to_string())?;
     let meta = vm
         .region
         .metadata()
