@@ -1,11 +1,15 @@
 //! pvschedd as the simulator runs it: the real policy engine (`pvsched-policy`), one
 //! [`VmState`] per VM, fed the events the daemon's BPF programs would deliver and the guest
 //! halves it would read (at a preemption, a halt, a wakeup, and on its recheck timer for
-//! boosted vCPUs), its decisions taking effect `reaction_ns` later. What it leaves out: the
-//! daemon's own CPU time, lost events, and lazy records (the sim delivers every record at
-//! once; the daemon reads a boosted vCPU's records up to one recheck period late).
+//! boosted vCPUs), its decisions taking effect `reaction_ns` later. Every discovery round it
+//! tells the policy whether the host is overloaded (CPU pressure, as pvschedd's discovery
+//! thread decides it) when a guest reads the flag (the hinted idle driver). What it leaves
+//! out: the daemon's own CPU time, lost events, and lazy records (the sim delivers every
+//! record at once; the daemon reads a boosted vCPU's records up to one recheck period late);
+//! the host halves are read as the policy has them at that moment (the daemon publishes
+//! them at its 10 ms scan and at each decision).
 
-use pvsched_abi::GuestHalf;
+use pvsched_abi::{GuestHalf, HostHalf};
 use pvsched_policy::{
     advise, Decisions, DurationHistogram, Event, HostPolicy, PollPrice, SchedParams, VmLimits,
     VmState, VmStats,
@@ -13,6 +17,16 @@ use pvsched_policy::{
 
 /// The advisor's longest window, as pvschedd's (`idle_report.rs`).
 const ADVISOR_MAX_WINDOW_NS: u64 = 1_000_000;
+
+/// pvschedd's discovery round (`daemon.discovery_interval_ms` default), which reads the
+/// host's CPU pressure.
+pub const DISCOVERY_INTERVAL_NS: u64 = 1_000_000_000;
+
+/// Whether pvschedd would call the host overloaded at CPU pressure `some_share` (0..=1):
+/// PSI cpu `some avg10` above 10 % (crates/host/src/discovery).
+pub fn overloaded(some_share: f64) -> bool {
+    some_share * 100.0 > 10.0
+}
 
 use crate::host::Class;
 
@@ -119,6 +133,11 @@ impl Daemon {
         } else {
             false
         }
+    }
+
+    /// The host half the daemon publishes for `vcpu` of `vm` (its idle hints among it).
+    pub fn host_half(&self, vm: u32, vcpu: u32, now: u64) -> HostHalf {
+        self.vms[vm as usize].state.host_half(vcpu, now)
     }
 
     pub fn is_boosted(&self, vm: u32, vcpu: u32) -> bool {

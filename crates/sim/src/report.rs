@@ -287,7 +287,13 @@ pub fn markdown(sc: &Scenario, rs: &[ModeResult], targets: &[Target]) -> String 
                 );
             }
         }
+        if sc.sets_guest_idle() {
+            idle_table(&mut s, rs.iter().filter(|r| r.variant.as_deref() == var));
+        }
         let _ = writeln!(s);
+    }
+    if sc.sets_guest_idle() && rs.iter().any(|r| r.variant.is_some()) {
+        idle_summary(&mut s, rs);
     }
     if !targets.is_empty() {
         let _ = writeln!(
@@ -300,6 +306,76 @@ pub fn markdown(sc: &Scenario, rs: &[ModeResult], targets: &[Target]) -> String 
         let _ = writeln!(s);
     }
     s
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}", x * 100.0)
+}
+
+fn pressure(r: &ModeResult) -> String {
+    r.host_cpu_pressure
+        .map_or("-".into(), |p| format!("{:.0} %", p * 100.0))
+}
+
+/// The guest idle driver's table for one variant's results.
+fn idle_table<'a>(s: &mut String, these: impl Iterator<Item = &'a ModeResult>) {
+    let _ = writeln!(
+        s,
+        "\nGuest idle (host CPU % of machine; polls caught: ended by a wakeup, the rest ran out and halted; host CPU pressure: PSI cpu some avg10 at the last discovery round):\n\n| mode | VM | guest idle | guest poll % | host poll % | polls | caught | halts | overload halts | unhinted halts | host CPU pressure |\n|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|"
+    );
+    for r in these {
+        for vm in r.vms.iter().take(8) {
+            let i = &vm.idle;
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                r.mode,
+                vm.name,
+                r.guest_idle,
+                pct(i.guest_poll_share),
+                pct(i.host_poll_share),
+                i.guest_polls,
+                i.guest_poll_hits,
+                i.guest_halts,
+                i.overload_halts,
+                i.unhinted_halts,
+                pressure(r)
+            );
+        }
+    }
+}
+
+/// Every variant and mode on one line each: the scenario's throughput and VM CPU beside
+/// the idle drivers' polling and the host's own work (VMs summed).
+fn idle_summary(s: &mut String, rs: &[ModeResult]) {
+    let _ = writeln!(
+        s,
+        "## Guest idle drivers, all variants (simulated; % of machine)\n\n| variant | mode | guest idle | round trips/s | VM CPU % | guest poll % | host poll % | polls caught | host hogs % | host CPU pressure |\n|---|---|---|--:|--:|--:|--:|--:|--:|--:|"
+    );
+    for r in rs {
+        let sum = |f: fn(&crate::results::VmResult) -> f64| r.vms.iter().map(f).sum::<f64>();
+        let polls: u64 = r.vms.iter().map(|v| v.idle.guest_polls).sum();
+        let hits: u64 = r.vms.iter().map(|v| v.idle.guest_poll_hits).sum();
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} |",
+            r.variant.as_deref().unwrap_or("-"),
+            r.mode,
+            r.guest_idle,
+            sum(|v| v.round_trips_per_s),
+            pct(sum(|v| v.cpu_share)),
+            pct(sum(|v| v.idle.guest_poll_share)),
+            pct(sum(|v| v.idle.host_poll_share)),
+            if polls > 0 {
+                format!("{:.0} % of {polls}", hits as f64 * 100.0 / polls as f64)
+            } else {
+                "-".into()
+            },
+            pct(r.host_hog_share),
+            pressure(r)
+        );
+    }
+    let _ = writeln!(s);
 }
 
 /// The variants of `rs`, in the order they ran (`None`: the scenario has none).

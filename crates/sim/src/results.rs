@@ -33,6 +33,28 @@ pub struct VmResult {
     /// 5 % of a core per vCPU): its window µs, the halts it catches and its CPU share
     /// per vCPU.
     pub advisor: Option<Advice>,
+    /// Its idle vCPUs: the guest idle driver's and KVM's polling.
+    #[serde(default)]
+    pub idle: IdleCounters,
+}
+
+/// What a VM's idle vCPUs did over the window.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct IdleCounters {
+    /// Host CPU its vCPUs spent polling in the guest (the idle driver), as a fraction of
+    /// the machine.
+    pub guest_poll_share: f64,
+    /// Host CPU spent in KVM's halt polling for its vCPUs, as a fraction of the machine.
+    pub host_poll_share: f64,
+    /// Guest polls started, and those a wakeup ended (the rest ran out and halted).
+    pub guest_polls: u64,
+    pub guest_poll_hits: u64,
+    /// HLTs the guest issued.
+    pub guest_halts: u64,
+    /// Of those, hinted: the governor would have polled but the host said overloaded.
+    pub overload_halts: u64,
+    /// Of those, hinted: no hint (no host half, or nothing measured yet).
+    pub unhinted_halts: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
@@ -58,6 +80,13 @@ pub struct ModeResult {
     pub host_hist: Histogram,
     /// CPU time of the host's hogs, as a fraction of the machine.
     pub host_hog_share: f64,
+    /// The guests' idle driver.
+    #[serde(default)]
+    pub guest_idle: String,
+    /// The host's CPU pressure (PSI cpu `some avg10`, 0..=1) at the daemon's last discovery
+    /// round, when the run tracks it (a pvsched mode with the hinted idle driver).
+    #[serde(default)]
+    pub host_cpu_pressure: Option<f64>,
     pub vms: Vec<VmResult>,
     /// Simulated events (the run's size; events per second are printed, not stored, so
     /// the JSON of a seed is the same on every machine).
@@ -72,6 +101,19 @@ struct VmCounters {
     locks: u64,
     holder_preemptions: u64,
     messages: u64,
+    guest_poll_ns: u64,
+    host_poll_ns: u64,
+    idle: IdleCounters,
+}
+
+/// How an idle entry of the guest went (for [`Recorder::idle_entry`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdleEntry {
+    Poll,
+    PollHit,
+    Halt,
+    OverloadHalt,
+    UnhintedHalt,
 }
 
 pub struct Recorder {
@@ -100,6 +142,9 @@ impl Recorder {
             locks: 0,
             holder_preemptions: 0,
             messages: 0,
+            guest_poll_ns: 0,
+            host_poll_ns: 0,
+            idle: IdleCounters::default(),
         });
     }
 
@@ -140,6 +185,44 @@ impl Recorder {
         }
     }
 
+    /// Polling of a vCPU of `vm` from `start` to `end` (host ns; the window's part counts):
+    /// in the guest's idle driver, or else KVM's.
+    pub fn poll(&mut self, vm: u32, guest: bool, start: u64, end: u64) {
+        let ns = end.saturating_sub(start.max(self.from));
+        let c = &mut self.guest[vm as usize];
+        if guest {
+            c.guest_poll_ns += ns;
+        } else {
+            c.host_poll_ns += ns;
+        }
+    }
+
+    pub fn idle_entry(&mut self, vm: u32, at: u64, what: IdleEntry) {
+        if at < self.from {
+            return;
+        }
+        let c = &mut self.guest[vm as usize].idle;
+        match what {
+            IdleEntry::Poll => c.guest_polls += 1,
+            IdleEntry::PollHit => c.guest_poll_hits += 1,
+            IdleEntry::Halt => c.guest_halts += 1,
+            IdleEntry::OverloadHalt => {
+                c.guest_halts += 1;
+                c.overload_halts += 1;
+            }
+            IdleEntry::UnhintedHalt => {
+                c.guest_halts += 1;
+                c.unhinted_halts += 1;
+            }
+        }
+    }
+
+    /// The idle counters of `vm` so far.
+    #[cfg(test)]
+    pub fn idle_counters(&self, vm: u32) -> IdleCounters {
+        self.guest[vm as usize].idle
+    }
+
     /// A ping-pong message handled; the starter's count round trips.
     pub fn message(&mut self, vm: u32, at: u64, starter: bool) {
         if at >= self.from && starter {
@@ -160,6 +243,7 @@ impl Recorder {
         hog_threads: &[u32],
         policy: Option<Vec<VmStats>>,
         advice: Option<Vec<Option<(PollPrice, f64)>>>,
+        idle: (&str, Option<f64>),
         events: u64,
     ) -> ModeResult {
         let window_s = sc.duration_s;
@@ -202,6 +286,11 @@ impl Recorder {
                         hit_rate: p.hit_rate(),
                         cpu_share,
                     }),
+                idle: IdleCounters {
+                    guest_poll_share: c.guest_poll_ns as f64 / machine_ns,
+                    host_poll_share: c.host_poll_ns as f64 / machine_ns,
+                    ..c.idle
+                },
             });
         }
         ModeResult {
@@ -217,6 +306,8 @@ impl Recorder {
             host_latency: self.host_latency.summary(),
             host_hist: self.host_latency,
             host_hog_share: hog_ns as f64 / machine_ns,
+            guest_idle: idle.0.to_string(),
+            host_cpu_pressure: idle.1,
             vms,
             events,
         }

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::costs::{Costs, HaltPoll};
 use crate::error::SimError;
+use crate::guest::GuestIdle;
 
 /// Shipped scenarios, by name.
 pub const BUILT_IN: &[(&str, &str)] = &[
@@ -41,7 +42,11 @@ pub struct Scenario {
     /// rings when a boost's reason clears: the host-cost issue's design), pvsched-locks
     /// (that, and lock holders published as critical sections: the lock-holder issue's).
     pub modes: Vec<String>,
-    /// Runs of the whole scenario varying one setting (message-passing: halt polling).
+    /// The guest's idle driver [default: `fixed` if `guest_halt_poll_ns` > 0, else `halt`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_idle: Option<GuestIdle>,
+    /// Runs of the whole scenario varying one setting (message-passing: halt polling, the
+    /// guest idle driver, host load).
     #[serde(default)]
     pub variants: Vec<Variant>,
     pub host: HostSpec,
@@ -62,6 +67,7 @@ pub struct CostOverrides {
     pub exit_entry_ns: Option<u64>,
     pub host_switch_ns: Option<u64>,
     pub idle_wakeup_ns: Option<u64>,
+    pub idle_exit_before_switch: Option<bool>,
     pub timer_latency_ns: Option<u64>,
     pub guest_switch_ns: Option<u64>,
     pub guest_irq_ns: Option<u64>,
@@ -83,6 +89,7 @@ impl CostOverrides {
             exit_entry_ns,
             host_switch_ns,
             idle_wakeup_ns,
+            idle_exit_before_switch,
             timer_latency_ns,
             guest_switch_ns,
             guest_irq_ns,
@@ -105,6 +112,12 @@ pub struct Variant {
     /// VMs (by name) left out of this variant's runs (a baseline without the rogue).
     #[serde(default)]
     pub drop_vms: Vec<String>,
+    /// The guest's idle driver in this variant's runs [default: the scenario's].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_idle: Option<GuestIdle>,
+    /// Host tasks added to `[host] tasks` in this variant's runs (an overloaded host).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_tasks: Vec<HostTaskSpec>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -378,7 +391,8 @@ impl Scenario {
                 self.host.cpus
             )));
         }
-        for t in &self.host.tasks {
+        let variant_tasks = self.variants.iter().flat_map(|v| v.host_tasks.iter());
+        for t in self.host.tasks.iter().chain(variant_tasks) {
             if let HostTaskSpec::Periodic {
                 interval_us,
                 policy,
@@ -390,6 +404,27 @@ impl Scenario {
                     return Err(bad("a host periodic task needs interval_us > 0".into()));
                 }
                 check_prio(*policy, *prio).map_err(bad)?;
+            }
+        }
+        let runs: Vec<Option<&Variant>> = if self.variants.is_empty() {
+            vec![None]
+        } else {
+            self.variants.iter().map(Some).collect()
+        };
+        for v in runs {
+            let idle = self.guest_idle_for(v);
+            let window = self.costs_for(v).guest_halt_poll_ns;
+            let which = v.map_or(String::new(), |v| format!("variant {}: ", v.name));
+            if idle == GuestIdle::Fixed && window == 0 {
+                return Err(bad(format!(
+                    "{which}guest_idle = \"fixed\" needs guest_halt_poll_ns > 0 (its window)"
+                )));
+            }
+            if idle != GuestIdle::Fixed && window > 0 {
+                return Err(bad(format!(
+                    "{which}guest_halt_poll_ns is the window of guest_idle = \"fixed\", not of {:?}",
+                    idle.name()
+                )));
             }
         }
         for vm in &self.vms {
@@ -446,6 +481,33 @@ impl Scenario {
         Ok(())
     }
 
+    /// The guest idle driver of `variant` (or the scenario's own when `None`).
+    pub fn guest_idle_for(&self, variant: Option<&Variant>) -> GuestIdle {
+        match variant.and_then(|v| v.guest_idle).or(self.guest_idle) {
+            Some(g) => g,
+            // Before `guest_idle` existed, a window alone meant a fixed poll.
+            None if self.costs_for(variant).guest_halt_poll_ns > 0 => GuestIdle::Fixed,
+            None => GuestIdle::Halt,
+        }
+    }
+
+    /// Whether the scenario chooses a guest idle driver anywhere (its report then has the
+    /// idle tables).
+    pub fn sets_guest_idle(&self) -> bool {
+        self.guest_idle.is_some() || self.variants.iter().any(|v| v.guest_idle.is_some())
+    }
+
+    /// The host tasks of `variant`'s runs: the scenario's, then the variant's own.
+    pub fn host_tasks_for<'a>(
+        &'a self,
+        variant: Option<&'a Variant>,
+    ) -> impl Iterator<Item = &'a HostTaskSpec> {
+        self.host
+            .tasks
+            .iter()
+            .chain(variant.into_iter().flat_map(|v| v.host_tasks.iter()))
+    }
+
     /// The cost set of `variant` (or the scenario's own when `None`).
     pub fn costs_for(&self, variant: Option<&Variant>) -> Costs {
         let mut c = Costs::by_name(&self.costs).unwrap_or_else(Costs::tcg);
@@ -488,5 +550,32 @@ mod tests {
         let bad_mode = base.replace("\"vanilla\"", "\"fast\"");
         let e = Scenario::parse(&bad_mode, "t").unwrap_err().to_string();
         assert!(e.contains("unknown mode"), "{e}");
+    }
+
+    #[test]
+    fn a_guest_poll_window_belongs_to_the_fixed_driver_only() {
+        let base = include_str!("../scenarios/idle-host.toml");
+        let with = |top: &str| base.replacen("\n[host]", &format!("\n{top}\n[host]"), 1);
+
+        let e = Scenario::parse(&with("guest_idle = \"fixed\""), "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("needs guest_halt_poll_ns > 0"), "{e}");
+        let e = Scenario::parse(
+            &with("guest_idle = \"hinted\"\ncost_overrides = { guest_halt_poll_ns = 50000 }"),
+            "t",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("window of guest_idle = \"fixed\""), "{e}");
+
+        let old_style = Scenario::parse(
+            &with("cost_overrides = { guest_halt_poll_ns = 50000 }"),
+            "t",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(old_style.guest_idle_for(None), GuestIdle::Fixed);
+        let plain = Scenario::parse(base, "t").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(plain.guest_idle_for(None), GuestIdle::Halt);
     }
 }

@@ -4,6 +4,7 @@
 use pvsched_policy::Event;
 
 use super::{Ev, Sim};
+use crate::daemon::{overloaded, DISCOVERY_INTERVAL_NS};
 use crate::host::ThreadState;
 
 impl Sim {
@@ -49,6 +50,26 @@ impl Sim {
         }
         self.daemon_after(vm);
         true
+    }
+
+    /// pvschedd's discovery round: the host's CPU pressure decides the overload flag, which
+    /// every VM's policy is told (pvschedd feeds it at each scan; it changes only here).
+    pub(super) fn discovery_round(&mut self) {
+        let now = self.now;
+        let Some(share) = self.host.cpu_pressure_some(now) else {
+            return;
+        };
+        self.cpu_pressure = Some(share);
+        let ev = Event::OverloadHint {
+            overloaded: overloaded(share),
+        };
+        for vm in 0..self.vms.len() as u32 {
+            if let Some(d) = self.daemon.as_mut() {
+                d.handle(vm, now, None, Some(ev));
+            }
+            self.daemon_after(vm);
+        }
+        self.push(now + DISCOVERY_INTERVAL_NS, Ev::Discovery);
     }
 
     /// Schedules the daemon's decisions and its next wakeup for `vm`.

@@ -6,11 +6,14 @@
 //! vCPU threads (the guest's interrupts, context switches, tasks, halts) and the VMM's
 //! main loop, and, in the pvsched modes, the daemon ([`crate::daemon`]).
 //!
-//! `vcpu.rs`: a vCPU thread's work (interrupts, guest switches, halts); `tasks.rs`: what
-//! guest tasks do (periodic, audio, locks, ping-pong); `feed.rs`: pvschedd's inputs.
+//! `vcpu.rs`: a vCPU thread's work (interrupts, guest switches, halts, the guest's idle
+//! driver); `tasks.rs`: what guest tasks do (periodic, audio, locks, ping-pong); `feed.rs`:
+//! pvschedd's inputs.
 
 mod feed;
 mod tasks;
+#[cfg(test)]
+mod tests;
 mod vcpu;
 
 use tasks::add_guest_tasks;
@@ -21,8 +24,8 @@ use std::collections::BinaryHeap;
 use pvsched_policy::Event;
 
 use crate::costs::Costs;
-use crate::daemon::Daemon;
-use crate::guest::{Behaviour, GuestVm, TaskId, VWork, Vcpu, FOREVER};
+use crate::daemon::{Daemon, DISCOVERY_INTERVAL_NS};
+use crate::guest::{Behaviour, GuestIdle, GuestVm, TaskId, VWork, Vcpu, FOREVER};
 use crate::host::{Class, Host, HostParams, Switch, SwitchOut, ThreadState, Tid};
 use crate::results::{ModeResult, Recorder};
 use crate::rng::Rng;
@@ -89,6 +92,14 @@ enum Ev {
     },
     DaemonTick {
         vm: u32,
+    },
+    /// pvschedd's discovery round: the host's CPU pressure, hence the overload flag.
+    Discovery,
+    /// pvschedd sees vCPU `vcpu` switched in, after its CPU's idle exit.
+    SwitchIn {
+        vm: u32,
+        vcpu: u32,
+        gen: u32,
     },
     MeasureStart,
     Progress,
@@ -177,6 +188,10 @@ pub struct Sim {
     applies: Vec<(u64, u32, Class)>,
     /// The guest rings when a boost's reason clears (pvsched-doorbell, pvsched-locks).
     doorbell: bool,
+    /// The guests' idle driver.
+    guest_idle: GuestIdle,
+    /// The host's CPU pressure at the last discovery round, when tracked.
+    cpu_pressure: Option<f64>,
     progress: Option<(u64, std::time::Instant)>,
 }
 
@@ -248,11 +263,13 @@ impl Sim {
             events: 0,
             applies: Vec::new(),
             doorbell: matches!(mode, Mode::PvschedDoorbell | Mode::PvschedLocks),
+            guest_idle: sc.guest_idle_for(variant),
+            cpu_pressure: None,
             progress: progress.then(|| (0, std::time::Instant::now())),
         };
 
         // Host load and the host's latency task.
-        for spec in &sc.host.tasks {
+        for spec in sc.host_tasks_for(variant) {
             match *spec {
                 HostTaskSpec::Hog { count, nice } => {
                     for _ in 0..count {
@@ -365,6 +382,12 @@ impl Sim {
                 sim.costs.daemon_reaction_ns,
                 sim.costs.daemon_recheck_ns,
             ));
+            // The overload flag has a reader only in the hinted driver: other runs keep
+            // their events (and figures) as they were.
+            if sim.guest_idle == GuestIdle::Hinted {
+                sim.host.track_cpu_pressure();
+                sim.push(DISCOVERY_INTERVAL_NS, Ev::Discovery);
+            }
         }
 
         // Start: hogs and bursty tasks run, periodic ones arm, guests boot their tasks.
@@ -427,9 +450,10 @@ impl Sim {
     fn boot_guest(&mut self, vm: u32) {
         let n = self.vms[vm as usize].tasks.len() as u32;
         for t in 0..n {
-            let task = &self.vms[vm as usize].tasks[t as usize];
+            let task = &mut self.vms[vm as usize].tasks[t as usize];
             match task.behaviour {
                 Behaviour::Periodic { next, .. } | Behaviour::Audio { next, .. } => {
+                    task.timer_at = Some(next);
                     let gen = task.timer_gen;
                     let lat = self.costs.timer_latency_ns;
                     self.push(next + lat, Ev::GuestTimer { vm, task: t, gen });
@@ -445,10 +469,16 @@ impl Sim {
     }
 
     fn run_to_end(&mut self) {
-        while let Some(q) = self.queue.pop() {
-            if q.at > self.end {
+        self.run_until(self.end);
+        self.now = self.end;
+    }
+
+    /// Handles every event up to `t` (inclusive).
+    fn run_until(&mut self, t: u64) {
+        while self.queue.peek().is_some_and(|q| q.at <= t) {
+            let Some(q) = self.queue.pop() else {
                 break;
-            }
+            };
             debug_assert!(q.at >= self.now);
             self.now = q.at;
             if self.handle(q.ev) {
@@ -458,7 +488,6 @@ impl Sim {
             // a later call would make the host catch up on it in the past.
             self.arm_host_timer();
         }
-        self.now = self.end;
     }
 
     fn arm_host_timer(&mut self) {
@@ -509,6 +538,15 @@ impl Sim {
                 }
             }
             Ev::DaemonTick { vm } => return self.daemon_tick(vm),
+            Ev::Discovery => self.discovery_round(),
+            Ev::SwitchIn { vm, vcpu, gen } => {
+                let vc = &mut self.vms[vm as usize].vcpus[vcpu as usize];
+                if vc.switch_in != Some(gen) {
+                    return false;
+                }
+                vc.switch_in = None;
+                self.feed(vm, vcpu, Event::Running { vcpu });
+            }
             Ev::MeasureStart => {
                 let times: Vec<(u64, u64)> = (0..self.threads.len() as u32)
                     .map(|t| (self.host.cpu_time(t, now), self.host.rt_time(t, now)))
@@ -568,11 +606,16 @@ impl Sim {
             th.from = Some(f.max(now));
             if let Owner::Vcpu { vm, vcpu } = th.owner {
                 let g = &mut self.vms[vm as usize];
-                if let VWork::Task(t) = g.vcpus[vcpu as usize].work {
-                    // The item may be a slice of the task's work: the task keeps the rest.
-                    g.vcpus[vcpu as usize].slice_used += done;
-                    let task = &mut g.tasks[t as usize];
-                    task.remaining = task.remaining.saturating_sub(done);
+                match g.vcpus[vcpu as usize].work {
+                    VWork::Task(t) => {
+                        // The item may be a slice of the task's work: the task keeps the rest.
+                        g.vcpus[vcpu as usize].slice_used += done;
+                        let task = &mut g.tasks[t as usize];
+                        task.remaining = task.remaining.saturating_sub(done);
+                    }
+                    VWork::GuestPoll => self.rec.poll(vm, true, f, f + done),
+                    VWork::HostPoll => self.rec.poll(vm, false, f, f + done),
+                    _ => {}
                 }
             }
         }
@@ -593,6 +636,14 @@ impl Sim {
         self.cut(tid, at);
         self.threads[tid as usize].from = None;
         if let Owner::Vcpu { vm, vcpu } = self.threads[tid as usize].owner {
+            if self.vms[vm as usize].vcpus[vcpu as usize]
+                .switch_in
+                .take()
+                .is_some()
+            {
+                // Off its CPU before the idle exit ended: it was switched in all the same.
+                self.feed(vm, vcpu, Event::Running { vcpu });
+            }
             let g = &self.vms[vm as usize];
             if how == SwitchOut::Preempted {
                 if let Some(c) = g.vcpus[vcpu as usize].cur {
@@ -630,7 +681,18 @@ impl Sim {
             }
             Owner::MainLoop(_) => self.schedule_step(tid),
             Owner::Vcpu { vm, vcpu } => {
-                self.feed(vm, vcpu, Event::Running { vcpu });
+                if cpu_was_idle && self.costs.idle_exit_before_switch && self.daemon.is_some() {
+                    let vc = &mut self.vms[vm as usize].vcpus[vcpu as usize];
+                    vc.switch_in_gen = vc.switch_in_gen.wrapping_add(1);
+                    let gen = vc.switch_in_gen;
+                    vc.switch_in = Some(gen);
+                    self.push(
+                        at + self.costs.idle_wakeup_ns,
+                        Ev::SwitchIn { vm, vcpu, gen },
+                    );
+                } else {
+                    self.feed(vm, vcpu, Event::Running { vcpu });
+                }
                 let vc = &mut self.vms[vm as usize].vcpus[vcpu as usize];
                 match vc.work {
                     VWork::Halted | VWork::None => {
@@ -643,6 +705,12 @@ impl Sim {
                     }
                     VWork::Task(_) => self.dispatch(vm, vcpu),
                     w if w.interruptible() && !vc.irqs.is_empty() => self.dispatch(vm, vcpu),
+                    VWork::GuestPoll => {
+                        // Back from a preemption: it polls on only if its time is not up.
+                        let left = vc.poll_until.saturating_sub(start).max(1);
+                        self.threads[tid as usize].remaining = left;
+                        self.schedule_step(tid);
+                    }
                     _ => self.schedule_step(tid),
                 }
             }
@@ -730,13 +798,24 @@ impl Sim {
     }
 
     fn finish(
-        self,
+        mut self,
         sc: &Scenario,
         variant: Option<&crate::scenario::Variant>,
         mode: Mode,
         seed: u64,
     ) -> ModeResult {
         let now = self.now;
+        // Polls still running at the end count up to it.
+        for (vm, g) in self.vms.iter().enumerate() {
+            for vc in &g.vcpus {
+                let th = &self.threads[vc.tid as usize];
+                if let (Some(f), VWork::GuestPoll | VWork::HostPoll) = (th.from, vc.work) {
+                    let end = now.min(f.saturating_add(th.remaining));
+                    self.rec
+                        .poll(vm as u32, vc.work == VWork::GuestPoll, f, end.max(f));
+                }
+            }
+        }
         let times: Vec<(u64, u64)> = (0..self.threads.len() as u32)
             .map(|t| (self.host.cpu_time(t, now), self.host.rt_time(t, now)))
             .collect();
@@ -767,6 +846,7 @@ impl Sim {
             &hog_threads,
             stats,
             advice,
+            (self.guest_idle.name(), self.cpu_pressure),
             self.events,
         )
     }

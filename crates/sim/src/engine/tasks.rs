@@ -71,9 +71,7 @@ impl Sim {
                             lock.waiters.push_back(t);
                             match kind {
                                 LockKind::Spin if spin_limit > 0 => {
-                                    let task = &mut g.tasks[t as usize];
-                                    task.timer_gen += 1;
-                                    let gen = task.timer_gen;
+                                    let gen = g.tasks[t as usize].arm_timer(now + spin_limit);
                                     arm = Some((now + spin_limit, gen));
                                     (LockPhase::Spinning, FOREVER)
                                 }
@@ -108,7 +106,7 @@ impl Sim {
                             };
                             set_lock_phase(wt, LockPhase::Holding, which);
                             wt.remaining = hold;
-                            wt.timer_gen += 1;
+                            wt.cancel_timer();
                             let wv = wt.vcpu;
                             match was {
                                 LockPhase::Blocked => self.wake_task(vm, w, Some(v)),
@@ -147,8 +145,7 @@ impl Sim {
                     let rest = self.rng.exp(gap);
                     let task = &mut self.vms[vm as usize].tasks[t as usize];
                     set_resting(task, true);
-                    task.timer_gen += 1;
-                    let gen = task.timer_gen;
+                    let gen = task.arm_timer(now + rest);
                     self.push(now + rest, Ev::GuestTimer { vm, task: t, gen });
                     return;
                 }
@@ -167,9 +164,7 @@ impl Sim {
     /// later); a timer armed before is cancelled.
     fn sleep_until_timer(&mut self, vm: u32, v: u32, t: TaskId, at: u64) {
         let g = &mut self.vms[vm as usize];
-        let task = &mut g.tasks[t as usize];
-        task.timer_gen += 1;
-        let gen = task.timer_gen;
+        let gen = g.tasks[t as usize].arm_timer(at);
         g.dequeue(t, TState::Sleeping);
         g.vcpus[v as usize].seq += 1;
         self.push(
@@ -232,6 +227,7 @@ pub(super) fn add_guest_tasks(
             behaviour: b,
             expiry: None,
             timer_gen: 0,
+            timer_at: None,
         });
         vm.tasks.len() as u32 - 1
     };

@@ -1,11 +1,20 @@
 //! A vCPU thread's work: guest timers and interrupts, the guest's dispatch (interrupt,
 //! context switch, task, idle), halts with guest and host polling, the doorbell.
+//!
+//! The guest's idle driver (`GuestIdle`) decides at each idle entry between a poll
+//! (`VWork::GuestPoll`, a running vCPU that a wakeup catches at once) and a halt (the HLT
+//! exit, then KVM's own polling, then the vCPU thread blocks). A poll that runs out halts in
+//! the same idle period, as the haltpoll governor's next pick and the pvsched driver do.
 
 use pvsched_policy::{Event, WakeSource};
 
 use super::Sim;
-use crate::guest::{Behaviour, GClass, Irq, LockPhase, TaskId, VWork, GUEST_SLICE_NS};
+use crate::guest::{
+    hinted_choice, Behaviour, GClass, GuestHaltPoll, GuestIdle, IdleChoice, Irq, LastIdle,
+    LockPhase, TaskId, VWork, GUEST_SLICE_NS,
+};
 use crate::host::ThreadState;
+use crate::results::IdleEntry;
 
 impl Sim {
     /// A guest timer of task `t`; false if it was a stale one.
@@ -16,6 +25,7 @@ impl Sim {
         if task.timer_gen != gen {
             return false;
         }
+        task.timer_at = None;
         match task.behaviour {
             Behaviour::Periodic { next, work, .. } | Behaviour::Audio { next, work, .. } => {
                 task.expiry = Some(next);
@@ -147,13 +157,13 @@ impl Sim {
         let costs = &self.costs;
         let g = &mut self.vms[vm as usize];
         let tid = g.vcpus[v as usize].tid;
-        let (work, remaining) = if let Some(irq) = g.vcpus[v as usize].irqs.pop_front() {
+        let next = if let Some(irq) = g.vcpus[v as usize].irqs.pop_front() {
             g.vcpus[v as usize].seq += 1;
-            (VWork::Irq(irq), costs.guest(costs.guest_irq_ns))
+            Some((VWork::Irq(irq), costs.guest(costs.guest_irq_ns)))
         } else {
             match g.pick(v) {
                 Some(t) if g.vcpus[v as usize].cur != Some(t) => {
-                    (VWork::Switch(t), costs.guest(costs.guest_switch_ns))
+                    Some((VWork::Switch(t), costs.guest(costs.guest_switch_ns)))
                 }
                 Some(t) => {
                     let vc = &g.vcpus[v as usize];
@@ -163,22 +173,25 @@ impl Sim {
                     } else {
                         r
                     };
-                    g.vcpus[v as usize].guest_polled = false;
-                    (VWork::Task(t), r)
+                    Some((VWork::Task(t), r))
                 }
                 None => {
                     let vc = &mut g.vcpus[v as usize];
                     if vc.cur.take().is_some() {
                         vc.seq += 1;
                     }
-                    if !vc.guest_polled && costs.guest_halt_poll_ns > 0 {
-                        (VWork::GuestPoll, costs.guest(costs.guest_halt_poll_ns))
-                    } else {
-                        (VWork::Exit, (costs.exit_entry_ns / 2).max(1))
-                    }
+                    None
                 }
             }
         };
+        let (work, remaining) = match next {
+            Some(w) => {
+                self.idle_end(vm, v);
+                w
+            }
+            None => self.idle_entry(vm, v),
+        };
+        let g = &mut self.vms[vm as usize];
         g.vcpus[v as usize].work = work;
         let th = &mut self.threads[tid as usize];
         th.remaining = remaining;
@@ -190,6 +203,70 @@ impl Sim {
         if self.doorbell {
             self.ring_if_reason_cleared(vm, v);
         }
+    }
+
+    /// The idle vCPU `v` picks its idle item: the driver's poll or the HLT exit.
+    fn idle_entry(&mut self, vm: u32, v: u32) -> (VWork, u64) {
+        let now = self.now;
+        let mode = self.guest_idle;
+        let vc = &mut self.vms[vm as usize].vcpus[v as usize];
+        vc.idle_since.get_or_insert(now);
+        if let Some(h) = vc.guest_halt_at.take() {
+            // A halt ended without work to run: the governor starts over.
+            if mode == GuestIdle::Haltpoll {
+                vc.haltpoll_ns = GuestHaltPoll::STOCK.adapt(vc.haltpoll_ns, now - h);
+            }
+            vc.guest_polled = false;
+        }
+        let (polled, haltpoll_ns, last) = (vc.guest_polled, vc.haltpoll_ns, vc.last_idle);
+        let window = self.costs.guest_halt_poll_ns;
+        let choice = match mode {
+            _ if polled => IdleChoice::Halt,
+            GuestIdle::Halt => IdleChoice::Halt,
+            GuestIdle::Fixed if window > 0 => IdleChoice::Poll(window),
+            GuestIdle::Haltpoll if haltpoll_ns > 0 => IdleChoice::Poll(haltpoll_ns),
+            GuestIdle::Fixed | GuestIdle::Haltpoll => IdleChoice::Halt,
+            GuestIdle::Hinted => {
+                let half = self.daemon.as_ref().map(|d| d.host_half(vm, v, now));
+                let timer = self.vms[vm as usize].next_timer(v);
+                hinted_choice(half.as_ref(), last, timer.map(|t| t.saturating_sub(now)))
+            }
+        };
+        let entry = match choice {
+            IdleChoice::Poll(ns) => {
+                self.rec.idle_entry(vm, now, IdleEntry::Poll);
+                self.vms[vm as usize].vcpus[v as usize].poll_until = now + ns.max(1);
+                return (VWork::GuestPoll, ns.max(1));
+            }
+            IdleChoice::Halt => IdleEntry::Halt,
+            IdleChoice::HaltOverloaded => IdleEntry::OverloadHalt,
+            IdleChoice::HaltUnhinted => IdleEntry::UnhintedHalt,
+        };
+        self.rec.idle_entry(vm, now, entry);
+        self.vms[vm as usize].vcpus[v as usize].guest_halt_at = Some(now);
+        (VWork::Exit, (self.costs.exit_entry_ns / 2).max(1))
+    }
+
+    /// Running vCPU `v` has guest work again: its idle period, if any, ends now.
+    fn idle_end(&mut self, vm: u32, v: u32) {
+        let now = self.now;
+        let vc = &mut self.vms[vm as usize].vcpus[v as usize];
+        let Some(since) = vc.idle_since.take() else {
+            return;
+        };
+        vc.last_idle = Some(LastIdle {
+            ns: now - since,
+            halted: vc.guest_halt_at.is_some(),
+        });
+        if vc.work == VWork::GuestPoll && !vc.guest_polled {
+            self.rec.idle_entry(vm, now, IdleEntry::PollHit);
+        }
+        if let Some(h) = vc.guest_halt_at.take() {
+            if self.guest_idle == GuestIdle::Haltpoll {
+                vc.haltpoll_ns = GuestHaltPoll::STOCK.adapt(vc.haltpoll_ns, now - h);
+            }
+        }
+        vc.guest_polled = false;
     }
 
     /// The doorbell: a boosted vCPU whose guest half no longer shows a reason rings, and

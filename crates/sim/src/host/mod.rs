@@ -89,10 +89,14 @@
 //! `now` (each at its own time, as `on_timer` does; a `Switch`'s `at` is then its deadline, <=
 //! now), then acts, then handles those at `now`: after any call `next_timer() > now`.
 //!
+//! **CPU pressure.** When asked for, PSI's `some` CPU pressure (time a runnable thread waited
+//! for a CPU), per CPU and aggregated as the kernel does; it only observes. See `psi.rs`.
+//!
 //! **Determinism.** Decisions use `Vec`s, bitmasks and ordered sets only; ties go to the lower
 //! `Tid`/`Cpu` unless stated.
 
 mod eevdf;
+mod psi;
 mod rq;
 mod sched;
 mod timer;
@@ -265,6 +269,8 @@ pub struct Host {
     seq: u64,
     next_period: u64,
     next_balance: u64,
+    /// CPU pressure, when tracked (`psi.rs`).
+    psi: Option<psi::Psi>,
 }
 
 impl Host {
@@ -316,6 +322,7 @@ impl Host {
             seq: 0,
             next_period: p.rt_period_ns,
             next_balance: p.balance_interval_ns,
+            psi: None,
             p,
         }
     }

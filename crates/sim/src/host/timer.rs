@@ -34,6 +34,7 @@ impl Host {
     pub fn on_timer(&mut self, now: u64, out: &mut Vec<Switch>) {
         debug_assert!(now >= self.now, "time went backwards: {now} < {}", self.now);
         self.run_timers(now, true, out);
+        self.account_pressure(now);
         self.now = now;
     }
 
@@ -41,6 +42,7 @@ impl Host {
     pub(super) fn begin(&mut self, now: u64, out: &mut Vec<Switch>) {
         debug_assert!(now >= self.now, "time went backwards: {now} < {}", self.now);
         self.run_timers(now, false, out);
+        self.account_pressure(now);
         self.now = now;
     }
 
@@ -62,6 +64,7 @@ impl Host {
             debug_assert!(t >= self.now, "deadline {t} in the past of {}", self.now);
             same_time = if t == self.now { same_time + 1 } else { 0 };
             assert!(same_time < 1_000_000, "host timers loop at {t}");
+            self.account_pressure(t);
             self.now = self.now.max(t);
             match due {
                 Due::Cpu(c) => self.cpu_deadline(c, out),

@@ -1,0 +1,136 @@
+//! The guest idle drivers in small simulations: a one-vCPU guest whose periodic task leaves
+//! it idle 28 µs at a time on a host whose idle exit costs 100 µs, so that the wake →
+//! running latency pvschedd measures (the hint) is large and the idle periods short.
+
+use pvsched_abi::HF_OVERLOADED;
+use pvsched_policy::Event;
+
+use super::{Mode, Sim};
+use crate::results::IdleCounters;
+use crate::scenario::Scenario;
+
+const MS: u64 = 1_000_000;
+
+const SHORT_IDLES: &str = r#"
+name = "short-idles"
+duration_s = 2.0
+warmup_s = 0.0
+costs = "kvm"
+modes = ["pvsched"]
+guest_idle = "hinted"
+cost_overrides = { idle_wakeup_ns = 100000, idle_exit_before_switch = true, halt_poll = { max_ns = 0 } }
+
+[host]
+cpus = 2
+tasks = [HOST_TASKS]
+
+[[vms]]
+name = "vm"
+vcpus = 1
+tasks = [{ kind = "periodic", interval_us = 30, work_us = 2 }]
+"#;
+
+fn sim(host_tasks: &str, mode: Mode) -> Sim {
+    let text = SHORT_IDLES.replace("HOST_TASKS", host_tasks);
+    let sc = Scenario::parse(&text, "test").expect("the test scenario parses");
+    let limits = sc.pvsched.limits().expect("default limits");
+    Sim::build(&sc, None, mode, sc.costs_for(None), limits, 1, false)
+}
+
+/// The VM's idle counters over (`from`, `to`].
+fn between(s: &mut Sim, from: u64, to: u64) -> IdleCounters {
+    s.run_until(from);
+    let a = s.rec.idle_counters(0);
+    s.run_until(to);
+    let b = s.rec.idle_counters(0);
+    IdleCounters {
+        guest_polls: b.guest_polls - a.guest_polls,
+        guest_poll_hits: b.guest_poll_hits - a.guest_poll_hits,
+        guest_halts: b.guest_halts - a.guest_halts,
+        overload_halts: b.overload_halts - a.overload_halts,
+        unhinted_halts: b.unhinted_halts - a.unhinted_halts,
+        ..IdleCounters::default()
+    }
+}
+
+fn host_half(s: &Sim) -> pvsched_abi::HostHalf {
+    let d = s.daemon.as_ref().expect("a pvsched mode has the daemon");
+    d.host_half(0, 0, s.now)
+}
+
+#[test]
+fn hinted_polls_once_the_hint_is_large_and_idles_are_short() {
+    let mut s = sim("", Mode::Pvsched);
+
+    // No hint in the first second (the policy's first window is still open): it halts.
+    let first = between(&mut s, 0, 900 * MS);
+    let hint = host_half(&s);
+    let later = between(&mut s, 1_100 * MS, 1_900 * MS);
+    let hint_later = host_half(&s);
+
+    assert_eq!((hint.wake_p50_ns, hint.wake_p99_ns), (0, 0));
+    assert_eq!(first.guest_polls, 0);
+    assert!(first.unhinted_halts > 1_000, "{first:?}");
+    assert!(hint_later.wake_p99_ns >= 100_000, "{hint_later:?}");
+    assert!(later.guest_polls > 10_000, "{later:?}");
+    assert!(
+        later.guest_poll_hits * 10 >= later.guest_polls * 9,
+        "the timer ends the polls: {later:?}"
+    );
+    assert!(later.guest_halts * 10 < later.guest_polls, "{later:?}");
+}
+
+#[test]
+fn hinted_halts_at_once_while_the_host_half_says_overloaded() {
+    let mut s = sim("", Mode::Pvsched);
+    // Past the first discovery round (1 s, not overloaded) with a hint: it polls.
+    let before = between(&mut s, 1_050 * MS, 1_100 * MS);
+    assert!(before.guest_polls > 100, "{before:?}");
+
+    let now = s.now;
+    if let Some(d) = s.daemon.as_mut() {
+        d.handle(0, now, None, Some(Event::OverloadHint { overloaded: true }));
+    }
+    s.daemon_after(0);
+    // Up to just before the next round (2 s), which would read the pressure again.
+    let during = between(&mut s, 1_100 * MS, 1_990 * MS);
+
+    assert_ne!(host_half(&s).flags & HF_OVERLOADED, 0);
+    assert_eq!(during.guest_polls, 0, "{during:?}");
+    assert!(during.overload_halts > 5_000, "{during:?}");
+    assert_eq!(during.overload_halts, during.guest_halts, "{during:?}");
+}
+
+#[test]
+fn without_a_host_half_hinted_is_halt() {
+    let mut s = sim("", Mode::Vanilla);
+
+    let c = between(&mut s, 0, 1_900 * MS);
+
+    assert_eq!(c.guest_polls, 0);
+    assert_eq!(c.unhinted_halts, c.guest_halts);
+    assert!(c.guest_halts > 1_000, "{c:?}");
+}
+
+#[test]
+fn the_overload_flag_follows_host_cpu_pressure() {
+    let mut idle = sim("", Mode::Pvsched);
+    // Two hogs per CPU: every CPU always has a thread waiting.
+    let mut busy = sim(r#"{ kind = "hog", count = 4 }"#, Mode::Pvsched);
+
+    idle.run_until(1_500 * MS);
+    busy.run_until(1_500 * MS);
+
+    assert_eq!(host_half(&idle).flags & HF_OVERLOADED, 0);
+    assert!(
+        idle.cpu_pressure.is_some_and(|p| p < 0.10),
+        "{:?}",
+        idle.cpu_pressure
+    );
+    assert_ne!(host_half(&busy).flags & HF_OVERLOADED, 0);
+    assert!(
+        busy.cpu_pressure.is_some_and(|p| p > 0.9),
+        "{:?}",
+        busy.cpu_pressure
+    );
+}
