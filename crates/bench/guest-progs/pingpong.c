@@ -12,9 +12,14 @@
  * a halt exit): the case halt polling is about. A pauses GAP_US (default
  * 200 us) between round trips so that the receiving vCPU goes idle.
  *
- * Stops after ROUND_TRIPS (default 5000) or MAX_SECONDS (default 5),
- * whichever comes first. FIFO_PRIO 0 (default) keeps SCHED_OTHER. Prints one
- * line of JSON: {"round_trips":N,"avg_us":A,"p50_us":M,"p99_us":Q,"max_us":X}
+ * GAP_US 0 sends the next message as soon as the reply is in: a pure
+ * message-passing loop, whose rate is bound by the wakeups.
+ *
+ * Stops after ROUND_TRIPS (default 5000; 0: no bound) or MAX_SECONDS
+ * (default 5), whichever comes first. FIFO_PRIO 0 (default) keeps
+ * SCHED_OTHER. Prints one line of JSON:
+ * {"round_trips":N,"avg_us":A,"p50_us":M,"p99_us":Q,"max_us":X,
+ *  "elapsed_s":S,"round_trips_per_s":R} (R = N / S, gaps included).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -81,7 +86,7 @@ static int cmp_i64(const void *a, const void *b)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: pingpong [-n ROUND_TRIPS] [-d MAX_SECONDS] [-a CPU_A] [-b CPU_B] [-r FIFO_PRIO] [-g GAP_US]\n");
+	fprintf(stderr, "usage: pingpong [-n ROUND_TRIPS (0: no bound)] [-d MAX_SECONDS] [-a CPU_A] [-b CPU_B] [-r FIFO_PRIO] [-g GAP_US]\n");
 	exit(2);
 }
 
@@ -102,7 +107,7 @@ int main(int argc, char **argv)
 		default: usage();
 		}
 	}
-	if (n <= 0 || secs <= 0 || gap_us < 0)
+	if (n < 0 || secs <= 0 || gap_us < 0)
 		usage();
 	if (mlockall(MCL_CURRENT | MCL_FUTURE))
 		fprintf(stderr, "pingpong: mlockall: %s\n", strerror(errno));
@@ -110,10 +115,12 @@ int main(int argc, char **argv)
 		perror("pingpong: pipe");
 		return 1;
 	}
-	int64_t *rt = calloc((size_t)n, sizeof(*rt));
+	/* Grown as needed: a time-bounded run at gap 0 has no known count. */
+	size_t cap = n > 0 && n < 65536 ? (size_t)n : 65536;
+	int64_t *rt = malloc(cap * sizeof(*rt));
 
 	if (!rt) {
-		perror("pingpong: calloc");
+		perror("pingpong: malloc");
 		return 1;
 	}
 	pthread_t tb;
@@ -124,22 +131,34 @@ int main(int argc, char **argv)
 	}
 	setup_thread(cpu_a);
 
-	const int64_t end = now_ns() + (int64_t)(secs * 1e9);
+	const int64_t start = now_ns(), end = start + (int64_t)(secs * 1e9);
 	const struct timespec gap = { .tv_sec = gap_us / 1000000, .tv_nsec = (gap_us % 1000000) * 1000 };
 	long done = 0;
 	char c = 'x';
 
-	while (done < n && now_ns() < end) {
+	while ((n == 0 || done < n) && now_ns() < end) {
 		int64_t t0 = now_ns();
 
 		if (write(ping[1], &c, 1) != 1 || read(pong[0], &c, 1) != 1) {
 			perror("pingpong: pipe i/o");
 			return 1;
 		}
+		if ((size_t)done == cap) {
+			int64_t *more = realloc(rt, 2 * cap * sizeof(*rt));
+
+			if (!more) {
+				perror("pingpong: realloc");
+				return 1;
+			}
+			rt = more;
+			cap *= 2;
+		}
 		rt[done++] = now_ns() - t0;
 		if (gap_us)
 			nanosleep(&gap, NULL);
 	}
+	const double elapsed = (double)(now_ns() - start) / 1e9;
+
 	close(ping[1]);
 	pthread_join(tb, NULL);
 
@@ -154,7 +173,9 @@ int main(int argc, char **argv)
 	qsort(rt, (size_t)done, sizeof(*rt), cmp_i64);
 	long i50 = (done - 1) / 2, i99 = (long)((done - 1) * 0.99);
 
-	printf("{\"round_trips\":%ld,\"avg_us\":%.1f,\"p50_us\":%.1f,\"p99_us\":%.1f,\"max_us\":%.1f}\n",
-	       done, sum / done / 1000.0, rt[i50] / 1000.0, rt[i99] / 1000.0, rt[done - 1] / 1000.0);
+	printf("{\"round_trips\":%ld,\"avg_us\":%.1f,\"p50_us\":%.1f,\"p99_us\":%.1f,\"max_us\":%.1f,"
+	       "\"elapsed_s\":%.3f,\"round_trips_per_s\":%.1f}\n",
+	       done, sum / done / 1000.0, rt[i50] / 1000.0, rt[i99] / 1000.0, rt[done - 1] / 1000.0,
+	       elapsed, elapsed > 0 ? done / elapsed : 0.0);
 	return 0;
 }

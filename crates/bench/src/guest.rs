@@ -14,6 +14,7 @@ use crate::host::cyclictest_args;
 pub const PROGRAMS: &[(&str, &str)] = &[
     ("audiosim", include_str!("../guest-progs/audiosim.c")),
     ("pingpong", include_str!("../guest-progs/pingpong.c")),
+    ("prodcons", include_str!("../guest-progs/prodcons.c")),
 ];
 
 /// 64-bit FNV-1a, for the program cache key.

@@ -2,7 +2,9 @@
 //! module loaded), three host modes interleaved (vanilla, static-rt,
 //! pvsched), an idle and a loaded host; guest and host cyclictest at once,
 //! an audio-like task, a ping-pong and host throughput; a Markdown table,
-//! JSON in the simulator's shape and latency plots.
+//! JSON in the simulator's shape and latency plots. Also the rogue-guest
+//! scenario (`rogue`) and the message-passing one (`msgpass`: the guest's
+//! idle modes under wakeup-bound programs).
 //!
 //! See README.md for what is measured and how to read it.
 
@@ -13,6 +15,8 @@ pub mod foreign;
 pub mod guest;
 pub mod host;
 pub mod model;
+pub mod msgpass;
+pub mod msgpass_report;
 pub mod progress;
 pub mod report;
 pub mod rogue;

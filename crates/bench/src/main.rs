@@ -7,6 +7,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use pvsched_bench::accel::AccelChoice;
 use pvsched_bench::model::{Load, Mode};
+use pvsched_bench::msgpass::{self, MsgSettings};
+use pvsched_bench::msgpass_report::IdleCase;
 use pvsched_bench::rogue::{self, RogueSettings};
 use pvsched_bench::rogue_report::Case;
 use pvsched_bench::run::{self, Settings};
@@ -20,6 +22,9 @@ enum Scenario {
     /// Two guests: a well-behaved neighbour beside a rogue spinning at
     /// SCHED_FIFO on every vCPU; pvschedd serves both.
     Rogue,
+    /// One guest (2 vCPUs) passing messages between its vCPUs under each
+    /// guest idle mode of pvsched.ko; pvschedd serves it throughout.
+    MessagePassing,
 }
 
 #[derive(Parser, Debug)]
@@ -36,8 +41,24 @@ struct Cli {
     /// vCPU) beside a well-behaved one; the neighbour's and the host's
     /// latency and the rogue's CPU share, with and without pvsched. The
     /// rogue scenario defaults to --loads loaded --intervals 1000.
+    /// message-passing: pipe ping-pong and a producer/consumer queue across
+    /// two vCPUs per guest idle mode (--cases); defaults to --duration 5
+    /// (seconds per workload) --smp 2.
     #[arg(long, value_enum, default_value = "standard")]
     scenario: Scenario,
+    /// Message-passing scenario: the guest idle modes, interleaved: default
+    /// (idle=off), haltpoll, hinted, advisor (idle=fixed with the window
+    /// pvschedd advises for --budget-permille).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "default,haltpoll,hinted,advisor"
+    )]
+    cases: Vec<IdleCase>,
+    /// Message-passing scenario: CPU a vCPU may spend polling, permille of
+    /// a core: the advisor's budget and the hinted target's bound.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=500))]
+    budget_permille: u32,
     /// Rogue scenario: the cases, interleaved: pvsched-quiet (pvschedd, the
     /// rogue VM idle), pvsched-rogue, vanilla-rogue, vanilla-quiet.
     #[arg(
@@ -153,6 +174,84 @@ fn rogue_settings(mut cli: Cli) -> Result<RogueSettings> {
     })
 }
 
+/// The message-passing scenario's settings: the standard ones with this
+/// scenario's defaults (5 s per workload, 2 vCPUs).
+fn msgpass_settings(mut cli: Cli) -> Result<MsgSettings> {
+    if cli.out.is_none() {
+        cli.out = Some(PathBuf::from(format!(
+            "{}-message-passing",
+            run::default_out().display()
+        )));
+    }
+    cli.duration.get_or_insert(5);
+    cli.smp.get_or_insert(2);
+    let cases = cli.cases.clone();
+    let budget_permille = cli.budget_permille;
+    let base = settings(cli)?;
+    if base.smp < 2 {
+        return Err(BenchError::Usage(
+            "--smp: the message-passing programs pin to vCPUs 0 and 1: 2 at least".into(),
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    if cases.is_empty() || !cases.iter().all(|c| seen.insert(*c)) {
+        return Err(BenchError::Usage(
+            "--cases: give each case once, at least one".into(),
+        ));
+    }
+    Ok(MsgSettings {
+        base,
+        cases,
+        budget_permille,
+    })
+}
+
+fn msgpass_main(cli: Cli) -> ExitCode {
+    let end = |report: &pvsched_bench::msgpass_report::MsgReport, dir: &std::path::Path| {
+        println!("{}", pvsched_bench::msgpass_report::markdown(report));
+        println!("Report: {}", dir.join("report.md").display());
+        println!("JSON:   {}", dir.join("report.json").display());
+        for p in &report.plots {
+            println!("Plot:   {}", dir.join(p).display());
+        }
+    };
+    if let Some(raw) = &cli.from_raw {
+        return match msgpass::rerender(raw) {
+            Ok((report, dir)) => {
+                end(&report, &dir);
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("pvsched-bench: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
+    let s = match msgpass_settings(cli) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("pvsched-bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match msgpass::run(&s) {
+        Ok((report, ok)) => {
+            let dir = s.base.out.canonicalize().unwrap_or(s.base.out.clone());
+            end(&report, &dir);
+            if ok {
+                ExitCode::SUCCESS
+            } else {
+                eprintln!("pvsched-bench: some phases failed (see Notes in the report)");
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("pvsched-bench: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn settings(cli: Cli) -> Result<Settings> {
     let q = cli.quick;
     let duration = cli.duration.unwrap_or(if q { 6 } else { 10 });
@@ -265,6 +364,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     if cli.scenario == Scenario::Rogue {
         return rogue_main(cli);
+    }
+    if cli.scenario == Scenario::MessagePassing {
+        return msgpass_main(cli);
     }
     if let Some(raw) = &cli.from_raw {
         return match run::rerender(raw) {
