@@ -89,6 +89,18 @@ bool pvsched_read_host(const struct pvsched_slot *slot,
 		       struct pvsched_host_half *out);
 const char *pvsched_tracepoint_name(unsigned int i, bool *registered);
 
+/*
+ * pvsched_idle.c: the cpuidle driver (x86: it halts with the paravirt
+ * "sti; hlt"). Start after binding, stop before the region is unmapped.
+ */
+#if defined(CONFIG_X86) && defined(CONFIG_CPU_IDLE)
+void pvsched_idle_start(struct pci_dev *pdev);
+void pvsched_idle_stop(void);
+#else
+static inline void pvsched_idle_start(struct pci_dev *pdev) { }
+static inline void pvsched_idle_stop(void) { }
+#endif
+
 /* pvsched_user.c */
 int pvsched_misc_register(void);
 void pvsched_misc_deregister(void);

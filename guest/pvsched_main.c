@@ -125,6 +125,8 @@ static void pvsched_unbind(void)
 	struct pvsched_region *r = &pvsched_region;
 	unsigned int cpu;
 
+	/* No CPU may be in the idle driver reading slots once this returns. */
+	pvsched_idle_stop();
 	pvsched_debugfs_remove();
 	pvsched_misc_deregister();
 	/* Each online CPU marks its own slot inactive. */
@@ -193,6 +195,7 @@ static int pvsched_bind(struct pci_dev *pdev, const struct pvsched_header *h)
 		 "bound: ABI %u.%u, generation %llu, %u slots for %u CPUs, features 0x%llx of 0x%llx offered\n",
 		 PVSCHED_ABI_MAJOR, h->abi_minor, r->generation, r->slot_count,
 		 nr_cpus, r->features, r->host_features);
+	pvsched_idle_start(pdev);
 	return 0;
 
 fail:

@@ -599,7 +599,10 @@ fn host_reinitialization_is_followed_by_a_new_binding() {
     let want = format!("host reinitialized the region (generation {old} -> {gen}): binding again");
     assert!(log.contains(&want), "want {want:?} in dmesg:\n{log}");
     assert!(
-        log.contains(&format!("bound: ABI 1.0, generation {gen}")),
+        log.contains(&format!(
+            "bound: ABI 1.{}, generation {gen}",
+            abi::ABI_MINOR
+        )),
         "{log}"
     );
 }
@@ -722,7 +725,10 @@ fn fewer_slots_than_cpus_serves_the_cpus_that_have_one() {
         warn[0]
     );
     assert!(
-        log.contains("bound: ABI 1.0, generation 9, 1 slots for 2 CPUs"),
+        log.contains(&format!(
+            "bound: ABI 1.{}, generation 9, 1 slots for 2 CPUs",
+            abi::ABI_MINOR
+        )),
         "{log}"
     );
     let h = r.header();
@@ -770,4 +776,545 @@ fn poweroff_leaves_every_slot_inactive() {
     if std::env::var_os("PVSCHED_VMTEST_KEEP").is_none() {
         assert!(!path.exists(), "the VM's region file outlived it");
     }
+}
+
+// ---------------------------------------------------------------- idle driver
+
+const IDLE_STATUS: &str = "/sys/kernel/debug/pvsched/idle";
+const CPUIDLE_DRIVER: &str = "/sys/devices/system/cpu/cpuidle/current_driver";
+/// Every feature but idle hints: what a host of ABI 1.0 offers.
+const F_BEFORE_IDLE_HINTS: u64 = abi::F_HOST_HALF | abi::F_PENDING_HINT | abi::F_BOOST_REQUEST;
+
+fn idle_status(vm: &Vm) -> String {
+    vm.exec_ok(&format!("cat {IDLE_STATUS}"), T)
+        .unwrap_or_else(|e| panic!("reading {IDLE_STATUS}: {e}"))
+}
+
+/// `key=<value>` from the header line of the idle file.
+fn idle_header_field(status: &str, key: &str) -> String {
+    let line = status
+        .lines()
+        .next()
+        .unwrap_or_else(|| panic!("empty idle file"));
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key} in {line}"))
+        .to_string()
+}
+
+/// `key` summed over both CPUs' lines of the idle file.
+fn idle_sum(status: &str, key: &str) -> u64 {
+    (0..2).map(|cpu| status_field(status, cpu, key)).sum()
+}
+
+/// The kernel's cpuidle driver: `none`, a name, or `absent` without the file.
+fn cpuidle_driver(vm: &Vm) -> String {
+    vm.exec_ok(
+        &format!("cat {CPUIDLE_DRIVER} 2>/dev/null || echo absent"),
+        T,
+    )
+    .unwrap()
+    .trim()
+    .to_string()
+}
+
+/// Re-initializes the region as a restarting pvschedd would, offering
+/// `features`, and waits until the module bound to the new generation.
+fn reinit_region(vm: &Vm, features: u64) -> u64 {
+    let mut file = RegionFile::open(vm.region_path().unwrap(), 2).unwrap();
+    let gen = file.region_mut().init_header(2, features).unwrap();
+    wait_until(WAIT, POLL, || {
+        (region(vm).header().guest_generation == gen).then_some(())
+    })
+    .unwrap_or_else(|| panic!("no binding to generation {gen}: {:?}", region(vm).header()));
+    gen
+}
+
+fn write_hints(vm: &Vm, p50: u32, p99: u32, flags: u32) {
+    for i in 0..2 {
+        let host = HostHalf {
+            status: abi::HS_RUNNING,
+            flags,
+            wake_p50_ns: p50,
+            wake_p99_ns: p99,
+            ..HostHalf::default()
+        };
+        region(vm).write_host(i, &host).unwrap();
+    }
+}
+
+/// Cross-CPU wakeups for `secs` seconds (pipepong between CPUs 0 and 1).
+fn wakeup_load(vm: &Vm, secs: u32) -> String {
+    vm.exec_ok(&format!("pipepong -a 0 -b 1 -t {secs}"), T)
+        .unwrap_or_else(|e| panic!("pipepong: {e}"))
+}
+
+/// Waits until both CPUs applied the hint (`wake_p99_ns`, `overloaded` in
+/// the idle file): a CPU refreshes at most every 10 ms, when it goes idle.
+fn wait_hints_applied(vm: &Vm, p99: u32, overloaded: bool) -> String {
+    let mut last = String::new();
+    wait_until(WAIT, Duration::from_millis(50), || {
+        last = idle_status(vm);
+        (0..2)
+            .all(|cpu| {
+                status_field(&last, cpu, "wake_p99_ns") == u64::from(p99)
+                    && status_field(&last, cpu, "overloaded") == u64::from(overloaded)
+            })
+            .then_some(())
+    })
+    .unwrap_or_else(|| panic!("hint p99={p99} overloaded={overloaded} not applied:\n{last}"));
+    last
+}
+
+/// Clears the host halves' hints when dropped, also when a check fails.
+struct ClearHints<'a>(&'a Vm);
+
+impl Drop for ClearHints<'_> {
+    fn drop(&mut self) {
+        write_hints(self.0, 0, 0, 0);
+    }
+}
+
+/// `(after - before)` of `key` summed over both CPUs.
+fn idle_delta(before: &str, after: &str, key: &str) -> u64 {
+    idle_sum(after, key).saturating_sub(idle_sum(before, key))
+}
+
+/// Default mode `auto`: the driver registers when the host offers idle
+/// hints, not when it offers only the older features (checked at a fresh
+/// load and after a host re-initialization, both ways).
+#[test]
+fn the_idle_driver_loads_only_when_the_host_offers_idle_hints() {
+    let g = live();
+    let vm = g.vm();
+    assert_eq!(region(vm).header().host_features, abi::F_ALL);
+    assert_eq!(cpuidle_driver(vm), "pvsched");
+    let s = idle_status(vm);
+    assert_eq!(idle_header_field(&s, "registered"), "1", "{s}");
+    assert_eq!(idle_header_field(&s, "mode"), "hinted", "{s}");
+    assert_eq!(idle_header_field(&s, "driver"), "pvsched", "{s}");
+    let states = vm
+        .exec_ok("cat /sys/devices/system/cpu/cpu0/cpuidle/state*/name", T)
+        .unwrap();
+    assert_eq!(
+        states.split_whitespace().collect::<Vec<_>>(),
+        ["POLL", "HALT"]
+    );
+
+    // The host restarts without idle hints: the driver goes with the old binding.
+    new_dmesg(vm);
+    reinit_region(vm, F_BEFORE_IDLE_HINTS);
+    let not_registered = |why: &str| {
+        let drv = cpuidle_driver(vm);
+        assert!(
+            drv == "none" || drv == "absent",
+            "{why}: cpuidle driver {drv}"
+        );
+        let s = idle_status(vm);
+        assert_eq!(idle_header_field(&s, "registered"), "0", "{why}: {s}");
+        assert_eq!(idle_header_field(&s, "mode"), "auto", "{why}: {s}");
+        let log = new_dmesg(vm);
+        let lines: Vec<&str> = log.lines().filter(|l| l.contains("idle driver")).collect();
+        assert_eq!(lines.len(), 1, "{why}: one idle driver line:\n{log}");
+        assert!(
+            lines[0]
+                .contains("idle driver: none: mode auto and the host does not offer idle hints"),
+            "{why}: {}",
+            lines[0]
+        );
+    };
+    not_registered("after a re-initialization without idle hints");
+    // A fresh load on such a region.
+    let (rc, out) = vm.rmmod().unwrap();
+    assert_eq!(rc, 0, "rmmod: {out}");
+    new_dmesg(vm);
+    let (rc, out) = vm.insmod("").unwrap();
+    assert_eq!(rc, 0, "insmod: {out}");
+    assert_eq!(region(vm).header().guest_features, F_BEFORE_IDLE_HINTS);
+    not_registered("loaded on a region without idle hints");
+
+    // Idle hints offered again: registered again.
+    reinit_region(vm, abi::F_ALL);
+    assert_eq!(cpuidle_driver(vm), "pvsched");
+    let s = idle_status(vm);
+    assert_eq!(idle_header_field(&s, "registered"), "1", "{s}");
+    let log = new_dmesg(vm);
+    assert!(log.contains("idle driver: mode hinted, 2 states"), "{log}");
+
+    // CPU hotplug: an offline CPU's cpuidle device goes, and comes back with it.
+    let cpu1_idle = "test -d /sys/devices/system/cpu/cpu1/cpuidle";
+    vm.exec_ok("echo 0 > /sys/devices/system/cpu/cpu1/online", T)
+        .unwrap();
+    let gone = vm.exec(cpu1_idle, T).unwrap().0 != 0;
+    vm.exec_ok("echo 1 > /sys/devices/system/cpu/cpu1/online", T)
+        .unwrap();
+    assert!(gone, "CPU 1 offline kept its cpuidle device");
+    let names = vm
+        .exec_ok("cat /sys/devices/system/cpu/cpu1/cpuidle/state*/name", T)
+        .unwrap();
+    assert_eq!(
+        names.split_whitespace().collect::<Vec<_>>(),
+        ["POLL", "HALT"]
+    );
+    wait_slot(vm, 1, "CPU 1 active again", WAIT, |s| {
+        s.flags & abi::GF_ACTIVE != 0
+    });
+    assert_eq!(cpuidle_driver(vm), "pvsched");
+}
+
+/// Hints of 20 us (p50) and 60 us (p99): the halt state takes them as exit
+/// latency and target residency, cross-CPU wakeups are caught while polling;
+/// with HF_OVERLOADED, POLL halts at once; with no hint measured, it polls
+/// no more either.
+#[test]
+fn the_idle_driver_polls_with_hints_and_halts_when_the_host_is_overloaded() {
+    let g = live();
+    let vm = g.vm();
+    assert_eq!(cpuidle_driver(vm), "pvsched");
+    let _clear = ClearHints(vm);
+    write_hints(vm, 20_000, 60_000, 0);
+    let before = wait_hints_applied(vm, 60_000, false);
+    for cpu in 0..2 {
+        assert_eq!(
+            status_field(&before, cpu, "wake_p50_ns"),
+            20_000,
+            "{before}"
+        );
+        assert_eq!(status_field(&before, cpu, "limit_ns"), 60_000, "{before}");
+    }
+    let table = vm
+        .exec_ok(
+            "cd /sys/devices/system/cpu/cpu0/cpuidle/state1 && cat latency residency",
+            T,
+        )
+        .unwrap();
+    assert_eq!(
+        table.split_whitespace().collect::<Vec<_>>(),
+        ["20", "60"],
+        "HALT latency and residency (us) follow the hints"
+    );
+    let out = wakeup_load(vm, 4);
+    let after = idle_status(vm);
+    eprintln!("hinted: {out}{after}");
+    let polls = idle_delta(&before, &after, "polls");
+    let hits = idle_delta(&before, &after, "poll_hits");
+    assert!(polls > 0, "no polls with hints:\n{before}{after}");
+    assert!(hits > 0, "no wakeup caught while polling:\n{before}{after}");
+    assert!(hits <= polls);
+    assert_eq!(
+        idle_delta(&before, &after, "poll_hits") + idle_delta(&before, &after, "poll_timeouts"),
+        polls,
+        "each poll is a hit or a timeout"
+    );
+    assert!(idle_delta(&before, &after, "poll_ns") > 0);
+    assert_eq!(
+        idle_delta(&before, &after, "overload_halts"),
+        0,
+        "not overloaded:\n{after}"
+    );
+
+    write_hints(vm, 20_000, 60_000, abi::HF_OVERLOADED);
+    let before = wait_hints_applied(vm, 60_000, true);
+    let out = wakeup_load(vm, 4);
+    let after = idle_status(vm);
+    eprintln!("overloaded: {out}{after}");
+    assert_eq!(
+        idle_delta(&before, &after, "polls"),
+        0,
+        "polled while the host is overloaded:\n{before}{after}"
+    );
+    assert!(
+        idle_delta(&before, &after, "overload_halts") > 0,
+        "POLL chosen and halted for the overload, never counted:\n{before}{after}"
+    );
+    assert!(idle_delta(&before, &after, "halts") >= idle_delta(&before, &after, "overload_halts"));
+
+    write_hints(vm, 0, 0, 0);
+    let before = wait_hints_applied(vm, 0, false);
+    wakeup_load(vm, 2);
+    let after = idle_status(vm);
+    assert_eq!(
+        idle_delta(&before, &after, "polls"),
+        0,
+        "polled without a hint:\n{before}{after}"
+    );
+}
+
+/// `idle=hinted` on a host that re-initializes the region without idle
+/// hints: the driver stays, reads no hint, and halts instead of polling.
+#[test]
+fn hinted_mode_halts_after_a_host_reinitialization_drops_idle_hints() {
+    let g = live();
+    let vm = g.vm();
+    let _clear = ClearHints(vm);
+    let (rc, out) = vm.rmmod().unwrap();
+    assert_eq!(rc, 0, "rmmod: {out}");
+    let (rc, out) = vm.insmod("idle=hinted").unwrap();
+    assert_eq!(rc, 0, "insmod idle=hinted: {out}");
+    write_hints(vm, 20_000, 60_000, 0);
+    wait_hints_applied(vm, 60_000, false);
+    new_dmesg(vm);
+    reinit_region(vm, F_BEFORE_IDLE_HINTS);
+    // The hints stay in the host halves: without the feature they mean nothing.
+    write_hints(vm, 20_000, 60_000, 0);
+    let log = new_dmesg(vm);
+    assert!(
+        log.contains("idle driver: mode hinted, 2 states (the host offers no hints: it halts)"),
+        "{log}"
+    );
+    assert_eq!(cpuidle_driver(vm), "pvsched");
+    let before = idle_status(vm);
+    assert_eq!(idle_header_field(&before, "registered"), "1", "{before}");
+    wakeup_load(vm, 3);
+    let after = idle_status(vm);
+    eprintln!("hinted without the feature:\n{after}");
+    assert_eq!(idle_delta(&before, &after, "polls"), 0, "{before}{after}");
+    assert!(idle_delta(&before, &after, "halts") > 0, "{before}{after}");
+    for cpu in 0..2 {
+        assert_eq!(status_field(&after, cpu, "wake_p99_ns"), 0, "{after}");
+        assert_eq!(status_field(&after, cpu, "limit_ns"), 1000, "{after}");
+    }
+    // Back to what the other tests expect: every feature, mode auto.
+    reinit_region(vm, abi::F_ALL);
+    let (rc, out) = vm.rmmod().unwrap();
+    assert_eq!(rc, 0, "rmmod: {out}");
+    let (rc, out) = vm.insmod("").unwrap();
+    assert_eq!(rc, 0, "insmod: {out}");
+}
+
+/// dmesg lines that mean the kernel went wrong.
+fn kernel_trouble(log: &str) -> Vec<&str> {
+    log.lines()
+        .filter(|l| {
+            // "BUG:" and "kernel BUG", not the BUG inside DEBUG.
+            [
+                "BUG:",
+                "kernel BUG",
+                "Oops",
+                "WARNING",
+                "general protection",
+                "Call Trace",
+            ]
+            .iter()
+            .any(|w| l.contains(w))
+        })
+        .collect()
+}
+
+/// 50 loads and unloads with `idle=hinted` while two CPUs wake each other up
+/// (and poll, with hints in the host halves): no kernel complaint, the
+/// module gone at the end and the kernel back to no cpuidle driver.
+/// QEMU run with single-threaded TCG: a wrapper script that turns the
+/// harness's `-accel tcg` into `-accel tcg,thread=single`, removed on drop.
+///
+/// Why: with multi-threaded TCG (QEMU 7.2), loading or unloading pvsched
+/// while the vCPUs send each other IPIs at a high rate hangs the guest now
+/// and then: the kernel patches the tracepoint sites in the IPI handlers
+/// (text_poke_bp), and one vCPU keeps executing a stale translation of the
+/// temporary int3 at such a site, with interrupts off, while memory already
+/// holds the final instruction (seen with QMP: the trapping CPU looping
+/// through exc_int3 at __sysvec_call_function_single+0x29, which reads
+/// `66 90`), so the other vCPU waits forever for it to answer the sync IPI.
+/// It happens with `idle=off` as well: the tracepoint (un)registration of the
+/// module, not the idle driver. One TCG thread for all vCPUs cannot run
+/// code another vCPU is rewriting.
+struct SingleThreadTcg(PathBuf);
+
+impl SingleThreadTcg {
+    fn new() -> Self {
+        use std::os::unix::fs::PermissionsExt;
+        let path =
+            std::env::temp_dir().join(format!("pvsched-qemu-single-tcg-{}.sh", std::process::id()));
+        let script = "#!/bin/sh\n\
+            for a do shift; [ \"$a\" = tcg ] && a=tcg,thread=single; set -- \"$@\" \"$a\"; done\n\
+            exec qemu-system-x86_64 \"$@\"\n";
+        std::fs::write(&path, script).expect("writing the QEMU wrapper");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+            .expect("chmod of the QEMU wrapper");
+        Self(path)
+    }
+}
+
+impl Drop for SingleThreadTcg {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn the_idle_driver_unloads_cleanly_50_times() {
+    let qemu = SingleThreadTcg::new();
+    let mut cfg = VmConfig::new(image()).name("idle-cycles").smp(2);
+    cfg.qemu = Some(qemu.0.clone());
+    let vm = Vm::boot(cfg).expect("boot");
+    // The wrapper took: one TCG thread for all vCPUs.
+    let tasks = std::fs::read_dir(format!("/proc/{}/task", vm.qemu_pid())).expect("QEMU threads");
+    let single = tasks.flatten().any(|t| {
+        std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "ALL CPUs/TCG")
+    });
+    assert!(single, "QEMU runs multi-threaded TCG");
+    assert!(matches!(cpuidle_driver(&vm).as_str(), "none" | "absent"));
+    write_hints(&vm, 20_000, 60_000, 0);
+    let load = vm.spawn("pipepong -a 0 -b 1 -t 600").unwrap();
+    let _reap = reap(&vm, load.pid);
+    let cycles = vm
+        .exec(
+            &format!(
+                "for i in $(seq 50); do \
+                   insmod /lib/modules/pvsched.ko idle=hinted || exit 1; \
+                   usleep $((i * 3000)); cat {IDLE_STATUS} >/tmp/idle.$i || exit 2; \
+                   rmmod pvsched || exit 3; \
+                 done"
+            ),
+            Duration::from_secs(600),
+        )
+        .unwrap();
+    assert_eq!(cycles.0, 0, "load/unload cycle failed: {}", cycles.1);
+    assert!(vm.is_running(load.pid).unwrap(), "the wakeup load died");
+    // The load polled: the last cycle's counters, and its pipepong, say so.
+    let last = vm.exec_ok("cat /tmp/idle.50", T).unwrap();
+    assert_eq!(idle_header_field(&last, "mode"), "hinted", "{last}");
+    assert!(
+        idle_sum(&last, "polls") > 0,
+        "no polls in the last cycle:\n{last}"
+    );
+    let log = vm.dmesg().unwrap();
+    let trouble = kernel_trouble(&log);
+    assert!(
+        trouble.is_empty(),
+        "kernel complained:\n{}",
+        trouble.join("\n")
+    );
+    assert_eq!(
+        log.matches("idle driver: mode hinted, 2 states").count(),
+        50,
+        "{log}"
+    );
+    assert_eq!(log.matches("unbound: all slots inactive").count(), 50);
+    assert!(!loaded(&vm), "pvsched still loaded");
+    assert!(matches!(cpuidle_driver(&vm).as_str(), "none" | "absent"));
+    let h = region(&vm).header();
+    assert_eq!(h.guest_generation, 0, "{h:?}");
+    let kernel_log = vm.kernel_log();
+    let trouble = kernel_trouble(&kernel_log);
+    assert!(
+        trouble.is_empty(),
+        "kernel console:\n{}",
+        trouble.join("\n")
+    );
+}
+
+/// What one load of the module with `params` did under cross-CPU wakeups.
+struct ModeRun {
+    /// The kernel's cpuidle driver while loaded.
+    driver: String,
+    /// dmesg of the load.
+    log: String,
+    before: String,
+    after: String,
+}
+
+/// Loads the module with `params` on the scratch guest, runs the wakeup load,
+/// unloads it; checks the kernel is back to no cpuidle driver.
+fn mode_run(vm: &Vm, params: &str) -> ModeRun {
+    new_dmesg(vm);
+    let (rc, out) = vm.insmod(params).unwrap();
+    assert_eq!(rc, 0, "insmod {params}: {out}");
+    let before = idle_status(vm);
+    wakeup_load(vm, 3);
+    let after = idle_status(vm);
+    eprintln!("{params}:\n{after}");
+    let log = new_dmesg(vm);
+    let driver = cpuidle_driver(vm);
+    let (rc, out) = vm.rmmod().unwrap();
+    assert_eq!(rc, 0, "rmmod: {out}");
+    assert!(matches!(cpuidle_driver(vm).as_str(), "none" | "absent"));
+    assert!(kernel_trouble(&log).is_empty(), "{log}");
+    ModeRun {
+        driver,
+        log,
+        before,
+        after,
+    }
+}
+
+/// The comparison modes: `haltpoll` (adaptive limit) and `fixed` (a set
+/// window) poll under cross-CPU wakeups without any hint; `off` registers
+/// nothing; an unknown mode or a window above 1000 us is refused at load.
+#[test]
+fn haltpoll_fixed_and_off_modes_do_what_they_say() {
+    let g = scratch();
+    let vm = g.vm();
+    let r = region(vm);
+    r.load_bytes(&vec![0u8; r.len()]).unwrap();
+    r.write_header(&good_header(2));
+
+    let run = mode_run(vm, "idle=haltpoll");
+    let (b, a) = (&run.before, &run.after);
+    assert_eq!(run.driver, "pvsched");
+    assert!(
+        run.log.contains("idle driver: mode haltpoll, 1 state\n"),
+        "{}",
+        run.log
+    );
+    assert_eq!(idle_header_field(a, "registered"), "1");
+    assert!(idle_delta(b, a, "polls") > 0, "{a}");
+    assert!(idle_delta(b, a, "poll_hits") > 0, "{a}");
+    assert!(idle_delta(b, a, "halts") > 0, "{a}");
+    for cpu in 0..2 {
+        let limit = status_field(a, cpu, "limit_ns");
+        assert!(
+            limit <= 200_000,
+            "haltpoll limit above guest_halt_poll_ns: {a}"
+        );
+        assert_eq!(status_field(a, cpu, "wake_p99_ns"), 0);
+    }
+
+    let run = mode_run(vm, "idle=fixed idle_poll_us=50");
+    let (b, a) = (&run.before, &run.after);
+    assert_eq!(run.driver, "pvsched");
+    assert!(
+        run.log.contains("idle driver: mode fixed, 1 state\n"),
+        "{}",
+        run.log
+    );
+    assert_eq!(idle_header_field(a, "fixed_poll_us"), "50");
+    assert!(idle_delta(b, a, "polls") > 0, "{a}");
+    for cpu in 0..2 {
+        assert_eq!(status_field(a, cpu, "limit_ns"), 50_000, "{a}");
+    }
+
+    let run = mode_run(vm, "idle=fixed");
+    let (b, a) = (&run.before, &run.after);
+    assert!(
+        run.log.contains("idle driver: mode fixed, 1 state\n"),
+        "{}",
+        run.log
+    );
+    assert_eq!(
+        idle_delta(b, a, "polls"),
+        0,
+        "idle_poll_us=0 halts at once: {a}"
+    );
+    assert!(idle_delta(b, a, "halts") > 0, "{a}");
+
+    let run = mode_run(vm, "idle=off");
+    assert!(
+        matches!(run.driver.as_str(), "none" | "absent"),
+        "{}",
+        run.driver
+    );
+    assert!(
+        run.log.contains("idle driver: none: mode off"),
+        "{}",
+        run.log
+    );
+    assert_eq!(idle_header_field(&run.after, "registered"), "0");
+    assert_eq!(idle_sum(&run.after, "halts"), 0, "{}", run.after);
+
+    let (rc, out) = vm.insmod("idle=bogus").unwrap();
+    assert_ne!(rc, 0, "an unknown idle mode must be refused: {out}");
+    let (rc, out) = vm.insmod("idle=fixed idle_poll_us=5000").unwrap();
+    assert_ne!(rc, 0, "idle_poll_us above 1000 must be refused: {out}");
+    assert!(!loaded(vm));
 }
