@@ -73,8 +73,9 @@ typedef uint64_t __u64;
 /* Guest honours explicit boost requests from its user space. */
 #define PVSCHED_F_BOOST_REQUEST	(1ULL << 2)
 /*
- * Since minor 1: the host half carries idle hints (wake_p50_ns, wake_p99_ns;
- * PVSCHED_HF_OVERLOADED is in every minor) for a guest idle driver.
+ * Since minor 1: the host half carries idle hints (wake_p50_ns, wake_p99_ns,
+ * poll_budget_permille; PVSCHED_HF_OVERLOADED is in every minor) for a guest
+ * idle driver.
  */
 #define PVSCHED_F_IDLE_HINTS	(1ULL << 3)
 #define PVSCHED_F_ALL		(PVSCHED_F_HOST_HALF | PVSCHED_F_PENDING_HINT | \
@@ -208,7 +209,14 @@ struct pvsched_host_half {
 	 */
 	__u32 wake_p50_ns;
 	__u32 wake_p99_ns;
-	__u64 host_reserved[7];
+	/*
+	 * PVSCHED_F_IDLE_HINTS: the share of a core, in permille, this vCPU may
+	 * spend polling in its idle driver; 0 = none given (the guest's own
+	 * default applies).
+	 */
+	__u32 poll_budget_permille;
+	__u32 host_reserved1;	/* zero */
+	__u64 host_reserved[6];
 };
 
 struct pvsched_slot {

@@ -93,6 +93,7 @@ const char *pvsched_tracepoint_name(unsigned int i, bool *registered);
  * pvsched_idle.c: the cpuidle driver (x86: it halts with the paravirt
  * "sti; hlt"). Start after binding, stop before the region is unmapped.
  */
+void pvsched_idle_restart(void);
 #if defined(CONFIG_X86) && defined(CONFIG_CPU_IDLE)
 void pvsched_idle_start(struct pci_dev *pdev);
 void pvsched_idle_stop(void);

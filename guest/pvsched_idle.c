@@ -7,11 +7,16 @@
  * when the wakeup comes soon, at the price of CPU time the host could have
  * used. Modes (parameter "idle"):
  *
- *   hinted    two states, POLL and HALT, chosen by the kernel's governor.
- *             HALT's exit latency and target residency are the host's
- *             measure of this vCPU's wake -> running delay (median, p99;
- *             PVSCHED_F_IDLE_HINTS), POLL polls up to that target residency
- *             and halts at once while the host says it is overloaded.
+ *   hinted    pvsched's: poll, then halt, as haltpoll adapts it, but only
+ *             while the host says it is not overloaded and has measured
+ *             what a wake-up costs here, up to a cap derived from that
+ *             cost (HINT_POLL_FACTOR x the host's wake -> running p99), and
+ *             within the CPU budget the host grants (a token bucket).
+ *             The HALT state carries the host's p50/p99 as its exit
+ *             latency and target residency (sysfs); the governor cannot
+ *             pick it directly (menu, on this kernel, only polls when a
+ *             timer is due sooner than HALT's residency, which message
+ *             passing never has), so the one usable state decides.
  *   haltpoll  one state: poll up to a per-CPU limit that adapts like the
  *             upstream haltpoll governor with its defaults, then halt.
  *   fixed     one state: poll idle_poll_us, then halt.
@@ -50,6 +55,20 @@
 #define PVSCHED_POLL_MAX_US		1000
 /* How often a CPU looks at its host half for new hints. */
 #define PVSCHED_HINT_REFRESH_NS		(10 * NSEC_PER_MSEC)
+/*
+ * hinted: a poll is worth at most this many times the host's p99 wake-up
+ * latency; the host sees only its scheduler's part of a halt's cost (not the
+ * exit, the entry, the interrupt delivery), hence more than 1.
+ */
+#define HINT_POLL_FACTOR		4
+/*
+ * hinted: loops between clock reads. Fewer than poll_idle()'s 200: under
+ * TCG 200 loops take tens of microseconds, and the budget is charged for
+ * every poll's overshoot.
+ */
+#define HINT_POLL_RELAX_COUNT		10
+/* hinted: the poll budget's bucket holds this long a window's worth. */
+#define HINT_BUDGET_WINDOW_NS		(100 * NSEC_PER_MSEC)
 
 /*
  * drivers/cpuidle/governors/haltpoll.c with its default parameters:
@@ -86,6 +105,14 @@ static int pvsched_idle_mode_set(const char *val, const struct kernel_param *kp)
 	if (i < 0)
 		return -EINVAL;
 	*(int *)kp->arg = i;
+	/*
+	 * A write through sysfs (the module is live, not being loaded): switch
+	 * now. Reloading the module instead would re-patch every tracepoint
+	 * call site, which QEMU 7.2's multi-threaded TCG mishandles under IPI
+	 * load (guest/README.md).
+	 */
+	if (THIS_MODULE->state == MODULE_STATE_LIVE)
+		pvsched_idle_restart();
 	return 0;
 }
 
@@ -99,9 +126,9 @@ static const struct kernel_param_ops pvsched_idle_mode_ops = {
 	.set	= pvsched_idle_mode_set,
 	.get	= pvsched_idle_mode_get,
 };
-module_param_cb(idle, &pvsched_idle_mode_ops, &idle_mode, 0444);
+module_param_cb(idle, &pvsched_idle_mode_ops, &idle_mode, 0644);
 MODULE_PARM_DESC(idle,
-		 "cpuidle driver: auto (hinted if the host offers idle hints, else none), off, haltpoll, fixed, hinted");
+		 "cpuidle driver: auto (hinted if the host offers idle hints, else none), off, haltpoll, fixed, hinted; writable: switches at once");
 
 static unsigned int idle_poll_us;
 
@@ -114,9 +141,25 @@ static const struct kernel_param_ops pvsched_poll_us_ops = {
 	.set	= pvsched_poll_us_set,
 	.get	= param_get_uint,
 };
-module_param_cb(idle_poll_us, &pvsched_poll_us_ops, &idle_poll_us, 0444);
+module_param_cb(idle_poll_us, &pvsched_poll_us_ops, &idle_poll_us, 0644);
 MODULE_PARM_DESC(idle_poll_us,
-		 "idle=fixed: poll this long (us, 0..1000) before halting; 0 = halt at once");
+		 "idle=fixed: poll this long (us, 0..1000) before halting; 0 = halt at once; a write applies at the next write of idle");
+
+static unsigned int idle_budget_permille = 50;
+
+static int pvsched_budget_set(const char *val, const struct kernel_param *kp)
+{
+	return param_set_uint_minmax(val, kp, 0, 1000);
+}
+
+static const struct kernel_param_ops pvsched_budget_ops = {
+	.set	= pvsched_budget_set,
+	.get	= param_get_uint,
+};
+module_param_cb(idle_budget_permille, &pvsched_budget_ops,
+		&idle_budget_permille, 0444);
+MODULE_PARM_DESC(idle_budget_permille,
+		 "idle=hinted: share of a core (permille, 0..1000) a CPU may spend polling when the host grants none");
 
 static unsigned int idle_max_poll_us = 200;
 
@@ -133,7 +176,7 @@ static const struct kernel_param_ops pvsched_max_poll_us_ops = {
 module_param_cb(idle_max_poll_us, &pvsched_max_poll_us_ops, &idle_max_poll_us,
 		0444);
 MODULE_PARM_DESC(idle_max_poll_us,
-		 "idle=hinted: upper bound (us, 1..1000) of the hinted halt latency and residency, hence of a poll");
+		 "idle=hinted: upper bound (us, 1..1000) of a poll and of the hinted halt latency and residency");
 
 /*
  * Per-CPU state of the driver. Only the owning CPU writes it while the
@@ -148,7 +191,12 @@ struct pvsched_idle_cpu {
 	u64 halts;		/* halt entries, whatever led to them */
 	u64 overload_halts;	/* POLL chosen, halted: host overloaded */
 	u64 unhinted_halts;	/* POLL chosen, halted: no hint (yet) */
+	u64 budget_halts;	/* would have polled, halted: budget spent */
 	u64 limit_ns;		/* current poll limit */
+	u64 cap_ns;		/* hinted: the limit's upper bound */
+	s64 tokens_ns;		/* hinted: poll time left in the budget (< 0: owed) */
+	u64 tokens_at;		/* local_clock() the tokens were counted to */
+	u32 budget_permille;	/* hinted: budget in force */
 	u64 refresh_due;	/* local_clock() of the next hint refresh */
 	u32 wake_p50_ns;	/* last hint applied */
 	u32 wake_p99_ns;
@@ -205,7 +253,8 @@ static void pvsched_idle_halt(struct pvsched_idle_cpu *ic)
  * @limit_ns, with interrupts off and the polling flag still set, for
  * pvsched_idle_halt() to clear.
  */
-static bool pvsched_idle_poll(struct pvsched_idle_cpu *ic, u64 limit_ns)
+static bool pvsched_idle_poll(struct pvsched_idle_cpu *ic, u64 limit_ns,
+			      unsigned int relax_count)
 {
 	u64 start = local_clock();
 	unsigned int loops = 0;
@@ -215,7 +264,7 @@ static bool pvsched_idle_poll(struct pvsched_idle_cpu *ic, u64 limit_ns)
 	if (!current_set_polling_and_test()) {
 		while (!need_resched()) {
 			cpu_relax();
-			if (loops++ < PVSCHED_POLL_RELAX_COUNT)
+			if (loops++ < relax_count)
 				continue;
 			loops = 0;
 			if (local_clock() - start > limit_ns) {
@@ -238,19 +287,23 @@ static bool pvsched_idle_poll(struct pvsched_idle_cpu *ic, u64 limit_ns)
 
 /* ---------------------------------------------------------------- haltpoll */
 
-/* adjust_poll_limit() of the haltpoll governor, its defaults built in. */
-static void pvsched_haltpoll_adjust(struct pvsched_idle_cpu *ic, u64 block_ns)
+/*
+ * adjust_poll_limit() of the haltpoll governor, its defaults built in, with
+ * @cap_ns in the place of guest_halt_poll_ns (haltpoll: 200 us).
+ */
+static void pvsched_haltpoll_adjust(struct pvsched_idle_cpu *ic, u64 block_ns,
+				    u64 cap_ns)
 {
-	unsigned int val;
+	u64 val;
 
-	if (block_ns > ic->limit_ns && block_ns <= HALTPOLL_POLL_NS) {
+	if (block_ns > ic->limit_ns && block_ns <= cap_ns) {
 		val = ic->limit_ns * HALTPOLL_GROW;
 		if (val < HALTPOLL_GROW_START)
 			val = HALTPOLL_GROW_START;
-		if (val > HALTPOLL_POLL_NS)
-			val = HALTPOLL_POLL_NS;
+		if (val > cap_ns)
+			val = cap_ns;
 		WRITE_ONCE(ic->limit_ns, val);
-	} else if (block_ns > HALTPOLL_POLL_NS && HALTPOLL_ALLOW_SHRINK) {
+	} else if (block_ns > cap_ns && HALTPOLL_ALLOW_SHRINK) {
 		WRITE_ONCE(ic->limit_ns, ic->limit_ns / HALTPOLL_SHRINK);
 	}
 }
@@ -267,11 +320,12 @@ static int pvsched_enter_haltpoll(struct cpuidle_device *dev,
 	struct pvsched_idle_cpu *ic = this_cpu_ptr(&pvsched_idle_cpu);
 	u64 start;
 
-	if (ic->limit_ns && pvsched_idle_poll(ic, ic->limit_ns))
+	if (ic->limit_ns && pvsched_idle_poll(ic, ic->limit_ns,
+						  PVSCHED_POLL_RELAX_COUNT))
 		return index;
 	start = local_clock();
 	pvsched_idle_halt(ic);
-	pvsched_haltpoll_adjust(ic, local_clock() - start);
+	pvsched_haltpoll_adjust(ic, local_clock() - start, HALTPOLL_POLL_NS);
 	return index;
 }
 
@@ -282,7 +336,8 @@ static int pvsched_enter_fixed(struct cpuidle_device *dev,
 {
 	struct pvsched_idle_cpu *ic = this_cpu_ptr(&pvsched_idle_cpu);
 
-	if (ic->limit_ns && pvsched_idle_poll(ic, ic->limit_ns))
+	if (ic->limit_ns && pvsched_idle_poll(ic, ic->limit_ns,
+						  PVSCHED_POLL_RELAX_COUNT))
 		return index;
 	pvsched_idle_halt(ic);
 	return index;
@@ -290,9 +345,9 @@ static int pvsched_enter_fixed(struct cpuidle_device *dev,
 
 /* ----------------------------------------------------------------- hinted */
 
-/* Seqcount read of the three host-half words the hints need. */
+/* Seqcount read of the host-half words the hints need. */
 static bool pvsched_idle_read_hint(const struct pvsched_slot *s, u32 *flags,
-				   u32 *p50, u32 *p99)
+				   u32 *p50, u32 *p99, u32 *budget)
 {
 	const struct pvsched_host_half *h = &s->host;
 	unsigned int i;
@@ -308,6 +363,7 @@ static bool pvsched_idle_read_hint(const struct pvsched_slot *s, u32 *flags,
 		*flags = READ_ONCE(h->flags);
 		*p50 = READ_ONCE(h->wake_p50_ns);
 		*p99 = READ_ONCE(h->wake_p99_ns);
+		*budget = READ_ONCE(h->poll_budget_permille);
 		smp_rmb();	/* fields before seq again */
 		if (READ_ONCE(h->seq) == seq)
 			return true;
@@ -336,9 +392,8 @@ static void pvsched_idle_set_table(struct cpuidle_driver *drv, s64 exit_ns,
 }
 
 static void pvsched_idle_apply(struct pvsched_idle_cpu *ic,
-			       struct cpuidle_device *dev,
 			       struct cpuidle_driver *drv,
-			       u32 flags, u32 p50, u32 p99)
+			       u32 flags, u32 p50, u32 p99, u32 budget)
 {
 	s64 max_ns = (s64)idle_max_poll_us * NSEC_PER_USEC;
 	s64 exit_ns = NSEC_PER_USEC, target_ns = NSEC_PER_USEC;
@@ -347,16 +402,19 @@ static void pvsched_idle_apply(struct pvsched_idle_cpu *ic,
 	WRITE_ONCE(ic->wake_p50_ns, p50);
 	WRITE_ONCE(ic->wake_p99_ns, p99);
 	WRITE_ONCE(ic->overloaded, !!(flags & PVSCHED_HF_OVERLOADED));
-	/* 0 = not measured yet: the floor makes the governor pick HALT. */
+	WRITE_ONCE(ic->budget_permille, budget ? budget : idle_budget_permille);
+	/* 0 = not measured yet: no polling. */
 	ic->hinted = p50 && p99;
 	if (ic->hinted) {
 		target_ns = clamp_t(s64, p99, NSEC_PER_USEC, max_ns);
 		exit_ns = min_t(s64, clamp_t(s64, p50, NSEC_PER_USEC, max_ns),
 				target_ns);
 	}
-	WRITE_ONCE(ic->limit_ns, target_ns);
-	/* What cpuidle_poll_time() would report for this CPU. */
-	dev->poll_limit_ns = target_ns;
+	WRITE_ONCE(ic->cap_ns, ic->hinted ?
+		   clamp_t(u64, (u64)p99 * HINT_POLL_FACTOR, NSEC_PER_USEC, max_ns) :
+		   0);
+	if (ic->limit_ns > ic->cap_ns)
+		WRITE_ONCE(ic->limit_ns, ic->cap_ns);
 	if (READ_ONCE(halt->exit_latency_ns) != exit_ns ||
 	    READ_ONCE(halt->target_residency_ns) != target_ns)
 		pvsched_idle_set_table(drv, exit_ns, target_ns);
@@ -370,29 +428,46 @@ static void pvsched_idle_apply(struct pvsched_idle_cpu *ic,
  * "none": POLL then halts.
  */
 static void pvsched_idle_refresh(struct pvsched_idle_cpu *ic,
-				 struct cpuidle_device *dev,
 				 struct cpuidle_driver *drv)
 {
-	u32 flags = 0, p50 = 0, p99 = 0;
+	u32 flags = 0, p50 = 0, p99 = 0, budget = 0;
 	u64 now = local_clock();
 
 	if (now < ic->refresh_due)
 		return;
 	ic->refresh_due = now + PVSCHED_HINT_REFRESH_NS;
 	if (READ_ONCE(pvsched_idle_ctl.live) && ic->slot &&
-	    !pvsched_idle_read_hint(ic->slot, &flags, &p50, &p99))
+	    !pvsched_idle_read_hint(ic->slot, &flags, &p50, &p99, &budget))
 		return;	/* never consistent: keep the last hint */
-	pvsched_idle_apply(ic, dev, drv, flags, p50, p99);
+	if (budget > 1000)
+		budget = 1000;
+	pvsched_idle_apply(ic, drv, flags, p50, p99, budget);
 }
 
-static int pvsched_enter_hinted_poll(struct cpuidle_device *dev,
-				     struct cpuidle_driver *drv, int index)
+/*
+ * The budget as a token bucket: budget_permille of the time since the last
+ * count, up to HINT_BUDGET_WINDOW_NS' worth. Polling spends it, caught
+ * wakeups included: their time was CPU the host could have used.
+ */
+static u64 pvsched_idle_tokens(struct pvsched_idle_cpu *ic, u64 now)
+{
+	s64 full = HINT_BUDGET_WINDOW_NS / 1000 * ic->budget_permille;
+
+	if (now > ic->tokens_at)
+		ic->tokens_ns += (now - ic->tokens_at) / 1000 * ic->budget_permille;
+	ic->tokens_at = now;
+	if (ic->tokens_ns > full)
+		ic->tokens_ns = full;
+	return ic->tokens_ns > 0 ? ic->tokens_ns : 0;
+}
+
+static int pvsched_enter_hinted(struct cpuidle_device *dev,
+				struct cpuidle_driver *drv, int index)
 {
 	struct pvsched_idle_cpu *ic = this_cpu_ptr(&pvsched_idle_cpu);
+	u64 start, window, spent;
 
-	pvsched_idle_refresh(ic, dev, drv);
-	/* Any poll here ends in a halt: the residency is a real idle time. */
-	dev->poll_time_limit = false;
+	pvsched_idle_refresh(ic, drv);
 	if (ic->overloaded || !ic->hinted) {
 		/* Polling would keep a contended host CPU from others. */
 		if (ic->overloaded)
@@ -402,18 +477,32 @@ static int pvsched_enter_hinted_poll(struct cpuidle_device *dev,
 		pvsched_idle_halt(ic);
 		return PVSCHED_STATE_HALT;
 	}
-	if (pvsched_idle_poll(ic, ic->limit_ns))
-		return index;
+	start = local_clock();
+	window = min(ic->limit_ns, pvsched_idle_tokens(ic, start));
+	if (window) {
+		bool woken = pvsched_idle_poll(ic, window,
+					       HINT_POLL_RELAX_COUNT);
+
+		/* All of it, overshoot included: a poll ends between clock reads. */
+		spent = local_clock() - start;
+		ic->tokens_ns -= spent;
+		if (woken)
+			return index;
+	} else if (ic->limit_ns) {
+		ic->budget_halts++;
+	}
 	pvsched_idle_halt(ic);
+	/* The whole idle period: had the poll lasted that long, it had caught it. */
+	pvsched_haltpoll_adjust(ic, local_clock() - start, ic->cap_ns);
 	return PVSCHED_STATE_HALT;
 }
 
+/* Only reached through pvsched_enter_hinted() (CPUIDLE_FLAG_UNUSABLE). */
 static int pvsched_enter_hinted_halt(struct cpuidle_device *dev,
 				     struct cpuidle_driver *drv, int index)
 {
 	struct pvsched_idle_cpu *ic = this_cpu_ptr(&pvsched_idle_cpu);
 
-	pvsched_idle_refresh(ic, dev, drv);
 	pvsched_idle_halt(ic);
 	return index;
 }
@@ -460,15 +549,19 @@ static void pvsched_idle_states(struct cpuidle_driver *drv, int mode)
 		drv->state_count = 1;
 		break;
 	default:
-		pvsched_idle_state(&drv->states[PVSCHED_STATE_POLL], "POLL",
-				   "poll up to host wake p99",
-				   pvsched_enter_hinted_poll);
+		/*
+		 * Not CPUIDLE_FLAG_POLLING: it mostly halts, and the governor
+		 * then stops the tick for long idles as for any halt.
+		 */
+		pvsched_idle_state(&drv->states[PVSCHED_STATE_POLL], "HINTED",
+				   "poll as hinted, then halt",
+				   pvsched_enter_hinted);
 		drv->states[PVSCHED_STATE_POLL].exit_latency_ns = 0;
 		drv->states[PVSCHED_STATE_POLL].target_residency_ns = 0;
-		drv->states[PVSCHED_STATE_POLL].flags = CPUIDLE_FLAG_POLLING;
 		pvsched_idle_state(&drv->states[PVSCHED_STATE_HALT], "HALT",
 				   "halt (host wake p50/p99)",
 				   pvsched_enter_hinted_halt);
+		drv->states[PVSCHED_STATE_HALT].flags = CPUIDLE_FLAG_UNUSABLE;
 		drv->state_count = 2;
 		break;
 	}
@@ -504,9 +597,7 @@ static void pvsched_idle_reset_cpus(int mode)
 		memset(ic, 0, sizeof(*ic));
 		if (mode == PVSCHED_IDLE_FIXED)
 			ic->limit_ns = (u64)idle_poll_us * NSEC_PER_USEC;
-		else if (mode == PVSCHED_IDLE_HINTED)
-			ic->limit_ns = NSEC_PER_USEC;
-		/* haltpoll: 0, as haltpoll_enable_device() starts */
+		/* haltpoll, hinted: 0, as haltpoll_enable_device() starts */
 		if (cpu < r->slot_count)
 			ic->slot = pvsched_slot(cpu);
 	}
@@ -662,7 +753,7 @@ static int pvsched_idle_show(struct seq_file *m, void *unused)
 		const struct pvsched_idle_cpu *ic =
 			per_cpu_ptr(&pvsched_idle_cpu, cpu);
 
-		seq_printf(m, "cpu%u polls=%llu poll_hits=%llu poll_timeouts=%llu poll_ns=%llu halts=%llu overload_halts=%llu unhinted_halts=%llu limit_ns=%llu wake_p50_ns=%u wake_p99_ns=%u overloaded=%d\n",
+		seq_printf(m, "cpu%u polls=%llu poll_hits=%llu poll_timeouts=%llu poll_ns=%llu halts=%llu overload_halts=%llu unhinted_halts=%llu limit_ns=%llu wake_p50_ns=%u wake_p99_ns=%u overloaded=%d budget_halts=%llu cap_ns=%llu budget_permille=%u\n",
 			   cpu, READ_ONCE(ic->polls), READ_ONCE(ic->poll_hits),
 			   READ_ONCE(ic->poll_timeouts), READ_ONCE(ic->poll_ns),
 			   READ_ONCE(ic->halts), READ_ONCE(ic->overload_halts),
@@ -670,19 +761,27 @@ static int pvsched_idle_show(struct seq_file *m, void *unused)
 			   READ_ONCE(ic->limit_ns),
 			   hinted ? READ_ONCE(ic->wake_p50_ns) : 0,
 			   hinted ? READ_ONCE(ic->wake_p99_ns) : 0,
-			   hinted && READ_ONCE(ic->overloaded));
+			   hinted && READ_ONCE(ic->overloaded),
+			   READ_ONCE(ic->budget_halts),
+			   hinted ? READ_ONCE(ic->cap_ns) : 0,
+			   hinted ? READ_ONCE(ic->budget_permille) : 0);
 	}
 	return 0;
 }
 DEFINE_SHOW_ATTRIBUTE(pvsched_idle);
 
-/* Beside "status", in the directory pvsched_debugfs_create() made. */
+/* Beside "status", in the directory pvsched_debugfs_create() made; once. */
 static void pvsched_idle_debugfs_create(void)
 {
 	struct dentry *dir = debugfs_lookup(KBUILD_MODNAME, NULL);
+	struct dentry *file;
 
 	if (IS_ERR_OR_NULL(dir))
 		return;
-	debugfs_create_file("idle", 0444, dir, NULL, &pvsched_idle_fops);
+	file = debugfs_lookup("idle", dir);
+	if (file)
+		dput(file);
+	else
+		debugfs_create_file("idle", 0444, dir, NULL, &pvsched_idle_fops);
 	dput(dir);
 }

@@ -119,6 +119,23 @@ static void pvsched_write_guest_line(u64 feat, u64 generation, u32 nr_cpus)
 	}
 }
 
+/*
+ * The idle driver again, in the mode the "idle" parameter says now (written
+ * at run time through sysfs): no tracepoint is touched, only the cpuidle
+ * driver is unregistered and registered.
+ */
+void pvsched_idle_restart(void)
+{
+	struct pvsched_region *r = &pvsched_region;
+
+	mutex_lock(&pvsched_mutex);
+	if (r->bound) {
+		pvsched_idle_stop();
+		pvsched_idle_start(r->pdev);
+	}
+	mutex_unlock(&pvsched_mutex);
+}
+
 /* Everything bind set up, in reverse; leaves every slot inactive. */
 static void pvsched_unbind(void)
 {

@@ -129,7 +129,11 @@ pub struct HostHalf {
     /// 99th percentile over the host's recent window, ns; 0 = not measured.
     pub wake_p50_ns: u32,
     pub wake_p99_ns: u32,
-    pub host_reserved: [u64; 7],
+    /// With `F_IDLE_HINTS`: share of a core (permille) the vCPU may spend polling
+    /// in its idle driver; 0 = none given.
+    pub poll_budget_permille: u32,
+    pub host_reserved1: u32,
+    pub host_reserved: [u64; 6],
 }
 
 /// `struct pvsched_slot`.

@@ -136,6 +136,8 @@ fn rust_fields() -> BTreeMap<String, (u64, u64)> {
             boosted_ns,
             wake_p50_ns,
             wake_p99_ns,
+            poll_budget_permille,
+            host_reserved1,
             host_reserved,
         }
     );

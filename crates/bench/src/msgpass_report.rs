@@ -98,8 +98,9 @@ impl IdleCase {
                  window up to 200 µs), no host information"
             }
             IdleCase::Hinted => {
-                "`idle=hinted`: pvsched's driver: poll or halt from the host's measured \
-                 wake-up latency, no polling while the host says it is overloaded"
+                "`idle=hinted`: pvsched's driver: haltpoll's adaptive window, capped at 4x the \
+                 host's measured wake-up p99, within the host's polling budget, and no polling \
+                 while the host says it is overloaded"
             }
             IdleCase::Advisor => {
                 "`idle=fixed idle_poll_us=W`: poll up to W, the window `pvschedctl idle` \

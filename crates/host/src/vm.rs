@@ -223,7 +223,11 @@ impl ServedVm {
     pub fn publish(&self, now: u64, vcpu: u32) {
         let mut half = self.policy.host_half(vcpu, now);
         if !self.idle_hints {
-            (half.wake_p50_ns, half.wake_p99_ns) = (0, 0);
+            (
+                half.wake_p50_ns,
+                half.wake_p99_ns,
+                half.poll_budget_permille,
+            ) = (0, 0, 0);
         }
         let _ = self.region.region().write_host(vcpu, &half);
     }

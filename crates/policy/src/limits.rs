@@ -244,6 +244,10 @@ pub struct VmLimits {
     /// budget, no vCPU of it is boosted until the window's budget is earned back. 0 refuses
     /// every boost.
     pub boost_share_permille: u32,
+    /// Share of a core each vCPU may spend polling in the guest's idle driver, permille
+    /// (0..=1000), told to the guest with the idle hints (`F_IDLE_HINTS`). Default 50
+    /// (5 %), the advisor's default budget. 0 tells the guest nothing (its own default applies).
+    pub idle_poll_budget_permille: u32,
     /// Window of the boost budget: the bucket holds at most `share x window x nr_vcpus`
     /// (unused budget is banked for one window), and a VM that ran it dry waits until all of
     /// it is earned back. Default 1 s.
@@ -294,6 +298,7 @@ impl Default for VmLimits {
             inconsistent_grace_ns: 2_000_000,
             throttle_ns: 50_000_000,
             boost_share_permille: 200,
+            idle_poll_budget_permille: 50,
             fairness_window_ns: 1_000_000_000,
             debt_nice: 5,
             cs_budget_ns: 2_000_000,
@@ -313,6 +318,8 @@ pub enum LimitsError {
     BoostPriority(u8),
     #[error("boost_share_permille must be 0..=1000, not {0}")]
     BoostSharePermille(u32),
+    #[error("idle_poll_budget_permille must be 0..=1000, not {0}")]
+    IdlePollBudgetPermille(u32),
     #[error("cs_budget_ns must be > 0 (to refuse critical-section boosts, clear honor_critical_sections)")]
     CsBudgetNs,
     #[error("cs_budget_ns ({budget}) must be <= cs_window_ns ({window})")]
@@ -374,6 +381,11 @@ impl VmLimits {
         }
         if self.boost_share_permille > 1000 {
             return Err(LimitsError::BoostSharePermille(self.boost_share_permille));
+        }
+        if self.idle_poll_budget_permille > 1000 {
+            return Err(LimitsError::IdlePollBudgetPermille(
+                self.idle_poll_budget_permille,
+            ));
         }
         if self.cs_budget_ns == 0 {
             return Err(LimitsError::CsBudgetNs);
@@ -482,7 +494,11 @@ mod tests {
     #[test]
     fn validate_names_each_bad_field() {
         type Mutation = fn(&mut VmLimits);
-        let cases: [(Mutation, LimitsError); 19] = [
+        let cases: [(Mutation, LimitsError); 20] = [
+            (
+                |l| l.idle_poll_budget_permille = 1001,
+                LimitsError::IdlePollBudgetPermille(1001),
+            ),
             (|l| l.allowed.other = false, LimitsError::AllowedOther),
             (
                 |l| l.boost_policy = HostPolicy::Batch,

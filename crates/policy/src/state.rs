@@ -532,7 +532,9 @@ impl VmState {
                 .saturating_add(charged_ns(v, now.max(self.now))),
             wake_p50_ns: hint.p50_ns,
             wake_p99_ns: hint.p99_ns,
-            host_reserved: [0; 7],
+            poll_budget_permille: self.limits.idle_poll_budget_permille,
+            host_reserved1: 0,
+            host_reserved: [0; 6],
         }
     }
 

@@ -69,6 +69,8 @@ const struct pvsched_c_field pvsched_c_fields[] = {
 	FIELD(pvsched_host_half, boosted_ns),
 	FIELD(pvsched_host_half, wake_p50_ns),
 	FIELD(pvsched_host_half, wake_p99_ns),
+	FIELD(pvsched_host_half, poll_budget_permille),
+	FIELD(pvsched_host_half, host_reserved1),
 	FIELD(pvsched_host_half, host_reserved),
 	SIZE(pvsched_slot),
 	FIELD(pvsched_slot, guest),

@@ -72,6 +72,7 @@ limits_config! {
     inconsistent_grace_ns: u64,
     throttle_ns: u64,
     boost_share_permille: u32,
+    idle_poll_budget_permille: u32,
     fairness_window_ns: u64,
     debt_nice: i8,
     cs_budget_ns: u64,

@@ -78,6 +78,12 @@ pub struct DaemonConfig {
     /// latency, for a guest idle driver that polls instead of halting when a
     /// wake-up costs more than the poll). Off: the guest's idle path is its own.
     pub offer_idle_hints: bool,
+    /// The host counts as overloaded (`HF_OVERLOADED`: guests' idle drivers stop
+    /// polling) while CPU pressure (PSI `some`, 10 s average) is above this, percent.
+    /// Measured on the 2-CPU development host (BENCHMARKS.md, message passing): a
+    /// TCG guest's own message-passing load alone keeps it at 10-15 %; stress-ng on
+    /// every CPU at 50-77 %.
+    pub overload_cpu_pressure_percent: f64,
     /// The kvm module's parameter directory, which `pvschedctl idle --apply host`
     /// writes `halt_poll_ns` into (and puts back).
     pub kvm_params_dir: PathBuf,
@@ -99,6 +105,7 @@ impl Default for DaemonConfig {
             boost_latency_path: true,
             lazy_events: true,
             offer_idle_hints: true,
+            overload_cpu_pressure_percent: 30.0,
             kvm_params_dir: pvsched_base::kvm_params::DEFAULT_DIR.into(),
         }
     }
@@ -346,6 +353,12 @@ impl Config {
                 format!("must be 1..=99, not {}", d.priority),
             ));
         }
+        if !(0.0..=100.0).contains(&d.overload_cpu_pressure_percent) {
+            return Err(invalid(
+                "daemon.overload_cpu_pressure_percent",
+                format!("must be 0..=100, not {}", d.overload_cpu_pressure_percent),
+            ));
+        }
         if d.metrics != "off"
             && !d.metrics.starts_with("unix:")
             && d.metrics.parse::<std::net::SocketAddr>().is_err()
@@ -520,6 +533,14 @@ mod tests {
             (
                 "[daemon]\nrecheck_boosted_us = 0",
                 "daemon.recheck_boosted_us",
+            ),
+            (
+                "[daemon]\noverload_cpu_pressure_percent = 101.0",
+                "daemon.overload_cpu_pressure_percent",
+            ),
+            (
+                "[defaults]\nidle_poll_budget_permille = 1001",
+                "defaults.idle_poll_budget_permille",
             ),
             (
                 "[[vm]]\nname = \"a\"\n[vm.limits]\nnice_min = 30",

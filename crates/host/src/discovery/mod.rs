@@ -178,7 +178,8 @@ pub fn spawn(
                 } else if Instant::now() >= next_round {
                     next_round = Instant::now() + interval;
                     let found = discover_once(&cfg, &mut notes);
-                    let overloaded = cpu_pressure_some_avg10().is_some_and(|p| p > 10.0);
+                    let limit = cfg.config.daemon.overload_cpu_pressure_percent;
+                    let overloaded = cpu_pressure_some_avg10().is_some_and(|p| p > limit);
                     DiscoveryMsg::Snapshot(Snapshot { found, overloaded })
                 } else {
                     let left = next_round.saturating_duration_since(Instant::now());

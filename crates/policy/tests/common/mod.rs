@@ -127,6 +127,7 @@ pub fn arb_limits() -> impl Strategy<Value = VmLimits> {
                     inconsistent_grace_ns: if h[0] ^ h[6] { pb } else { 0 },
                     throttle_ns: th,
                     boost_share_permille: share,
+                    idle_poll_budget_permille: share,
                     fairness_window_ns: win,
                     debt_nice,
                     cs_budget_ns: cs_pick.index(cs_window as usize) as u64 + 1,
