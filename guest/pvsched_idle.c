@@ -478,7 +478,13 @@ static int pvsched_enter_hinted(struct cpuidle_device *dev,
 		return PVSCHED_STATE_HALT;
 	}
 	start = local_clock();
-	window = min(ic->limit_ns, pvsched_idle_tokens(ic, start));
+	/*
+	 * A whole window or none: a poll cut short by the budget mostly times
+	 * out, and would spend the budget for nothing.
+	 */
+	window = ic->limit_ns;
+	if (window > pvsched_idle_tokens(ic, start))
+		window = 0;
 	if (window) {
 		bool woken = pvsched_idle_poll(ic, window,
 					       HINT_POLL_RELAX_COUNT);
