@@ -941,9 +941,7 @@ mod tests {
             }
         }
         assert!(measure_cmd(Workload::Pingpong, 3).contains("pingpong -d 3 -n 0 -g 0 -a 0 -b 1"));
-        assert!(
-            measure_cmd(Workload::Prodcons, 3).contains("prodcons -d 3 -q 1 -w 5000 -a 0 -b 1")
-        );
+        assert!(measure_cmd(Workload::Prodcons, 3).contains("prodcons -d 3 -q 1 -w 5000 -a 0 -b 1"));
     }
 
     #[test]
