@@ -29,8 +29,9 @@ pub enum GuestIdle {
     Haltpoll,
     /// Poll `guest_halt_poll_ns` (a fixed window), then halt.
     Fixed,
-    /// pvsched's hinted driver ([`hinted_choice`]): polls only when the host's measure of
-    /// this vCPU's wakeup says halting is expensive and the host is not overloaded.
+    /// pvsched's hinted driver ([`HintedIdle`]): haltpoll's adaptive window, capped from
+    /// the host's measure of this vCPU's wakeup, within the poll budget the host grants, and
+    /// no polling while the host says it is overloaded or has no measure yet.
     Hinted,
 }
 
@@ -83,10 +84,19 @@ impl GuestHaltPoll {
     }
 }
 
-/// The hinted driver's bounds on the halt state's target residency (= its poll window): the
-/// module's 1 µs floor and its `idle_max_poll_us` default.
+/// The hinted driver's bounds on its poll window's cap: the module's 1 µs floor and its
+/// `idle_max_poll_us` default.
 pub const HINTED_MIN_NS: u64 = 1_000;
 pub const HINTED_MAX_NS: u64 = 200_000;
+/// The cap is this many times the host's p99 wake → running latency (`HINT_POLL_FACTOR`):
+/// the host sees only its scheduler's part of a halt's cost.
+pub const HINT_POLL_FACTOR: u64 = 4;
+/// A vCPU looks at its host half at most this often (`PVSCHED_HINT_REFRESH_NS`).
+pub const HINT_REFRESH_NS: u64 = 10_000_000;
+/// The poll budget's bucket holds this long a window's worth (`HINT_BUDGET_WINDOW_NS`).
+pub const HINT_BUDGET_WINDOW_NS: u64 = 100_000_000;
+/// The module's `idle_budget_permille` default: the budget when the host grants none.
+pub const HINT_DEFAULT_BUDGET_PERMILLE: u32 = 50;
 
 /// What an idle vCPU does at an idle entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,64 +104,144 @@ pub enum IdleChoice {
     /// Poll up to this many ns, then halt.
     Poll(u64),
     Halt,
-    /// Halt where the governor would have polled: the host says it is overloaded.
+    /// Hinted: halt at once, the host says it is overloaded.
     HaltOverloaded,
-    /// Halt: no hint (no host half, or nothing measured yet).
+    /// Hinted: halt at once, no hint (no host half, or nothing measured yet).
     HaltUnhinted,
+    /// Hinted: a window was due but the budget holds less than all of it.
+    HaltBudget,
 }
 
-/// A vCPU's previous idle period, as the guest measured it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LastIdle {
-    /// From idle entry to guest work again.
-    pub ns: u64,
-    /// It ended in a halt (else a poll caught the wakeup).
-    pub halted: bool,
-}
-
-/// The hinted driver at an idle entry, from the host half the daemon publishes for this
-/// vCPU (`None`: there is none, as in the vanilla mode), the vCPU's previous idle period
-/// and the time to its next guest timer.
+/// The hinted driver's state of one vCPU, as `pvsched_enter_hinted()` keeps it
+/// (guest/pvsched_idle.c, `struct pvsched_idle_cpu`). Per idle entry:
 ///
-/// The halt state's target residency is the host's p99 wake → running latency clamped to
-/// [`HINTED_MIN_NS`, `HINTED_MAX_NS`], its exit latency the p50 (clamped, at most the
-/// target). The governor is menu simplified: its prediction is the earlier of the next
-/// timer and the previous idle period, measured as menu measures it (the halt's exit
-/// latency deducted, or half of it if it was under twice that); menu's correction factors
-/// and typical interval over 8 periods are not modelled. It picks poll when the prediction
-/// is below the target residency, and the driver then polls up to the target residency,
-/// or halts at once while the host says it is overloaded.
-pub fn hinted_choice(
-    half: Option<&abi::HostHalf>,
-    last: Option<LastIdle>,
-    next_timer_ns: Option<u64>,
-) -> IdleChoice {
-    let Some(h) = half else {
-        return IdleChoice::HaltUnhinted;
-    };
-    if h.wake_p50_ns == 0 || h.wake_p99_ns == 0 {
-        return IdleChoice::HaltUnhinted;
+/// 1. the host half is re-read if its 10 ms are up ([`HintedIdle::refresh`]);
+/// 2. overloaded, or no hint: halt at once, the window left alone;
+/// 3. the token bucket is counted; the window (the limit) is polled whole if the bucket
+///    holds all of it, else not at all (a poll cut short mostly times out);
+/// 4. a poll costs all its time ([`HintedIdle::poll_ended`]); a halt adapts the limit as
+///    haltpoll does, from the whole idle period (poll and halt), capped at `cap_ns`
+///    ([`HintedIdle::halt_ended`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HintedIdle {
+    /// The poll window; from 0, as `haltpoll_enable_device()` starts.
+    pub limit_ns: u64,
+    /// The window's upper bound from the hint: 4 x p99 clamped to [1 µs, 200 µs]; 0: none.
+    pub cap_ns: u64,
+    /// Poll time left in the budget (< 0: owed).
+    pub tokens_ns: i64,
+    /// When the tokens were counted to.
+    pub tokens_at: u64,
+    /// The budget in force (the host's `poll_budget_permille`, else the module default).
+    pub budget_permille: u32,
+    /// When the host half is read next.
+    pub refresh_due: u64,
+    pub overloaded: bool,
+    /// A measured hint is in force (p50 and p99 > 0).
+    pub hinted: bool,
+    /// When the current entry began, while its halt may adapt the limit.
+    pub entered_at: Option<u64>,
+    /// When the current poll began.
+    pub poll_from: Option<u64>,
+}
+
+impl HintedIdle {
+    /// Whether the host half is to be read at `now` (the driver reads it at most every
+    /// [`HINT_REFRESH_NS`], at an idle entry).
+    pub fn refresh_due(&self, now: u64) -> bool {
+        now >= self.refresh_due
     }
-    let target = u64::from(h.wake_p99_ns).clamp(HINTED_MIN_NS, HINTED_MAX_NS);
-    let exit = u64::from(h.wake_p50_ns)
-        .clamp(HINTED_MIN_NS, HINTED_MAX_NS)
-        .min(target);
-    let measured = last.map(|l| match l.ns {
-        d if !l.halted => d,
-        d if d > 2 * exit => d - exit,
-        d => d / 2,
-    });
-    let predicted = match (measured, next_timer_ns) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
-    if predicted.is_none_or(|d| d >= target) {
-        return IdleChoice::Halt;
+
+    /// Applies the host half read at `now` (`None`: there is none, as in the vanilla mode:
+    /// no hint), as `pvsched_idle_apply()`.
+    pub fn refresh(&mut self, now: u64, half: Option<&abi::HostHalf>) {
+        self.refresh_due = now + HINT_REFRESH_NS;
+        let (flags, p50, p99, budget) = half.map_or((0, 0, 0, 0), |h| {
+            (
+                h.flags,
+                h.wake_p50_ns,
+                h.wake_p99_ns,
+                h.poll_budget_permille.min(1000),
+            )
+        });
+        self.overloaded = flags & abi::HF_OVERLOADED != 0;
+        self.budget_permille = if budget == 0 {
+            HINT_DEFAULT_BUDGET_PERMILLE
+        } else {
+            budget
+        };
+        self.hinted = p50 != 0 && p99 != 0;
+        self.cap_ns = if self.hinted {
+            (u64::from(p99) * HINT_POLL_FACTOR).clamp(HINTED_MIN_NS, HINTED_MAX_NS)
+        } else {
+            0
+        };
+        // A lower cap (a new hint) takes effect at once.
+        self.limit_ns = self.limit_ns.min(self.cap_ns);
     }
-    if h.flags & abi::HF_OVERLOADED != 0 {
-        IdleChoice::HaltOverloaded
-    } else {
-        IdleChoice::Poll(target)
+
+    /// The bucket counted to `now`: `budget_permille` of the time since the last count,
+    /// in whole µs as the module counts it, up to [`HINT_BUDGET_WINDOW_NS`]' worth.
+    /// Returns what may be spent (never below 0).
+    fn tokens(&mut self, now: u64) -> u64 {
+        let rate = i64::from(self.budget_permille);
+        let full = (HINT_BUDGET_WINDOW_NS / 1000) as i64 * rate;
+        if now > self.tokens_at {
+            let us = i64::try_from((now - self.tokens_at) / 1000).unwrap_or(i64::MAX);
+            self.tokens_ns = self.tokens_ns.saturating_add(us.saturating_mul(rate));
+        }
+        self.tokens_at = now;
+        self.tokens_ns = self.tokens_ns.min(full);
+        self.tokens_ns.max(0) as u64
+    }
+
+    /// The driver at an idle entry at `now` (after [`HintedIdle::refresh`] if it was due).
+    pub fn enter(&mut self, now: u64) -> IdleChoice {
+        // A poll not ended before (the engine ends each one) is paid for all the same.
+        self.poll_ended(now);
+        self.entered_at = None;
+        if self.overloaded {
+            return IdleChoice::HaltOverloaded;
+        }
+        if !self.hinted {
+            return IdleChoice::HaltUnhinted;
+        }
+        self.entered_at = Some(now);
+        let limit = self.limit_ns;
+        if limit > self.tokens(now) {
+            return IdleChoice::HaltBudget;
+        }
+        if limit == 0 {
+            return IdleChoice::Halt;
+        }
+        self.poll_from = Some(now);
+        IdleChoice::Poll(limit)
+    }
+
+    /// The entry's poll ended at `now`, woken or not: the budget pays all of it.
+    pub fn poll_ended(&mut self, now: u64) {
+        if let Some(from) = self.poll_from.take() {
+            let spent = i64::try_from(now.saturating_sub(from)).unwrap_or(i64::MAX);
+            self.tokens_ns = self.tokens_ns.saturating_sub(spent);
+        }
+    }
+
+    /// A poll caught the wakeup: the limit stays (the driver returns without adapting).
+    pub fn woken_polling(&mut self, now: u64) {
+        self.poll_ended(now);
+        self.entered_at = None;
+    }
+
+    /// The entry's halt ended at `now`: haltpoll's rule on the whole idle period, with the
+    /// cap in the place of `guest_halt_poll_ns`.
+    pub fn halt_ended(&mut self, now: u64) {
+        if let Some(at) = self.entered_at.take() {
+            let rule = GuestHaltPoll {
+                max_ns: self.cap_ns,
+                ..GuestHaltPoll::STOCK
+            };
+            self.limit_ns = rule.adapt(self.limit_ns, now.saturating_sub(at));
+        }
     }
 }
 
@@ -256,21 +346,17 @@ pub struct Task {
     pub expiry: Option<u64>,
     /// Generation of its timer (a stale timer event is ignored).
     pub timer_gen: u32,
-    /// When its armed timer expires (guest time; the idle governor's next timer event).
-    pub timer_at: Option<u64>,
 }
 
 impl Task {
-    /// Arms its timer for `at` (an earlier one goes stale); returns the generation.
-    pub fn arm_timer(&mut self, at: u64) -> u32 {
+    /// Arms its timer (an earlier one goes stale); returns the generation.
+    pub fn arm_timer(&mut self) -> u32 {
         self.timer_gen += 1;
-        self.timer_at = Some(at);
         self.timer_gen
     }
 
     pub fn cancel_timer(&mut self) {
         self.timer_gen += 1;
-        self.timer_at = None;
     }
 
     pub fn holds_lock(&self) -> bool {
@@ -353,12 +439,12 @@ pub struct Vcpu {
     pub halt_start: Option<u64>,
     /// The guest's current idle period began (no task to run); None while it runs work.
     pub idle_since: Option<u64>,
-    /// Its previous idle period (the hinted governor's prediction).
-    pub last_idle: Option<LastIdle>,
     /// The guest issued HLT in this idle period (the haltpoll governor's residency).
     pub guest_halt_at: Option<u64>,
     /// The haltpoll governor's window.
     pub haltpoll_ns: u64,
+    /// The hinted driver's window, budget and hint.
+    pub hinted: HintedIdle,
     /// This idle period's poll ran out: halt next.
     pub guest_polled: bool,
     /// When the current poll runs out (its limit is on the guest clock, which runs while
@@ -389,9 +475,9 @@ impl Vcpu {
             poll_ns: 0,
             halt_start: None,
             idle_since: None,
-            last_idle: None,
             guest_halt_at: None,
             haltpoll_ns: 0,
+            hinted: HintedIdle::default(),
             guest_polled: false,
             poll_until: 0,
             switch_in: None,
@@ -436,15 +522,6 @@ impl GuestVm {
                 }
             }
         }
-    }
-
-    /// The earliest timer armed by a task of vCPU `v`.
-    pub fn next_timer(&self, v: u32) -> Option<u64> {
-        self.tasks
-            .iter()
-            .filter(|t| t.vcpu == v)
-            .filter_map(|t| t.timer_at)
-            .min()
     }
 
     /// Takes a task off its vCPU's queues (it sleeps or waits).
@@ -574,7 +651,6 @@ mod tests {
                 behaviour: Behaviour::Hog,
                 expiry: None,
                 timer_gen: 0,
-                timer_at: None,
             })
             .collect();
         GuestVm {
@@ -635,75 +711,132 @@ mod tests {
         assert_eq!(p.adapt(0, 300_000), 0);
     }
 
-    fn hint(p50: u32, p99: u32, flags: u32) -> abi::HostHalf {
+    const US: u64 = 1_000;
+    const MS: u64 = 1_000_000;
+    const S: u64 = 1_000_000_000;
+
+    fn hint(p50: u32, p99: u32, flags: u32, budget: u32) -> abi::HostHalf {
         abi::HostHalf {
             wake_p50_ns: p50,
             wake_p99_ns: p99,
             flags,
+            poll_budget_permille: budget,
             ..Default::default()
         }
     }
 
-    fn polled(ns: u64) -> Option<LastIdle> {
-        Some(LastIdle { ns, halted: false })
+    fn hinted_with(half: abi::HostHalf, at: u64) -> HintedIdle {
+        let mut h = HintedIdle::default();
+        h.refresh(at, Some(&half));
+        h
     }
 
     #[test]
-    fn hinted_polls_up_to_the_clamped_p99_after_a_short_idle() {
-        let h = hint(40_000, 90_000, 0);
+    fn hinted_caps_the_window_at_4x_p99_within_1us_and_200us_and_takes_a_lower_cap_at_once() {
+        let cap = |p99| hinted_with(hint(1_000, p99, 0, 0), S).cap_ns;
+        assert_eq!(cap(30_000), 120_000);
+        assert_eq!(cap(900_000), HINTED_MAX_NS);
+        assert_eq!(cap(100), HINTED_MIN_NS);
 
-        assert_eq!(
-            hinted_choice(Some(&h), polled(30_000), None),
-            IdleChoice::Poll(90_000)
-        );
-        assert_eq!(
-            hinted_choice(Some(&hint(40_000, 900_000, 0)), polled(30_000), None),
-            IdleChoice::Poll(HINTED_MAX_NS)
-        );
-        assert_eq!(
-            hinted_choice(Some(&h), polled(120_000), None),
-            IdleChoice::Halt
-        );
-        assert_eq!(hinted_choice(Some(&h), None, None), IdleChoice::Halt);
-        assert_eq!(
-            hinted_choice(Some(&h), polled(120_000), Some(20_000)),
-            IdleChoice::Poll(90_000),
-            "a timer due before the target residency"
-        );
+        let mut h = hinted_with(hint(20_000, 50_000, 0, 0), S);
+        h.limit_ns = 200_000;
+        assert!(!h.refresh_due(S + 9 * MS), "read at most every 10 ms");
+        assert!(h.refresh_due(S + 10 * MS));
+        h.refresh(S + 10 * MS, Some(&hint(5_000, 10_000, 0, 0)));
+
+        assert_eq!((h.cap_ns, h.limit_ns), (40_000, 40_000));
     }
 
     #[test]
-    fn hinted_deducts_the_halt_exit_latency_from_a_halted_idle() {
-        let h = hint(40_000, 90_000, 0);
-        let halted = |ns| Some(LastIdle { ns, halted: true });
-
-        // 120 us halted, minus the 40 us exit latency: 80 us, under the 90 us target.
+    fn hinted_takes_the_hosts_budget_or_the_module_default() {
+        let budget = |b| hinted_with(hint(1_000, 2_000, 0, b), S).budget_permille;
+        assert_eq!(budget(250), 250);
+        assert_eq!(budget(0), HINT_DEFAULT_BUDGET_PERMILLE);
+        assert_eq!(budget(5_000), 1_000);
         assert_eq!(
-            hinted_choice(Some(&h), halted(120_000), None),
-            IdleChoice::Poll(90_000)
-        );
-        assert_eq!(
-            hinted_choice(Some(&h), halted(140_000), None),
-            IdleChoice::Halt
+            {
+                let mut h = HintedIdle::default();
+                h.refresh(S, None);
+                h.budget_permille
+            },
+            HINT_DEFAULT_BUDGET_PERMILLE
         );
     }
 
     #[test]
-    fn hinted_halts_at_once_when_overloaded_or_unhinted() {
-        let over = hint(40_000, 90_000, abi::HF_OVERLOADED);
+    fn hinted_adapts_the_window_to_the_whole_idle_period_as_haltpoll_with_the_cap() {
+        // cap 200 us; a budget of a whole core, so that the budget never decides here.
+        let mut h = hinted_with(hint(20_000, 50_000, 0, 1_000), S);
+        let mut t = S;
 
-        assert_eq!(
-            hinted_choice(Some(&over), polled(1_000), Some(1_000)),
-            IdleChoice::HaltOverloaded
-        );
-        assert_eq!(
-            hinted_choice(Some(&hint(0, 0, 0)), polled(1_000), None),
-            IdleChoice::HaltUnhinted
-        );
-        assert_eq!(
-            hinted_choice(None, polled(1_000), None),
-            IdleChoice::HaltUnhinted
-        );
+        // From 0: a halt, then grow to 50 us.
+        assert_eq!(h.enter(t), IdleChoice::Halt);
+        h.halt_ended(t + 30 * US);
+        assert_eq!(h.limit_ns, 50 * US);
+
+        // 50 us polled, then 40 us halted: 90 us in all grows it (the halt alone would not).
+        t += MS;
+        assert_eq!(h.enter(t), IdleChoice::Poll(50 * US));
+        h.poll_ended(t + 50 * US);
+        h.halt_ended(t + 90 * US);
+        assert_eq!(h.limit_ns, 100 * US);
+
+        // A wakeup caught by the poll leaves it alone.
+        t += MS;
+        assert_eq!(h.enter(t), IdleChoice::Poll(100 * US));
+        h.woken_polling(t + 10 * US);
+        h.halt_ended(t + 10 * US);
+        assert_eq!(h.limit_ns, 100 * US);
+
+        // Longer than the cap: halved.
+        t += MS;
+        assert_eq!(h.enter(t), IdleChoice::Poll(100 * US));
+        h.poll_ended(t + 100 * US);
+        h.halt_ended(t + 300 * US);
+        assert_eq!(h.limit_ns, 50 * US);
+    }
+
+    #[test]
+    fn hinted_polls_a_whole_window_or_none_and_pays_for_all_it_polled() {
+        // The module default, 50 permille: the bucket holds 5 ms.
+        let mut h = hinted_with(hint(20_000, 50_000, 0, 0), S);
+        h.limit_ns = 200 * US;
+
+        assert_eq!(h.enter(S), IdleChoice::Poll(200 * US));
+        assert_eq!(h.tokens_ns, 5 * MS as i64, "full after a second");
+        // A caught poll costs its time too.
+        h.woken_polling(S + 150 * US);
+        assert_eq!(h.tokens_ns, (5 * MS - 150 * US) as i64);
+
+        // 150 us left: not a 150 us poll but none.
+        h.tokens_ns = 150_000;
+        let t = S + MS;
+        h.tokens_at = t;
+        assert_eq!(h.enter(t), IdleChoice::HaltBudget);
+        h.halt_ended(t + 100 * US);
+        // 1 ms later at 50 permille: 50 us more, a whole window again.
+        assert_eq!(h.enter(t + MS), IdleChoice::Poll(200 * US));
+        // A poll preempted far past its window: owed, no poll until repaid.
+        h.poll_ended(t + MS + 2 * MS);
+        assert!(h.tokens_ns < 0, "{}", h.tokens_ns);
+        h.halt_ended(t + MS + 2 * MS + 10 * US);
+        assert_eq!(h.enter(t + 4 * MS), IdleChoice::HaltBudget);
+    }
+
+    #[test]
+    fn hinted_halts_at_once_when_overloaded_or_unhinted_and_keeps_its_window() {
+        let mut over = hinted_with(hint(20_000, 50_000, abi::HF_OVERLOADED, 0), S);
+        over.limit_ns = 100 * US;
+        let mut unhinted = hinted_with(hint(0, 50_000, 0, 0), S);
+        let mut none = HintedIdle::default();
+        none.refresh(S, None);
+
+        assert_eq!(over.enter(S), IdleChoice::HaltOverloaded);
+        over.halt_ended(S + 500 * US);
+        assert_eq!(over.limit_ns, 100 * US, "no adaptation");
+        assert_eq!(over.tokens_at, 0, "no budget counted");
+        assert_eq!(unhinted.enter(S), IdleChoice::HaltUnhinted);
+        assert_eq!(none.enter(S), IdleChoice::HaltUnhinted);
     }
 
     #[test]

@@ -321,14 +321,14 @@ fn pressure(r: &ModeResult) -> String {
 fn idle_table<'a>(s: &mut String, these: impl Iterator<Item = &'a ModeResult>) {
     let _ = writeln!(
         s,
-        "\nGuest idle (host CPU % of machine; polls caught: ended by a wakeup, the rest ran out and halted; host CPU pressure: PSI cpu some avg10 at the last discovery round):\n\n| mode | VM | guest idle | guest poll % | host poll % | polls | caught | halts | overload halts | unhinted halts | host CPU pressure |\n|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|"
+        "\nGuest idle (host CPU % of machine; polls caught: ended by a wakeup, the rest ran out and halted; hinted's halts: overload and unhinted at once, budget where a window was due but the budget held less; host CPU pressure: PSI cpu some avg10 at the last discovery round):\n\n| mode | VM | guest idle | guest poll % | host poll % | polls | caught | halts | overload halts | unhinted halts | budget halts | host CPU pressure |\n|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"
     );
     for r in these {
         for vm in r.vms.iter().take(8) {
             let i = &vm.idle;
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 r.mode,
                 vm.name,
                 r.guest_idle,
@@ -339,6 +339,7 @@ fn idle_table<'a>(s: &mut String, these: impl Iterator<Item = &'a ModeResult>) {
                 i.guest_halts,
                 i.overload_halts,
                 i.unhinted_halts,
+                i.budget_halts,
                 pressure(r)
             );
         }

@@ -51,10 +51,13 @@ pub struct IdleCounters {
     pub guest_poll_hits: u64,
     /// HLTs the guest issued.
     pub guest_halts: u64,
-    /// Of those, hinted: the governor would have polled but the host said overloaded.
+    /// Of those, hinted: halted at once, the host said overloaded.
     pub overload_halts: u64,
-    /// Of those, hinted: no hint (no host half, or nothing measured yet).
+    /// Of those, hinted: halted at once, no hint (no host half, or nothing measured yet).
     pub unhinted_halts: u64,
+    /// Of those, hinted: a window was due but the poll budget held less than all of it.
+    #[serde(default)]
+    pub budget_halts: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
@@ -114,6 +117,7 @@ pub enum IdleEntry {
     Halt,
     OverloadHalt,
     UnhintedHalt,
+    BudgetHalt,
 }
 
 pub struct Recorder {
@@ -214,6 +218,10 @@ impl Recorder {
                 c.guest_halts += 1;
                 c.unhinted_halts += 1;
             }
+            IdleEntry::BudgetHalt => {
+                c.guest_halts += 1;
+                c.budget_halts += 1;
+            }
         }
     }
 
@@ -221,6 +229,12 @@ impl Recorder {
     #[cfg(test)]
     pub fn idle_counters(&self, vm: u32) -> IdleCounters {
         self.guest[vm as usize].idle
+    }
+
+    /// Host ns the guest idle driver of `vm` polled so far (polls in progress not yet).
+    #[cfg(test)]
+    pub fn guest_poll_ns(&self, vm: u32) -> u64 {
+        self.guest[vm as usize].guest_poll_ns
     }
 
     /// A ping-pong message handled; the starter's count round trips.

@@ -118,6 +118,10 @@ pub struct Variant {
     /// Host tasks added to `[host] tasks` in this variant's runs (an overloaded host).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub host_tasks: Vec<HostTaskSpec>,
+    /// The VMs' `idle_poll_budget_permille` in this variant's runs [default: the
+    /// scenario's `[pvsched]` one, else pvschedd's].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_poll_budget_permille: Option<u32>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -279,6 +283,9 @@ pub struct PvschedSpec {
     pub throttle_ns: Option<u64>,
     pub cs_budget_ns: Option<u64>,
     pub cs_window_ns: Option<u64>,
+    /// The poll budget told to the hinted idle driver (0: none, the module's default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_poll_budget_permille: Option<u32>,
 }
 
 impl Default for PvschedSpec {
@@ -293,6 +300,7 @@ impl Default for PvschedSpec {
             throttle_ns: None,
             cs_budget_ns: None,
             cs_window_ns: None,
+            idle_poll_budget_permille: None,
         }
     }
 }
@@ -310,7 +318,8 @@ impl PvschedSpec {
             max_boost_ns,
             throttle_ns,
             cs_budget_ns,
-            cs_window_ns
+            cs_window_ns,
+            idle_poll_budget_permille
         );
         l.validate().map_err(|e| SimError::Scenario {
             what: "[pvsched]".into(),
@@ -478,7 +487,28 @@ impl Scenario {
             }
         }
         self.pvsched.limits()?;
+        for v in &self.variants {
+            self.limits_for(Some(v))?;
+        }
         Ok(())
+    }
+
+    /// The VMs' limits in `variant`'s runs (or the scenario's own when `None`).
+    pub fn limits_for(
+        &self,
+        variant: Option<&Variant>,
+    ) -> Result<pvsched_policy::VmLimits, SimError> {
+        let mut l = self.pvsched.limits()?;
+        if let Some(v) = variant {
+            if let Some(b) = v.idle_poll_budget_permille {
+                l.idle_poll_budget_permille = b;
+                l.validate().map_err(|e| SimError::Scenario {
+                    what: format!("variant {}", v.name),
+                    msg: e.to_string(),
+                })?;
+            }
+        }
+        Ok(l)
     }
 
     /// The guest idle driver of `variant` (or the scenario's own when `None`).
@@ -577,5 +607,36 @@ mod tests {
         assert_eq!(old_style.guest_idle_for(None), GuestIdle::Fixed);
         let plain = Scenario::parse(base, "t").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(plain.guest_idle_for(None), GuestIdle::Halt);
+    }
+
+    #[test]
+    fn the_idle_poll_budget_is_set_per_scenario_or_variant_and_checked() {
+        let base = include_str!("../scenarios/idle-host.toml");
+        let sc = Scenario::parse(
+            &format!(
+                "{base}\n[pvsched]\nidle_poll_budget_permille = 100\n\n[[variants]]\nname = \"a\"\n\n[[variants]]\nname = \"b\"\nidle_poll_budget_permille = 250\n"
+            ),
+            "t",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let budget = |v: Option<&Variant>| {
+            sc.limits_for(v)
+                .unwrap_or_else(|e| panic!("{e}"))
+                .idle_poll_budget_permille
+        };
+
+        assert_eq!(budget(None), 100);
+        assert_eq!(budget(sc.variants.first()), 100);
+        assert_eq!(budget(sc.variants.get(1)), 250);
+        let e = Scenario::parse(
+            &format!("{base}\n[[variants]]\nname = \"c\"\nidle_poll_budget_permille = 1001\n"),
+            "t",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("variant c") && e.contains("idle_poll_budget_permille"),
+            "{e}"
+        );
     }
 }

@@ -204,7 +204,7 @@ pub fn run(
     progress: bool,
 ) -> Result<ModeResult, crate::error::SimError> {
     let costs = scenario.costs_for(variant);
-    let limits = scenario.pvsched.limits()?;
+    let limits = scenario.limits_for(variant)?;
     let mut sim = Sim::build(scenario, variant, mode, costs, limits, seed, progress);
     sim.run_to_end();
     Ok(sim.finish(scenario, variant, mode, seed))
@@ -453,7 +453,6 @@ impl Sim {
             let task = &mut self.vms[vm as usize].tasks[t as usize];
             match task.behaviour {
                 Behaviour::Periodic { next, .. } | Behaviour::Audio { next, .. } => {
-                    task.timer_at = Some(next);
                     let gen = task.timer_gen;
                     let lat = self.costs.timer_latency_ns;
                     self.push(next + lat, Ev::GuestTimer { vm, task: t, gen });

@@ -71,7 +71,7 @@ impl Sim {
                             lock.waiters.push_back(t);
                             match kind {
                                 LockKind::Spin if spin_limit > 0 => {
-                                    let gen = g.tasks[t as usize].arm_timer(now + spin_limit);
+                                    let gen = g.tasks[t as usize].arm_timer();
                                     arm = Some((now + spin_limit, gen));
                                     (LockPhase::Spinning, FOREVER)
                                 }
@@ -145,7 +145,7 @@ impl Sim {
                     let rest = self.rng.exp(gap);
                     let task = &mut self.vms[vm as usize].tasks[t as usize];
                     set_resting(task, true);
-                    let gen = task.arm_timer(now + rest);
+                    let gen = task.arm_timer();
                     self.push(now + rest, Ev::GuestTimer { vm, task: t, gen });
                     return;
                 }
@@ -164,7 +164,7 @@ impl Sim {
     /// later); a timer armed before is cancelled.
     fn sleep_until_timer(&mut self, vm: u32, v: u32, t: TaskId, at: u64) {
         let g = &mut self.vms[vm as usize];
-        let gen = g.tasks[t as usize].arm_timer(at);
+        let gen = g.tasks[t as usize].arm_timer();
         g.dequeue(t, TState::Sleeping);
         g.vcpus[v as usize].seq += 1;
         self.push(
@@ -227,7 +227,6 @@ pub(super) fn add_guest_tasks(
             behaviour: b,
             expiry: None,
             timer_gen: 0,
-            timer_at: None,
         });
         vm.tasks.len() as u32 - 1
     };

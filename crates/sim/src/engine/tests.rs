@@ -1,6 +1,7 @@
 //! The guest idle drivers in small simulations: a one-vCPU guest whose periodic task leaves
-//! it idle 28 µs at a time on a host whose idle exit costs 100 µs, so that the wake →
-//! running latency pvschedd measures (the hint) is large and the idle periods short.
+//! it idle about 25 µs at a time on a host whose idle exit costs 100 µs, so that the wake →
+//! running latency pvschedd measures (the hint) is large and the idle periods short: the
+//! hinted driver would poll all the time but for its budget.
 
 use pvsched_abi::HF_OVERLOADED;
 use pvsched_policy::Event;
@@ -13,7 +14,7 @@ const MS: u64 = 1_000_000;
 
 const SHORT_IDLES: &str = r#"
 name = "short-idles"
-duration_s = 2.0
+duration_s = 3.0
 warmup_s = 0.0
 costs = "kvm"
 modes = ["pvsched"]
@@ -24,17 +25,29 @@ cost_overrides = { idle_wakeup_ns = 100000, idle_exit_before_switch = true, halt
 cpus = 2
 tasks = [HOST_TASKS]
 
+[pvsched]
+idle_poll_budget_permille = BUDGET
+
 [[vms]]
 name = "vm"
 vcpus = 1
 tasks = [{ kind = "periodic", interval_us = 30, work_us = 2 }]
 "#;
 
-fn sim(host_tasks: &str, mode: Mode) -> Sim {
-    let text = SHORT_IDLES.replace("HOST_TASKS", host_tasks);
+/// The test guest with `host_tasks` on the host, the hinted driver's budget `budget`
+/// permille (the VM's `idle_poll_budget_permille`).
+fn sim_with(host_tasks: &str, mode: Mode, budget: u32) -> Sim {
+    let text = SHORT_IDLES
+        .replace("HOST_TASKS", host_tasks)
+        .replace("BUDGET", &budget.to_string());
     let sc = Scenario::parse(&text, "test").expect("the test scenario parses");
-    let limits = sc.pvsched.limits().expect("default limits");
+    let limits = sc.limits_for(None).expect("valid limits");
     Sim::build(&sc, None, mode, sc.costs_for(None), limits, 1, false)
+}
+
+/// A budget of a whole core: the budget never stops a poll.
+fn sim(host_tasks: &str, mode: Mode) -> Sim {
+    sim_with(host_tasks, mode, 1000)
 }
 
 /// The VM's idle counters over (`from`, `to`].
@@ -49,6 +62,7 @@ fn between(s: &mut Sim, from: u64, to: u64) -> IdleCounters {
         guest_halts: b.guest_halts - a.guest_halts,
         overload_halts: b.overload_halts - a.overload_halts,
         unhinted_halts: b.unhinted_halts - a.unhinted_halts,
+        budget_halts: b.budget_halts - a.budget_halts,
         ..IdleCounters::default()
     }
 }
@@ -78,6 +92,52 @@ fn hinted_polls_once_the_hint_is_large_and_idles_are_short() {
         "the timer ends the polls: {later:?}"
     );
     assert!(later.guest_halts * 10 < later.guest_polls, "{later:?}");
+    assert_eq!(later.budget_halts, 0, "{later:?}");
+}
+
+/// Host ns vCPU 0's idle driver polled in (`from`, `to`], and the idle counters.
+fn polled_between(s: &mut Sim, from: u64, to: u64) -> (u64, IdleCounters) {
+    s.run_until(from);
+    let a = s.rec.guest_poll_ns(0);
+    let c = between(s, from, to);
+    (s.rec.guest_poll_ns(0) - a, c)
+}
+
+#[test]
+fn hinted_polls_within_its_budget_a_whole_window_or_none() {
+    for budget in [50, 250] {
+        let mut s = sim_with("", Mode::Pvsched, budget);
+        let (from, to) = (0, 1_900 * MS);
+
+        let (polled, c) = polled_between(&mut s, from, to);
+        let (polled_later, later) = polled_between(&mut s, to, 2_900 * MS);
+
+        // The bucket fills at `budget` of the time and holds 100 ms' worth; the polls here
+        // run no longer than their window (nothing preempts the vCPU), so never into debt.
+        let share = |ns: u64| ns * u64::from(budget) / 1000;
+        let bucket = share(100 * MS);
+        assert!(
+            polled <= share(to - from) + bucket,
+            "budget {budget}: {polled} ns polled in {} ns, {c:?}",
+            to - from
+        );
+        assert!(
+            polled_later <= share(1_000 * MS) + bucket,
+            "budget {budget}: {polled_later} ns polled in 1 s, {later:?}"
+        );
+        // It wants to poll nearly all the time: the budget decides, and it is spent.
+        assert!(later.budget_halts > 1_000, "budget {budget}: {later:?}");
+        assert!(
+            polled_later >= share(1_000 * MS) * 8 / 10,
+            "budget {budget}: {polled_later} ns polled in 1 s, {later:?}"
+        );
+        // Whole windows: a window is at least 50 µs and the idle periods about 25 µs, so
+        // nearly every poll is caught; budget-cut polls would time out.
+        assert!(
+            later.guest_poll_hits * 10 >= later.guest_polls * 9,
+            "budget {budget}: {later:?}"
+        );
+    }
 }
 
 #[test]
@@ -92,8 +152,9 @@ fn hinted_halts_at_once_while_the_host_half_says_overloaded() {
         d.handle(0, now, None, Some(Event::OverloadHint { overloaded: true }));
     }
     s.daemon_after(0);
-    // Up to just before the next round (2 s), which would read the pressure again.
-    let during = between(&mut s, 1_100 * MS, 1_990 * MS);
+    // From when the vCPU has read its host half again (at most 10 ms later) to just before
+    // the next round (2 s), which would read the pressure again.
+    let during = between(&mut s, 1_111 * MS, 1_990 * MS);
 
     assert_ne!(host_half(&s).flags & HF_OVERLOADED, 0);
     assert_eq!(during.guest_polls, 0, "{during:?}");

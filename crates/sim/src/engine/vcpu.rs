@@ -10,8 +10,8 @@ use pvsched_policy::{Event, WakeSource};
 
 use super::Sim;
 use crate::guest::{
-    hinted_choice, Behaviour, GClass, GuestHaltPoll, GuestIdle, IdleChoice, Irq, LastIdle,
-    LockPhase, TaskId, VWork, GUEST_SLICE_NS,
+    Behaviour, GClass, GuestHaltPoll, GuestIdle, IdleChoice, Irq, LockPhase, TaskId, VWork,
+    GUEST_SLICE_NS,
 };
 use crate::host::ThreadState;
 use crate::results::IdleEntry;
@@ -25,7 +25,6 @@ impl Sim {
         if task.timer_gen != gen {
             return false;
         }
-        task.timer_at = None;
         match task.behaviour {
             Behaviour::Periodic { next, work, .. } | Behaviour::Audio { next, work, .. } => {
                 task.expiry = Some(next);
@@ -213,12 +212,16 @@ impl Sim {
         vc.idle_since.get_or_insert(now);
         if let Some(h) = vc.guest_halt_at.take() {
             // A halt ended without work to run: the governor starts over.
-            if mode == GuestIdle::Haltpoll {
-                vc.haltpoll_ns = GuestHaltPoll::STOCK.adapt(vc.haltpoll_ns, now - h);
+            match mode {
+                GuestIdle::Haltpoll => {
+                    vc.haltpoll_ns = GuestHaltPoll::STOCK.adapt(vc.haltpoll_ns, now - h)
+                }
+                GuestIdle::Hinted => vc.hinted.halt_ended(now),
+                _ => {}
             }
             vc.guest_polled = false;
         }
-        let (polled, haltpoll_ns, last) = (vc.guest_polled, vc.haltpoll_ns, vc.last_idle);
+        let (polled, haltpoll_ns) = (vc.guest_polled, vc.haltpoll_ns);
         let window = self.costs.guest_halt_poll_ns;
         let choice = match mode {
             _ if polled => IdleChoice::Halt,
@@ -227,9 +230,13 @@ impl Sim {
             GuestIdle::Haltpoll if haltpoll_ns > 0 => IdleChoice::Poll(haltpoll_ns),
             GuestIdle::Fixed | GuestIdle::Haltpoll => IdleChoice::Halt,
             GuestIdle::Hinted => {
-                let half = self.daemon.as_ref().map(|d| d.host_half(vm, v, now));
-                let timer = self.vms[vm as usize].next_timer(v);
-                hinted_choice(half.as_ref(), last, timer.map(|t| t.saturating_sub(now)))
+                if vc.hinted.refresh_due(now) {
+                    // The host half as the daemon has it now (none in vanilla, static-rt).
+                    let half = self.daemon.as_ref().map(|d| d.host_half(vm, v, now));
+                    let vc = &mut self.vms[vm as usize].vcpus[v as usize];
+                    vc.hinted.refresh(now, half.as_ref());
+                }
+                self.vms[vm as usize].vcpus[v as usize].hinted.enter(now)
             }
         };
         let entry = match choice {
@@ -241,6 +248,7 @@ impl Sim {
             IdleChoice::Halt => IdleEntry::Halt,
             IdleChoice::HaltOverloaded => IdleEntry::OverloadHalt,
             IdleChoice::HaltUnhinted => IdleEntry::UnhintedHalt,
+            IdleChoice::HaltBudget => IdleEntry::BudgetHalt,
         };
         self.rec.idle_entry(vm, now, entry);
         self.vms[vm as usize].vcpus[v as usize].guest_halt_at = Some(now);
@@ -251,19 +259,20 @@ impl Sim {
     fn idle_end(&mut self, vm: u32, v: u32) {
         let now = self.now;
         let vc = &mut self.vms[vm as usize].vcpus[v as usize];
-        let Some(since) = vc.idle_since.take() else {
+        if vc.idle_since.take().is_none() {
             return;
-        };
-        vc.last_idle = Some(LastIdle {
-            ns: now - since,
-            halted: vc.guest_halt_at.is_some(),
-        });
+        }
         if vc.work == VWork::GuestPoll && !vc.guest_polled {
             self.rec.idle_entry(vm, now, IdleEntry::PollHit);
+            vc.hinted.woken_polling(now);
         }
         if let Some(h) = vc.guest_halt_at.take() {
-            if self.guest_idle == GuestIdle::Haltpoll {
-                vc.haltpoll_ns = GuestHaltPoll::STOCK.adapt(vc.haltpoll_ns, now - h);
+            match self.guest_idle {
+                GuestIdle::Haltpoll => {
+                    vc.haltpoll_ns = GuestHaltPoll::STOCK.adapt(vc.haltpoll_ns, now - h)
+                }
+                GuestIdle::Hinted => vc.hinted.halt_ended(now),
+                _ => {}
             }
         }
         vc.guest_polled = false;
@@ -326,7 +335,12 @@ impl Sim {
                     self.task_burst_done(vm, v, t);
                 }
             }
-            VWork::GuestPoll => self.vms[vm as usize].vcpus[v as usize].guest_polled = true,
+            VWork::GuestPoll => {
+                // It ran out: the halt follows in the same idle period.
+                let vc = &mut self.vms[vm as usize].vcpus[v as usize];
+                vc.guest_polled = true;
+                vc.hinted.poll_ended(now);
+            }
             VWork::Exit => {
                 let vc = &mut self.vms[vm as usize].vcpus[v as usize];
                 if !vc.irqs.is_empty() {
