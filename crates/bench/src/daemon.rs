@@ -275,6 +275,21 @@ impl Daemon {
 
     /// The daemon's status, over its control socket (what
     /// `pvschedctl status --json` prints).
+    /// The daemon's Prometheus text, over its control socket.
+    pub fn metrics_text(&self) -> Result<String> {
+        let reply = pvsched_control::call(&self.socket, &Request::Metrics, CONTROL_TIMEOUT)
+            .map_err(|source| BenchError::Control {
+                what: "pvschedd metrics".into(),
+                source,
+            })?;
+        match reply {
+            Response::Metrics { text } => Ok(text),
+            other => Err(BenchError::Daemon(format!(
+                "pvschedd metrics: unexpected reply {other:?}"
+            ))),
+        }
+    }
+
     pub fn status(&self) -> Result<Status> {
         let reply = pvsched_control::call(&self.socket, &Request::Status, CONTROL_TIMEOUT)
             .map_err(|source| BenchError::Control {

@@ -129,6 +129,31 @@ pub struct SessionRun {
     pub load: Vec<StressorRate>,
     /// `pvschedctl status --json` at the end of a pvsched session.
     pub daemon_status: Option<Value>,
+    /// pvsched sessions: the daemon's reaction-latency histogram at the end
+    /// (host event timestamp -> `sched_setattr` returned), as its metrics
+    /// give it: (bucket upper bound in seconds, cumulative count); `+Inf` last.
+    #[serde(default)]
+    pub reaction: Vec<(f64, u64)>,
+}
+
+/// The cumulative buckets of the Prometheus histogram `name` in `text`
+/// (`NAME_bucket{le="X"} N` lines), in order; empty if absent.
+pub fn prometheus_buckets(text: &str, name: &str) -> Vec<(f64, u64)> {
+    let prefix = format!("{name}_bucket{{le=\"");
+    let mut out: Vec<(f64, u64)> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix(prefix.as_str()))
+        .filter_map(|rest| {
+            let (le, count) = rest.split_once("\"}")?;
+            let le = match le {
+                "+Inf" => f64::INFINITY,
+                v => v.parse().ok()?,
+            };
+            Some((le, count.trim().parse().ok()?))
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.total_cmp(&b.0));
+    out
 }
 
 /// (load, interval µs, mode) -> one entry per repeat.

@@ -100,6 +100,55 @@ pub struct ModeReport {
     /// pvsched only: boosts / throttles the daemon reported, per repeat.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub daemon: Vec<Value>,
+    /// pvsched only: the daemon's reaction latency over every repeat.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub reaction: Option<Reaction>,
+}
+
+/// pvschedd's reaction latency (host event timestamp -> `sched_setattr`
+/// returned, for the changes an event caused; its metrics' histogram, summed
+/// over the repeats): bucket upper bounds, µs (`None`: above the last bound).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Reaction {
+    pub actions: u64,
+    pub p50_us: Option<f64>,
+    pub p90_us: Option<f64>,
+    pub p99_us: Option<f64>,
+    /// The highest non-empty bucket's bound.
+    pub max_us: Option<f64>,
+}
+
+/// Sums cumulative histograms with the same bounds and reads quantiles off
+/// the result; None without samples.
+pub fn reaction(histograms: &[&[(f64, u64)]]) -> Option<Reaction> {
+    let first = histograms.iter().find(|h| !h.is_empty())?;
+    let mut sum: Vec<(f64, u64)> = first.iter().map(|&(le, _)| (le, 0)).collect();
+    let len = sum.len();
+    for h in histograms.iter().filter(|h| h.len() == len) {
+        for (acc, &(le, n)) in sum.iter_mut().zip(h.iter()) {
+            if acc.0 == le {
+                acc.1 += n;
+            }
+        }
+    }
+    let total = sum.last()?.1;
+    if total == 0 {
+        return None;
+    }
+    let bound = |le: f64| le.is_finite().then_some(le * 1e6);
+    let quantile = |q: f64| {
+        let want = ((q * total as f64).ceil() as u64).max(1);
+        sum.iter()
+            .find(|(_, n)| *n >= want)
+            .and_then(|&(le, _)| bound(le))
+    };
+    Some(Reaction {
+        actions: total,
+        p50_us: quantile(0.5),
+        p90_us: quantile(0.9),
+        p99_us: quantile(0.99),
+        max_us: quantile(1.0),
+    })
 }
 
 /// a / b for the numbers a reader compares; None when b is 0 or missing.
@@ -297,6 +346,12 @@ fn mode_report(results: &Results, load: Load, interval: u32, mode: Mode) -> Mode
             .iter()
             .filter_map(|s| s.daemon_status.clone())
             .collect(),
+        reaction: reaction(
+            &sessions
+                .iter()
+                .map(|s| s.reaction.as_slice())
+                .collect::<Vec<_>>(),
+        ),
     }
 }
 
@@ -631,6 +686,46 @@ pub fn markdown(r: &Report) -> String {
         );
     }
 
+    let reactions: Vec<(&str, &Reaction)> = {
+        let mut seen = std::collections::BTreeSet::new();
+        r.scenarios
+            .iter()
+            .filter(|s| seen.insert(s.load.clone()))
+            .filter_map(|s| {
+                s.modes
+                    .get(Mode::Pvsched.name())
+                    .and_then(|m| m.reaction.as_ref())
+                    .map(|x| (s.load.as_str(), x))
+            })
+            .collect()
+    };
+    if !reactions.is_empty() {
+        let _ = writeln!(
+            o,
+            "\n## pvschedd's reaction latency (host event -> sched_setattr returned)\n"
+        );
+        let _ = writeln!(
+            o,
+            "The daemon's own histogram (`pvsched_reaction_latency_seconds`), over every pvsched \
+             session of the load: the changes an event caused (not those of its timers); \
+             figures are bucket upper bounds.\n"
+        );
+        let _ = writeln!(o, "| load | actions | p50 µs | p90 µs | p99 µs | max µs |");
+        let _ = writeln!(o, "|---|--:|--:|--:|--:|--:|");
+        let b = |v: Option<f64>| v.map_or("> 20000".into(), |v| format!("{v:.0}"));
+        for (load, x) in reactions {
+            let _ = writeln!(
+                o,
+                "| {load} | {} | {} | {} | {} | {} |",
+                x.actions,
+                b(x.p50_us),
+                b(x.p90_us),
+                b(x.p99_us),
+                b(x.max_us)
+            );
+        }
+    }
+
     if !r.targets.is_empty() {
         let _ = writeln!(o, "\n## Targets (loaded host)\n");
         let _ = writeln!(o, "| interval | target | pvsched µs | limit µs | result |");
@@ -860,6 +955,39 @@ mod tests {
         let r = sample();
         let pv = &r.scenarios[0].modes["pvsched"];
         assert_eq!(pv.host_load.as_ref().unwrap().vs_vanilla, Some(0.95));
+    }
+
+    #[test]
+    fn reaction_quantiles_are_read_off_the_summed_histograms() {
+        // Two sessions' cumulative buckets (le in seconds): 10 µs, 50 µs, 500 µs, +Inf.
+        let a = [(10e-6, 60), (50e-6, 90), (500e-6, 99), (f64::INFINITY, 100)];
+        let b = [
+            (10e-6, 40),
+            (50e-6, 90),
+            (500e-6, 100),
+            (f64::INFINITY, 100),
+        ];
+
+        let r = reaction(&[&a, &b]).unwrap();
+
+        assert_eq!(r.actions, 200);
+        assert_eq!(r.p50_us, Some(10.0)); // 100 of 200 at or below 10 µs
+        assert_eq!(r.p90_us, Some(50.0));
+        assert_eq!(r.p99_us, Some(500.0));
+        assert_eq!(r.max_us, None); // one above the last bound
+        assert!(reaction(&[&[]]).is_none());
+    }
+
+    #[test]
+    fn prometheus_histogram_buckets_are_parsed() {
+        let text = "# HELP x\npvsched_reaction_latency_seconds_sum 0.01\n\
+                    pvsched_reaction_latency_seconds_bucket{le=\"0.00001\"} 3\n\
+                    pvsched_reaction_latency_seconds_bucket{le=\"+Inf\"} 5\n\
+                    pvsched_other_bucket{le=\"1.0\"} 9\n";
+
+        let b = crate::model::prometheus_buckets(text, "pvsched_reaction_latency_seconds");
+
+        assert_eq!(b, vec![(0.00001, 3), (f64::INFINITY, 5)]);
     }
 
     #[test]

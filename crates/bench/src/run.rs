@@ -20,7 +20,7 @@ use crate::error::{guest, io, BenchError, Result};
 use crate::foreign;
 use crate::guest::{self, AudioResult, PingPongResult};
 use crate::host::{self, HostCyclictest, Machine};
-use crate::model::{mode_order, LatencyRun, Load, Mode, Results, SessionRun};
+use crate::model::{mode_order, prometheus_buckets, LatencyRun, Load, Mode, Results, SessionRun};
 use crate::plot;
 use crate::progress::{human, Progress};
 use crate::report::{self, Meta, Report};
@@ -343,9 +343,11 @@ impl Bench<'_> {
         }
     }
 
-    /// Undoes `applied`; returns the daemon's last status.
-    fn restore(&mut self, applied: Applied, mode: Mode) -> Option<Value> {
+    /// Undoes `applied`; returns the daemon's last status and its
+    /// reaction-latency histogram.
+    fn restore(&mut self, applied: Applied, mode: Mode) -> (Option<Value>, Vec<(f64, u64)>) {
         let mut status = None;
+        let mut reaction = Vec::new();
         match applied {
             Applied::Nothing => {}
             Applied::StaticRt => {
@@ -366,13 +368,19 @@ impl Bench<'_> {
                     Ok(st) => status = serde_json::to_value(st).ok(),
                     Err(e) => self.note(format!("pvschedd status at the end: {e}")),
                 }
+                match d.metrics_text() {
+                    Ok(text) => {
+                        reaction = prometheus_buckets(&text, "pvsched_reaction_latency_seconds");
+                    }
+                    Err(e) => self.note(format!("pvschedd metrics at the end: {e}")),
+                }
                 if let Err(e) = d.stop() {
                     self.error(e.to_string());
                 }
             }
         }
         self.verify_restored(mode.name());
-        status
+        (status, reaction)
     }
 
     /// One cyclictest measurement; returns the share of the machine that
@@ -556,7 +564,7 @@ impl Bench<'_> {
                         Err(e) => self.error(format!("{tag}: {e}")),
                     }
                 }
-                run.daemon_status = self.restore(applied, mode);
+                (run.daemon_status, run.reaction) = self.restore(applied, mode);
             }
         }
         if let Some(l) = stress {
