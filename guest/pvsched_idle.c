@@ -345,32 +345,6 @@ static int pvsched_enter_fixed(struct cpuidle_device *dev,
 
 /* ----------------------------------------------------------------- hinted */
 
-/* Seqcount read of the host-half words the hints need. */
-static bool pvsched_idle_read_hint(const struct pvsched_slot *s, u32 *flags,
-				   u32 *p50, u32 *p99, u32 *budget)
-{
-	const struct pvsched_host_half *h = &s->host;
-	unsigned int i;
-	u32 seq;
-
-	for (i = 0; i < PVSCHED_READ_RETRIES; i++) {
-		seq = READ_ONCE(h->seq);
-		if (seq & 1) {
-			cpu_relax();
-			continue;
-		}
-		smp_rmb();	/* seq before the fields */
-		*flags = READ_ONCE(h->flags);
-		*p50 = READ_ONCE(h->wake_p50_ns);
-		*p99 = READ_ONCE(h->wake_p99_ns);
-		*budget = READ_ONCE(h->poll_budget_permille);
-		smp_rmb();	/* fields before seq again */
-		if (READ_ONCE(h->seq) == seq)
-			return true;
-	}
-	return false;
-}
-
 /*
  * The kernel keeps one state table for all CPUs (no per-CPU tables without
  * CONFIG_CPU_IDLE_MULTIPLE_DRIVERS): it carries the hint last applied by any
@@ -430,18 +404,17 @@ static void pvsched_idle_apply(struct pvsched_idle_cpu *ic,
 static void pvsched_idle_refresh(struct pvsched_idle_cpu *ic,
 				 struct cpuidle_driver *drv)
 {
-	u32 flags = 0, p50 = 0, p99 = 0, budget = 0;
+	struct pvsched_host_half h = {};
 	u64 now = local_clock();
 
 	if (now < ic->refresh_due)
 		return;
 	ic->refresh_due = now + PVSCHED_HINT_REFRESH_NS;
 	if (READ_ONCE(pvsched_idle_ctl.live) && ic->slot &&
-	    !pvsched_idle_read_hint(ic->slot, &flags, &p50, &p99, &budget))
+	    !pvsched_read_host(ic->slot, &h))
 		return;	/* never consistent: keep the last hint */
-	if (budget > 1000)
-		budget = 1000;
-	pvsched_idle_apply(ic, drv, flags, p50, p99, budget);
+	pvsched_idle_apply(ic, drv, h.flags, h.wake_p50_ns, h.wake_p99_ns,
+			   min_t(u32, h.poll_budget_permille, 1000));
 }
 
 /*

@@ -18,6 +18,7 @@ pub mod model;
 pub mod msgpass;
 pub mod msgpass_report;
 pub mod progress;
+pub mod raw;
 pub mod report;
 pub mod rogue;
 pub mod rogue_report;

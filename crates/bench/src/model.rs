@@ -131,28 +131,33 @@ pub struct SessionRun {
     pub daemon_status: Option<Value>,
     /// pvsched sessions: the daemon's reaction-latency histogram at the end
     /// (host event timestamp -> `sched_setattr` returned), as its metrics
-    /// give it: (bucket upper bound in seconds, cumulative count); `+Inf` last.
+    /// give it: (bucket upper bound in seconds, cumulative count); the last,
+    /// `+Inf`, as `None` (JSON has no infinity).
     #[serde(default)]
-    pub reaction: Vec<(f64, u64)>,
+    pub reaction: Vec<(Option<f64>, u64)>,
 }
 
 /// The cumulative buckets of the Prometheus histogram `name` in `text`
-/// (`NAME_bucket{le="X"} N` lines), in order; empty if absent.
-pub fn prometheus_buckets(text: &str, name: &str) -> Vec<(f64, u64)> {
+/// (`NAME_bucket{le="X"} N` lines), in order, `+Inf` (`None`) last; empty if
+/// absent.
+pub fn prometheus_buckets(text: &str, name: &str) -> Vec<(Option<f64>, u64)> {
     let prefix = format!("{name}_bucket{{le=\"");
-    let mut out: Vec<(f64, u64)> = text
+    let mut out: Vec<(Option<f64>, u64)> = text
         .lines()
         .filter_map(|l| l.strip_prefix(prefix.as_str()))
         .filter_map(|rest| {
             let (le, count) = rest.split_once("\"}")?;
             let le = match le {
-                "+Inf" => f64::INFINITY,
-                v => v.parse().ok()?,
+                "+Inf" => None,
+                v => Some(v.parse().ok()?),
             };
             Some((le, count.trim().parse().ok()?))
         })
         .collect();
-    out.sort_by(|a, b| a.0.total_cmp(&b.0));
+    out.sort_by(|a, b| {
+        a.0.unwrap_or(f64::INFINITY)
+            .total_cmp(&b.0.unwrap_or(f64::INFINITY))
+    });
     out
 }
 

@@ -120,9 +120,9 @@ pub struct Reaction {
 
 /// Sums cumulative histograms with the same bounds and reads quantiles off
 /// the result; None without samples.
-pub fn reaction(histograms: &[&[(f64, u64)]]) -> Option<Reaction> {
+pub fn reaction(histograms: &[&[(Option<f64>, u64)]]) -> Option<Reaction> {
     let first = histograms.iter().find(|h| !h.is_empty())?;
-    let mut sum: Vec<(f64, u64)> = first.iter().map(|&(le, _)| (le, 0)).collect();
+    let mut sum: Vec<(Option<f64>, u64)> = first.iter().map(|&(le, _)| (le, 0)).collect();
     let len = sum.len();
     for h in histograms.iter().filter(|h| h.len() == len) {
         for (acc, &(le, n)) in sum.iter_mut().zip(h.iter()) {
@@ -135,12 +135,11 @@ pub fn reaction(histograms: &[&[(f64, u64)]]) -> Option<Reaction> {
     if total == 0 {
         return None;
     }
-    let bound = |le: f64| le.is_finite().then_some(le * 1e6);
     let quantile = |q: f64| {
         let want = ((q * total as f64).ceil() as u64).max(1);
         sum.iter()
             .find(|(_, n)| *n >= want)
-            .and_then(|&(le, _)| bound(le))
+            .and_then(|&(le, _)| le.map(|s| s * 1e6))
     };
     Some(Reaction {
         actions: total,
@@ -960,12 +959,17 @@ mod tests {
     #[test]
     fn reaction_quantiles_are_read_off_the_summed_histograms() {
         // Two sessions' cumulative buckets (le in seconds): 10 µs, 50 µs, 500 µs, +Inf.
-        let a = [(10e-6, 60), (50e-6, 90), (500e-6, 99), (f64::INFINITY, 100)];
+        let a = [
+            (Some(10e-6), 60),
+            (Some(50e-6), 90),
+            (Some(500e-6), 99),
+            (None, 100),
+        ];
         let b = [
-            (10e-6, 40),
-            (50e-6, 90),
-            (500e-6, 100),
-            (f64::INFINITY, 100),
+            (Some(10e-6), 40),
+            (Some(50e-6), 90),
+            (Some(500e-6), 100),
+            (None, 100),
         ];
 
         let r = reaction(&[&a, &b]).unwrap();
@@ -987,7 +991,11 @@ mod tests {
 
         let b = crate::model::prometheus_buckets(text, "pvsched_reaction_latency_seconds");
 
-        assert_eq!(b, vec![(0.00001, 3), (f64::INFINITY, 5)]);
+        assert_eq!(b, vec![(Some(0.00001), 3), (None, 5)]);
+        // What raw.json keeps reads back (JSON has no infinity).
+        let json = serde_json::to_string(&b).unwrap();
+        let back: Vec<(Option<f64>, u64)> = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, b);
     }
 
     #[test]

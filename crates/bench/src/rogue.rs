@@ -1001,16 +1001,7 @@ pub fn render(out: &Path, raw: &RogueRaw) -> Result<RogueReport> {
 
 /// Re-renders a report from a previous rogue run's raw.json (into its directory).
 pub fn rerender(raw_path: &Path) -> Result<(RogueReport, PathBuf)> {
-    let text =
-        std::fs::read_to_string(raw_path).map_err(io(format!("reading {}", raw_path.display())))?;
-    let raw: RogueRaw = serde_json::from_str(&text).map_err(|source| BenchError::Json {
-        what: raw_path.display().to_string(),
-        source,
-    })?;
-    let dir = raw_path
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("."));
+    let (raw, dir): (RogueRaw, PathBuf) = crate::raw::load(raw_path)?;
     Ok((render(&dir, &raw)?, dir))
 }
 

@@ -345,7 +345,11 @@ impl Bench<'_> {
 
     /// Undoes `applied`; returns the daemon's last status and its
     /// reaction-latency histogram.
-    fn restore(&mut self, applied: Applied, mode: Mode) -> (Option<Value>, Vec<(f64, u64)>) {
+    fn restore(
+        &mut self,
+        applied: Applied,
+        mode: Mode,
+    ) -> (Option<Value>, Vec<(Option<f64>, u64)>) {
         let mut status = None;
         let mut reaction = Vec::new();
         match applied {
@@ -926,16 +930,7 @@ pub(crate) fn json<T: Serialize>(v: &T) -> String {
 
 /// Re-renders a report from a previous run's raw.json (into its directory).
 pub fn rerender(raw_path: &Path) -> Result<(Report, PathBuf)> {
-    let text =
-        std::fs::read_to_string(raw_path).map_err(io(format!("reading {}", raw_path.display())))?;
-    let raw: RawFile = serde_json::from_str(&text).map_err(|source| BenchError::Json {
-        what: raw_path.display().to_string(),
-        source,
-    })?;
-    let dir = raw_path
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("."));
+    let (raw, dir): (RawFile, PathBuf) = crate::raw::load(raw_path)?;
     Ok((render(&dir, &raw)?, dir))
 }
 
