@@ -1,7 +1,7 @@
 //! pvsched-bench: vanilla vs static RT vs pvsched, guest and host latency
 //! under load, measured side by side in one run. See README.md.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -207,49 +207,17 @@ fn msgpass_settings(mut cli: Cli) -> Result<MsgSettings> {
 }
 
 fn msgpass_main(cli: Cli) -> ExitCode {
-    let end = |report: &pvsched_bench::msgpass_report::MsgReport, dir: &std::path::Path| {
-        println!("{}", pvsched_bench::msgpass_report::markdown(report));
-        println!("Report: {}", dir.join("report.md").display());
-        println!("JSON:   {}", dir.join("report.json").display());
-        for p in &report.plots {
-            println!("Plot:   {}", dir.join(p).display());
-        }
-    };
-    if let Some(raw) = &cli.from_raw {
-        return match msgpass::rerender(raw) {
-            Ok((report, dir)) => {
-                end(&report, &dir);
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("pvsched-bench: {e}");
-                ExitCode::from(2)
-            }
-        };
-    }
-    let s = match msgpass_settings(cli) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("pvsched-bench: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match msgpass::run(&s) {
-        Ok((report, ok)) => {
-            let dir = s.base.out.canonicalize().unwrap_or(s.base.out.clone());
-            end(&report, &dir);
-            if ok {
-                ExitCode::SUCCESS
-            } else {
-                eprintln!("pvsched-bench: some phases failed (see Notes in the report)");
-                ExitCode::from(1)
-            }
-        }
-        Err(e) => {
-            eprintln!("pvsched-bench: {e}");
-            ExitCode::from(2)
-        }
-    }
+    scenario_main(
+        cli,
+        ScenarioFns {
+            rerender: msgpass::rerender,
+            settings: msgpass_settings,
+            run: msgpass::run,
+            out: |s| &s.base.out,
+            markdown: pvsched_bench::msgpass_report::markdown,
+            plots: |r| &r.plots,
+        },
+    )
 }
 
 fn settings(cli: Cli) -> Result<Settings> {
@@ -315,16 +283,42 @@ fn print_end(report: &pvsched_bench::report::Report, dir: &std::path::Path) {
 }
 
 fn rogue_main(cli: Cli) -> ExitCode {
-    let end = |report: &pvsched_bench::rogue_report::RogueReport, dir: &std::path::Path| {
-        println!("{}", pvsched_bench::rogue_report::markdown(report));
+    scenario_main(
+        cli,
+        ScenarioFns {
+            rerender: rogue::rerender,
+            settings: rogue_settings,
+            run: rogue::run,
+            out: |s| &s.base.out,
+            markdown: pvsched_bench::rogue_report::markdown,
+            plots: |r| &r.plots,
+        },
+    )
+}
+
+/// What the rogue and message-passing scenarios plug into [`scenario_main`].
+struct ScenarioFns<S, R> {
+    rerender: fn(&Path) -> Result<(R, PathBuf)>,
+    settings: fn(Cli) -> Result<S>,
+    run: fn(&S) -> Result<(R, bool)>,
+    out: fn(&S) -> &PathBuf,
+    markdown: fn(&R) -> String,
+    plots: fn(&R) -> &Vec<String>,
+}
+
+/// Renders `--from-raw` again, or runs the scenario; prints the report and
+/// where it went. Exit 0: done; 1: some phases failed; 2: nothing ran.
+fn scenario_main<S, R>(cli: Cli, sc: ScenarioFns<S, R>) -> ExitCode {
+    let end = |report: &R, dir: &Path| {
+        println!("{}", (sc.markdown)(report));
         println!("Report: {}", dir.join("report.md").display());
         println!("JSON:   {}", dir.join("report.json").display());
-        for p in &report.plots {
+        for p in (sc.plots)(report) {
             println!("Plot:   {}", dir.join(p).display());
         }
     };
     if let Some(raw) = &cli.from_raw {
-        return match rogue::rerender(raw) {
+        return match (sc.rerender)(raw) {
             Ok((report, dir)) => {
                 end(&report, &dir);
                 ExitCode::SUCCESS
@@ -335,16 +329,17 @@ fn rogue_main(cli: Cli) -> ExitCode {
             }
         };
     }
-    let s = match rogue_settings(cli) {
+    let s = match (sc.settings)(cli) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("pvsched-bench: {e}");
             return ExitCode::from(2);
         }
     };
-    match rogue::run(&s) {
+    match (sc.run)(&s) {
         Ok((report, ok)) => {
-            let dir = s.base.out.canonicalize().unwrap_or(s.base.out.clone());
+            let out = (sc.out)(&s);
+            let dir = out.canonicalize().unwrap_or(out.clone());
             end(&report, &dir);
             if ok {
                 ExitCode::SUCCESS
