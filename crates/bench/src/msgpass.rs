@@ -32,7 +32,7 @@ use crate::msgpass_report::{
 use crate::plot;
 use crate::progress::{human, Progress};
 use crate::report::Meta;
-use crate::run::{self, first_line, json, mkdir, Settings, ThreadBaseline, DISTURBED};
+use crate::run::{self, first_line, json, Settings, ThreadBaseline, DISTURBED};
 
 /// The standard settings plus what only this scenario has.
 #[derive(Clone, Debug)]
@@ -646,15 +646,7 @@ pub fn run(s: &MsgSettings) -> Result<(MsgReport, bool)> {
     let b = &s.base;
     let started = run::timestamp(false);
     let t0 = Instant::now();
-    mkdir(&b.out)?;
-    let out = b
-        .out
-        .canonicalize()
-        .map_err(io(format!("resolving {}", b.out.display())))?;
-    let run_dir = out.join("run");
-    let raw_dir = out.join("raw");
-    mkdir(&run_dir)?;
-    mkdir(&raw_dir)?;
+    let (out, run_dir, raw_dir) = run::output_dirs(&b.out)?;
     run::preflight(b)?;
     let bins = Binaries::locate(b.pvschedd.as_deref())?;
     plot::init_font()?;

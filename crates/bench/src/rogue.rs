@@ -33,7 +33,7 @@ use crate::rogue_report::{
     self, Case, ParamsSeen, Phase, RogueMeta, RogueRaw, RogueReport, SessionStatus, VmCounters,
     NEIGHBOUR, ROGUE, SHARE_DEFINITION, THREAD_GROUPS,
 };
-use crate::run::{self, first_line, json, mkdir, Settings, ThreadBaseline, DISTURBED};
+use crate::run::{self, first_line, json, Settings, ThreadBaseline, DISTURBED};
 use crate::stats::Histogram;
 
 /// The standard settings plus what only this scenario has.
@@ -735,15 +735,7 @@ pub fn run(s: &RogueSettings) -> Result<(RogueReport, bool)> {
     let b = &s.base;
     let started = run::timestamp(false);
     let t0 = Instant::now();
-    mkdir(&b.out)?;
-    let out = b
-        .out
-        .canonicalize()
-        .map_err(io(format!("resolving {}", b.out.display())))?;
-    let run_dir = out.join("run");
-    let raw_dir = out.join("raw");
-    mkdir(&run_dir)?;
-    mkdir(&raw_dir)?;
+    let (out, run_dir, raw_dir) = run::output_dirs(&b.out)?;
     run::preflight(b)?;
     let pvsched = s.cases.iter().any(|c| c.mode() == Mode::Pvsched);
     let (bins, pvschedd) = if pvsched {

@@ -139,6 +139,19 @@ pub(crate) fn mkdir(p: &Path) -> Result<()> {
     std::fs::create_dir_all(p).map_err(io(format!("creating {}", p.display())))
 }
 
+/// A run's output directory `out` (created, made absolute) with its `run/`
+/// and `raw/` subdirectories: (out, run, raw).
+pub(crate) fn output_dirs(out: &Path) -> Result<(PathBuf, PathBuf, PathBuf)> {
+    mkdir(out)?;
+    let out = out
+        .canonicalize()
+        .map_err(io(format!("resolving {}", out.display())))?;
+    let (run_dir, raw_dir) = (out.join("run"), out.join("raw"));
+    mkdir(&run_dir)?;
+    mkdir(&raw_dir)?;
+    Ok((out, run_dir, raw_dir))
+}
+
 /// vCPU index -> thread id, from QMP `query-cpus-fast` on the VM's socket.
 pub(crate) fn qmp_vcpu_threads(vm: &Vm) -> Result<Vec<(u32, i32)>> {
     Qmp::connect(vm.qmp_socket(), QMP_TIMEOUT)
@@ -669,15 +682,7 @@ pub(crate) fn boot(
 pub fn run(s: &Settings) -> Result<(Report, bool)> {
     let started = timestamp(false);
     let t0 = Instant::now();
-    mkdir(&s.out)?;
-    let out = s
-        .out
-        .canonicalize()
-        .map_err(io(format!("resolving {}", s.out.display())))?;
-    let run_dir = out.join("run");
-    let raw_dir = out.join("raw");
-    mkdir(&run_dir)?;
-    mkdir(&raw_dir)?;
+    let (out, run_dir, raw_dir) = output_dirs(&s.out)?;
 
     preflight(s)?;
     let bins = if s.modes.contains(&Mode::Pvsched) {
