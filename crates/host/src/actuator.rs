@@ -117,6 +117,8 @@ pub struct ApplyContext<'a> {
     /// When the event behind the decisions happened, for the reaction-time
     /// metric; `None` for timer work and events read late.
     pub event_ts: Option<u64>,
+    /// When the event thread woke up for that event (epoll returned).
+    pub woke_ns: u64,
     pub now: u64,
     /// Boost the VM's latency-path threads with its strongest vCPU boost.
     pub boost_latency_path: bool,
@@ -130,6 +132,7 @@ pub struct ApplyContext<'a> {
 pub fn apply_decisions(vm: &mut ServedVm, decisions: &[Decision], ctx: ApplyContext<'_>) {
     let ApplyContext {
         event_ts,
+        woke_ns,
         now,
         boost_latency_path,
         metrics,
@@ -145,11 +148,18 @@ pub fn apply_decisions(vm: &mut ServedVm, decisions: &[Decision], ctx: ApplyCont
         };
         let want = thread_params(d.params);
         let was_rt = m.applied.is_rt();
+        let call = monotonic_ns();
         match m.apply(&want) {
             Ok(true) => {
                 let done = monotonic_ns();
                 if let Some(ts) = event_ts.filter(|&ts| done >= ts) {
                     metrics.reaction_seconds.observe((done - ts) as f64 * 1e-9);
+                    metrics
+                        .reaction_wakeup_seconds
+                        .observe(woke_ns.saturating_sub(ts) as f64 * 1e-9);
+                    metrics
+                        .setattr_seconds
+                        .observe(done.saturating_sub(call) as f64 * 1e-9);
                 }
                 metrics.decision(&vm.metrics, d.reason.name());
                 if want.is_rt() && !was_rt {

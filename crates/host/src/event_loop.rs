@@ -58,6 +58,9 @@ pub struct Daemon {
     pub(crate) started: Instant,
     next_scan: u64,
     next_recheck: u64,
+    /// When the event thread last returned from epoll: the end of the
+    /// wakeup part of a reaction (`reaction_wakeup_seconds`).
+    woke_ns: u64,
     /// Absolute expiry the timerfd is set to (0: not yet): it is only
     /// reprogrammed when the next deadline moves, a syscall (and, in a VM, a
     /// timer-device exit) saved on most wakeups.
@@ -136,6 +139,7 @@ impl Daemon {
             recording: None,
             started: Instant::now(),
             next_scan: 0,
+            woke_ns: 0,
             armed_ns: 0,
             batch: Vec::with_capacity(256),
             next_recheck: u64::MAX,
@@ -193,6 +197,7 @@ impl Daemon {
                 Err(nix::Error::EINTR) => continue,
                 Err(e) => return Err(os("epoll_wait")(e)),
             };
+            self.woke_ns = monotonic_ns();
             for ev in &events[..n] {
                 match ev.data() {
                     TOKEN_SOURCE => {
@@ -284,6 +289,7 @@ impl Daemon {
             vm: vm_id,
             vcpu,
             kind,
+            quiet: lazy,
         } = ev;
         let Some(vm) = self.vms.get_mut(vm_id as usize).and_then(Option::as_mut) else {
             return;
@@ -291,12 +297,9 @@ impl Daemon {
         if vcpu >= vm.policy.nr_vcpus() {
             return;
         }
-        // A record queued without a wakeup is read late: the policy gets the
-        // time it happened (its accounting), the reaction metric skips it.
-        let lazy = vm
-            .vcpus
-            .get(vcpu as usize)
-            .is_some_and(|m| m.quiet.covers(&ev));
+        // A record queued without a wakeup (the program says so) is read
+        // late: the policy gets the time it happened (its accounting), the
+        // reaction metric skips it.
         let wall = monotonic_ns();
         let now = ts.min(wall);
         let mut acc = std::mem::take(&mut self.decisions);
@@ -339,6 +342,7 @@ impl Daemon {
                 &decisions,
                 actuator::ApplyContext {
                     event_ts,
+                    woke_ns: self.woke_ns,
                     now,
                     boost_latency_path: self.cfg.config.daemon.boost_latency_path,
                     metrics: &self.metrics,

@@ -29,13 +29,20 @@ impl HostEventMeaning {
                 (Some(Event::Blocked { vcpu }), Some(TraceKind::Halted))
             }
             EventKind::SwitchIn { .. } => (Some(Event::Running { vcpu }), Some(TraceKind::Running)),
-            EventKind::Waking { source } => {
+            EventKind::Waking { source, cpu_idle } => {
                 let source = match source {
                     events::WakeSource::Vcpu => WakeSource::OtherVcpu,
                     events::WakeSource::SameVmm => WakeSource::Io,
                     events::WakeSource::Other => WakeSource::Unknown,
                 };
-                (Some(Event::Woken { vcpu, source }), Some(TraceKind::Woken))
+                (
+                    Some(Event::Woken {
+                        vcpu,
+                        source,
+                        cpu_idle,
+                    }),
+                    Some(TraceKind::Woken),
+                )
             }
             EventKind::KvmExit { reason } => {
                 let reason = match reason {

@@ -467,8 +467,12 @@ fn lazy_records_wait_for_the_next_read() {
         return;
     }
     use pvsched_host::events::wire::{PVS_LAZY_BLOCKED, PVS_LAZY_SWITCH_IN, PVS_LAZY_WAKING};
-    // Arrange: a tracked thread, every record of it lazy.
-    let mut src = load(BpfOptions::default());
+    // Arrange: a tracked thread, every record of it lazy. Wakeups onto an
+    // idle CPU are quiet whatever the bits say (tested on their own below).
+    let mut src = load(BpfOptions {
+        quiet_idle_wakeups: false,
+        ..BpfOptions::default()
+    });
     let (tx, rx) = mpsc::channel();
     let (go_tx, go_rx) = mpsc::channel::<()>();
     let (again_tx, again_rx) = mpsc::channel::<()>();
@@ -520,6 +524,7 @@ fn lazy_records_wait_for_the_next_read() {
         .count();
     assert!(blocked >= 5, "{mine:?}");
     assert!(src.lazy_events() - lazy_before >= mine.len() as u64);
+    assert!(mine.iter().all(|e| e.quiet), "{mine:?}");
 
     // Act 2: only switch-ins and halts lazy; it is woken once more.
     src.set_quiet(tid, Quiet::from_bits(PVS_LAZY_SWITCH_IN | PVS_LAZY_BLOCKED));
@@ -535,6 +540,7 @@ fn lazy_records_wait_for_the_next_read() {
     let evs = collect(&mut src, Duration::from_millis(200), |_| false);
     assert!(
         evs.iter().any(|e| tid_of(e) == tid as i32
+            && !e.quiet
             && matches!(
                 e,
                 HostEvent {
@@ -546,6 +552,72 @@ fn lazy_records_wait_for_the_next_read() {
     );
     src.untrack(tid);
     src.untrack(me);
+}
+
+fn pin_to(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; the call reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+            0
+        );
+    }
+}
+
+/// A tracked thread woken while the CPU it last ran on is idle gets that CPU
+/// at once: its waking record says so (`cpu_idle`) and is queued without
+/// waking the reader, whatever the lazy bits; with the tunable off, no record
+/// says so.
+#[test]
+fn wakeups_onto_an_idle_cpu_are_flagged_and_quiet() {
+    if !can_bpf() || std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        return;
+    }
+    for on in [true, false] {
+        // Arrange: a sleeper pinned to CPU 1, this thread (the waker side of
+        // nothing: it sleeps by timer) on CPU 0; nothing of it lazy.
+        let mut src = load(BpfOptions {
+            quiet_idle_wakeups: on,
+            ..BpfOptions::default()
+        });
+        let (tx, rx) = mpsc::channel();
+        let h = thread::spawn(move || {
+            pin_to(1);
+            tx.send(gettid()).unwrap();
+            // Time for the test to track it.
+            thread::sleep(Duration::from_millis(20));
+            for _ in 0..40 {
+                thread::sleep(Duration::from_millis(2));
+            }
+        });
+        let tid = rx.recv().unwrap();
+        src.try_track(tid, 3, 0).unwrap();
+
+        // Act: it sleeps and wakes 40 times.
+        h.join().unwrap();
+        let evs = collect(&mut src, Duration::from_millis(300), |_| false);
+
+        // Assert
+        let wakings: Vec<_> = evs
+            .iter()
+            .filter(|e| tid_of(e) == tid as i32)
+            .filter_map(|e| match e.kind {
+                EventKind::Waking { cpu_idle, .. } => Some((cpu_idle, e.quiet)),
+                _ => None,
+            })
+            .collect();
+        assert!(wakings.len() >= 20, "on={on}: {evs:?}");
+        if on {
+            // CPU 1 idles between its sleeps unless another task takes it.
+            assert!(wakings.iter().any(|&(idle, _)| idle), "{wakings:?}");
+            assert!(wakings.iter().all(|&(idle, quiet)| !idle || quiet));
+        } else {
+            assert!(wakings.iter().all(|&(idle, quiet)| !idle && !quiet));
+        }
+        src.untrack(tid);
+    }
 }
 
 /// The KVM programs, run in the kernel with tracepoint arguments by

@@ -44,8 +44,14 @@ pub enum Event {
     Preempted { vcpu: u32 },
     /// The host switched the vCPU thread out not runnable: the guest halted.
     Blocked { vcpu: u32 },
-    /// The host is waking the vCPU thread (`sched_waking`).
-    Woken { vcpu: u32, source: WakeSource },
+    /// The host is waking the vCPU thread (`sched_waking`). `cpu_idle`: the
+    /// host CPU it wakes on runs nothing else, so it runs at once and a
+    /// proactive boost would change nothing (none is started).
+    Woken {
+        vcpu: u32,
+        source: WakeSource,
+        cpu_idle: bool,
+    },
     /// An interrupt was targeted at the vCPU (`kvm_apic_accept_irq`, `kvm_msi_set_irq`).
     InterruptTargeted { vcpu: u32 },
     /// A `kvm_exit` of the vCPU.

@@ -614,12 +614,12 @@ impl VmState {
                     start_proactive(limits, v, now, Reason::ProactiveHalt);
                 }
             }
-            Event::Woken { .. } => {
+            Event::Woken { cpu_idle, .. } => {
                 self.idle[i].woken(now);
                 if v.status != RunStatus::Running {
                     v.status = RunStatus::Preempted;
                 }
-                if limits.proactive_wake {
+                if limits.proactive_wake && !cpu_idle {
                     self.stats.proactive_boosts_total += 1;
                     start_proactive(limits, v, now, Reason::ProactiveWake);
                 }

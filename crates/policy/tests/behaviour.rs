@@ -474,6 +474,7 @@ fn proactive_wake_boosts_until_a_tick_at_its_deadline() {
         Event::Woken {
             vcpu: 0,
             source: WakeSource::Timer,
+            cpu_idle: false,
         },
     );
     let early = step(&mut vm, 100 + MS - 1, Event::Tick);
@@ -486,6 +487,24 @@ fn proactive_wake_boosts_until_a_tick_at_its_deadline() {
     assert_eq!(deadline, Some(100 + MS));
     assert_eq!(late[0].params, SchedParams::NORMAL);
     assert_eq!(late[0].reason, Reason::None);
+}
+
+#[test]
+fn a_wakeup_onto_an_idle_host_cpu_starts_no_proactive_boost() {
+    let mut vm = vm(base(), 1);
+
+    let out = step(
+        &mut vm,
+        100,
+        Event::Woken {
+            vcpu: 0,
+            source: WakeSource::Timer,
+            cpu_idle: true,
+        },
+    );
+
+    assert!(out.is_empty(), "{out:?}");
+    assert_eq!(vm.next_deadline(), None);
 }
 
 #[test]
@@ -576,6 +595,7 @@ fn the_cycle_rt_work_idle_halt_rt_work_keeps_the_same_thread_parameters() {
         Event::Woken {
             vcpu: 0,
             source: WakeSource::Timer,
+            cpu_idle: false,
         },
     ));
     seen.extend(step(
@@ -686,6 +706,7 @@ fn proactive_boosts_can_be_switched_off() {
         Event::Woken {
             vcpu: 0,
             source: WakeSource::Io,
+            cpu_idle: false,
         },
     );
     let b = step(&mut vm, 200, Event::InterruptTargeted { vcpu: 0 });
@@ -1048,6 +1069,7 @@ fn a_latched_boost_budget_refuses_every_reason() {
         Event::Woken {
             vcpu: 1,
             source: WakeSource::Io,
+            cpu_idle: false,
         },
     );
 
@@ -1219,6 +1241,7 @@ fn audio_period(vm: &mut VmState, vcpu: u32, t0: u64, seq: &mut u32) -> Vec<(u64
             Event::Woken {
                 vcpu,
                 source: WakeSource::Timer,
+                cpu_idle: false,
             },
         ),
         (t0 + 5 * us, Event::Running { vcpu }),
@@ -1319,6 +1342,7 @@ fn out_of_range_vcpu_is_ignored_and_counted() {
         Event::Woken {
             vcpu: u32::MAX,
             source: WakeSource::Unknown,
+            cpu_idle: false,
         },
     );
 

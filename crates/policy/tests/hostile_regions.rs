@@ -108,6 +108,7 @@ fn arb_step() -> impl Strategy<Value = Step> {
         arb_index().prop_map(|vcpu| Event::Woken {
             vcpu,
             source: WakeSource::Io,
+            cpu_idle: false,
         }),
         arb_index().prop_map(|vcpu| Event::InterruptTargeted { vcpu }),
         arb_index().prop_map(|vcpu| Event::KvmExit {

@@ -41,7 +41,11 @@ fn arb_event() -> impl Strategy<Value = Event> {
         1 => arb_vcpu().prop_map(|vcpu| Event::Running { vcpu }),
         1 => arb_vcpu().prop_map(|vcpu| Event::Preempted { vcpu }),
         1 => arb_vcpu().prop_map(|vcpu| Event::Blocked { vcpu }),
-        1 => (arb_vcpu(), wake).prop_map(|(vcpu, source)| Event::Woken { vcpu, source }),
+        1 => (arb_vcpu(), wake, any::<bool>()).prop_map(|(vcpu, source, cpu_idle)| Event::Woken {
+            vcpu,
+            source,
+            cpu_idle
+        }),
         1 => arb_vcpu().prop_map(|vcpu| Event::InterruptTargeted { vcpu }),
         1 => (arb_vcpu(), exit).prop_map(|(vcpu, reason)| Event::KvmExit { vcpu, reason }),
         1 => Just(Event::Tick),

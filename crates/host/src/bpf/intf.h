@@ -47,7 +47,14 @@ enum pvs_event_flag {
 	PVS_F_WAITED = 1u << 7,
 	/* KVM_WAKEUP: the halt-poll window was valid for this halt */
 	PVS_F_POLL_VALID = 1u << 8,
-	PVS_F_ALL = (1u << 9) - 1,
+	/* Any kind: submitted without a wakeup (a lazy class of the vCPU, or
+	 * an idle-CPU wakeup): the daemon reads it late, so its latency is no
+	 * reaction time. Set by the program at submission, not guessed later. */
+	PVS_F_QUIET = 1u << 9,
+	/* WAKING: the CPU the thread last ran on runs its idle task, so the
+	 * thread gets a CPU at once without any boost (see quiet_idle_wakeups) */
+	PVS_F_CPU_IDLE = 1u << 10,
+	PVS_F_ALL = (1u << 11) - 1,
 };
 
 /*

@@ -71,6 +71,16 @@ const volatile struct pvs_intf_types {
 } pvs_intf_types = {};
 
 /*
+ * A wakeup of a tracked thread whose CPU (the one it last ran on, where the
+ * scheduler places a wakee whose CPU is idle) runs its idle task is queued
+ * without waking the daemon, whatever its lazy bits say: the thread gets
+ * that CPU at once, so a boost would change nothing, while the daemon's own
+ * wakeup (FIFO, above the vCPU) would take a CPU first and cost an IPI.
+ * Needs lazy_wakeup.
+ */
+const volatile bool quiet_idle_wakeups = true;
+
+/*
  * The daemon's own process (set by the loader). A tracked thread that the
  * daemon preempts is not reported: the daemon was woken by an event of that
  * thread, and reporting the preemption it caused would wake it again, and
@@ -107,6 +117,21 @@ struct {
 	__type(key, u32);
 	__type(value, u64);
 } lazy SEC(".maps");
+
+/* CPU -> whether it runs its idle task (quiet_idle_wakeups). Written by
+ * that CPU only, at sched_switch, when it changes; read by wakers on other
+ * CPUs. One cache line per CPU, so no two CPUs write the same line. */
+struct pvs_cpu_line {
+	u64 idle;
+	u64 pad[7];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1024); /* resized by the loader: possible CPUs */
+	__type(key, u32);
+	__type(value, struct pvs_cpu_line);
+} cpu_idle SEC(".maps");
 
 /* The one ring buffer to user space (struct pvs_event records). */
 struct {
@@ -197,6 +222,15 @@ static __always_inline void submit(struct pvs_event *e)
 	stat_inc(PVS_STAT_EMITTED);
 }
 
+/* Submits e without a wakeup, flagged so: the daemon reads it late. */
+static __always_inline void submit_quiet(struct pvs_event *e)
+{
+	e->flags |= PVS_F_QUIET;
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+	stat_inc(PVS_STAT_EMITTED);
+	stat_inc(PVS_STAT_LAZY);
+}
+
 /* Submits e, without a wakeup if the daemon marked class (enum pvs_lazy)
  * lazy for vCPU v. */
 static __always_inline void submit_for(struct pvs_event *e, const struct pvs_vcpu *v, u32 class)
@@ -207,9 +241,7 @@ static __always_inline void submit_for(struct pvs_event *e, const struct pvs_vcp
 	if (lazy_wakeup) {
 		bits = bpf_map_lookup_elem(&lazy, &slot);
 		if (bits && (*(volatile u64 *)bits & class)) {
-			bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
-			stat_inc(PVS_STAT_EMITTED);
-			stat_inc(PVS_STAT_LAZY);
+			submit_quiet(e);
 			return;
 		}
 	}
@@ -282,6 +314,14 @@ int BPF_PROG(pvs_sched_switch, bool preempt, struct task_struct___pvs *prev,
 		c->irq_depth = 0; /* nothing schedules inside IRQ context */
 		hidden = c->hidden_tid;
 	}
+	if (quiet_idle_wakeups && lazy_wakeup) {
+		u32 cpu = bpf_get_smp_processor_id();
+		struct pvs_cpu_line *l = bpf_map_lookup_elem(&cpu_idle, &cpu);
+		u64 idle = next_tid == 0; /* the idle task is pid 0 on every CPU */
+
+		if (l && l->idle != idle)
+			*(volatile u64 *)&l->idle = idle;
+	}
 
 	v = bpf_map_lookup_elem(&tracked, &prev_tid);
 	if (v) {
@@ -352,6 +392,16 @@ int BPF_PROG(pvs_sched_waking, struct task_struct___pvs *p)
 			e->flags = PVS_F_WAKER_VCPU;
 		else if (waker_tgid == (u32)p->tgid)
 			e->flags = PVS_F_WAKER_SAME_VMM;
+	}
+	if (quiet_idle_wakeups && lazy_wakeup) {
+		u32 cpu = e->cpu;
+		struct pvs_cpu_line *l = bpf_map_lookup_elem(&cpu_idle, &cpu);
+
+		if (l && *(volatile u64 *)&l->idle) {
+			e->flags |= PVS_F_CPU_IDLE;
+			submit_quiet(e);
+			return 0;
+		}
 	}
 	submit_for(e, v, PVS_LAZY_WAKING);
 	return 0;

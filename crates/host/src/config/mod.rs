@@ -74,6 +74,11 @@ pub struct DaemonConfig {
     /// without waking the daemon; they are read at its next wakeup. Each
     /// wakeup saved is a context switch (and an IPI) on a host CPU.
     pub lazy_events: bool,
+    /// With `lazy_events`: a vCPU thread woken while the CPU it last ran on is
+    /// idle does not wake the daemon (it gets that CPU at once, a boost would
+    /// change nothing); the record is read late, and starts no proactive boost.
+    /// On an idle host this takes the daemon off every guest wake-up.
+    pub quiet_idle_wakeups: bool,
     /// Offer guests idle hints (ABI `F_IDLE_HINTS`: each vCPU's measured wake-up
     /// latency, for a guest idle driver that polls instead of halting when a
     /// wake-up costs more than the poll). Off: the guest's idle path is its own.
@@ -104,6 +109,7 @@ impl Default for DaemonConfig {
             mlock: true,
             boost_latency_path: true,
             lazy_events: true,
+            quiet_idle_wakeups: true,
             offer_idle_hints: true,
             overload_cpu_pressure_percent: 30.0,
             kvm_params_dir: pvsched_base::kvm_params::DEFAULT_DIR.into(),

@@ -206,6 +206,7 @@ mod tests {
             vm: 0,
             vcpu: 0,
             kind,
+            quiet: false,
         }
     }
 
@@ -215,7 +216,8 @@ mod tests {
 
         assert!(q.covers(&ev(EventKind::SwitchOut { runnable: true })));
         assert!(q.covers(&ev(EventKind::Waking {
-            source: super::super::WakeSource::Other
+            source: super::super::WakeSource::Other,
+            cpu_idle: false,
         })));
         assert!(!q.covers(&ev(EventKind::KvmIrq)));
     }
@@ -244,7 +246,8 @@ mod tests {
 
         assert!(q.covers(&ev(EventKind::SwitchOut { runnable: true })));
         assert!(q.covers(&ev(EventKind::Waking {
-            source: super::super::WakeSource::Vcpu
+            source: super::super::WakeSource::Vcpu,
+            cpu_idle: false,
         })));
     }
 }

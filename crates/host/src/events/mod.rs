@@ -64,6 +64,9 @@ pub struct HostEvent {
     pub vm: u32,
     pub vcpu: u32,
     pub kind: EventKind,
+    /// Queued without waking the daemon (`PVS_F_QUIET`, set by the program
+    /// that submitted it): read late, so its latency is no reaction time.
+    pub quiet: bool,
 }
 
 /// What happened to the vCPU thread of a [`HostEvent`].
@@ -74,8 +77,9 @@ pub enum EventKind {
     SwitchOut { runnable: bool },
     /// The thread got a CPU (`cpu`).
     SwitchIn { cpu: u32 },
-    /// The thread is being woken.
-    Waking { source: WakeSource },
+    /// The thread is being woken; `cpu_idle`: the CPU it last ran on was
+    /// idle, so it runs at once without a boost.
+    Waking { source: WakeSource, cpu_idle: bool },
     /// HLT or PAUSE exit of the vCPU (KVM only).
     KvmExit { reason: KvmExitReason },
     /// End of a halt (`kvm_vcpu_wakeup`): how long it lasted, whether
@@ -145,6 +149,7 @@ impl SourceOptions {
             kind: d.event_source,
             bpf: BpfOptions {
                 lazy_wakeup: d.lazy_events,
+                quiet_idle_wakeups: d.quiet_idle_wakeups,
                 ..BpfOptions::default()
             },
             poll: PollOptions {
@@ -328,6 +333,7 @@ mod tests {
                 polled: true,
                 valid: false,
             },
+            quiet: true,
         };
         let s = serde_json::to_string(&ev).unwrap();
         assert_eq!(serde_json::from_str::<HostEvent>(&s).unwrap(), ev);

@@ -243,6 +243,8 @@ impl ProcPollSource {
                 vm,
                 vcpu,
                 kind,
+                // Seen at a poll: late by up to an interval, but no queue.
+                quiet: false,
             });
             n += 1;
         }

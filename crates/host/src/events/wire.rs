@@ -31,11 +31,14 @@ const _: () = assert!(size_of::<pvs_event>() == EVENT_SIZE);
 /// Flags each kind may carry; anything else is a decode error.
 pub const fn allowed_flags(kind: u32) -> Option<u32> {
     match kind {
-        PVS_EV_SWITCH_OUT => Some(PVS_F_RUNNABLE),
-        PVS_EV_SWITCH_IN => Some(0),
-        PVS_EV_WAKING => Some(PVS_F_WAKER_VCPU | PVS_F_WAKER_SAME_VMM | PVS_F_WAKER_IRQ),
-        PVS_EV_KVM_EXIT => Some(PVS_F_EXIT_HLT | PVS_F_EXIT_PAUSE | PVS_F_ISA_VMX),
-        PVS_EV_KVM_WAKEUP => Some(PVS_F_WAITED | PVS_F_POLL_VALID),
+        PVS_EV_SWITCH_OUT => Some(PVS_F_RUNNABLE | PVS_F_QUIET),
+        PVS_EV_SWITCH_IN => Some(PVS_F_QUIET),
+        PVS_EV_WAKING => Some(
+            PVS_F_WAKER_VCPU | PVS_F_WAKER_SAME_VMM | PVS_F_WAKER_IRQ | PVS_F_CPU_IDLE | PVS_F_QUIET,
+        ),
+        PVS_EV_KVM_EXIT => Some(PVS_F_EXIT_HLT | PVS_F_EXIT_PAUSE | PVS_F_ISA_VMX | PVS_F_QUIET),
+        PVS_EV_KVM_WAKEUP => Some(PVS_F_WAITED | PVS_F_POLL_VALID | PVS_F_QUIET),
+        // Always wakes the daemon.
         PVS_EV_KVM_IRQ => Some(0),
         _ => None,
     }
@@ -153,7 +156,10 @@ impl RawEvent {
                 } else {
                     WakeSource::Other
                 };
-                EventKind::Waking { source }
+                EventKind::Waking {
+                    source,
+                    cpu_idle: flags & PVS_F_CPU_IDLE != 0,
+                }
             }
             PVS_EV_KVM_EXIT => {
                 let reason = match (flags & PVS_F_EXIT_HLT != 0, flags & PVS_F_EXIT_PAUSE != 0) {
@@ -179,6 +185,7 @@ impl RawEvent {
             vm,
             vcpu,
             kind,
+            quiet: flags & PVS_F_QUIET != 0,
         })
     }
 }
@@ -213,6 +220,7 @@ mod tests {
             vm: 1,
             vcpu: 2,
             kind,
+            quiet: false,
         }
     }
 
@@ -235,6 +243,7 @@ mod tests {
                 PVS_F_WAKER_VCPU,
                 EventKind::Waking {
                     source: WakeSource::Vcpu,
+                    cpu_idle: false,
                 },
             ),
             (
@@ -242,6 +251,7 @@ mod tests {
                 PVS_F_WAKER_SAME_VMM,
                 EventKind::Waking {
                     source: WakeSource::SameVmm,
+                    cpu_idle: false,
                 },
             ),
             (
@@ -249,6 +259,7 @@ mod tests {
                 PVS_F_WAKER_IRQ,
                 EventKind::Waking {
                     source: WakeSource::Other,
+                    cpu_idle: false,
                 },
             ),
             (
@@ -256,6 +267,7 @@ mod tests {
                 0,
                 EventKind::Waking {
                     source: WakeSource::Other,
+                    cpu_idle: false,
                 },
             ),
             (
@@ -297,6 +309,31 @@ mod tests {
             assert_eq!(decode(&r.to_bytes()), Ok(ev(want)), "{r:?}");
             assert_eq!(RawEvent::parse(&r.to_bytes()), Ok(r));
         }
+    }
+
+    #[test]
+    fn the_quiet_flag_and_an_idle_cpu_wakeup_are_decoded_as_set_by_the_program() {
+        let quiet_idle = raw(PVS_EV_WAKING, PVS_F_WAKER_IRQ | PVS_F_CPU_IDLE | PVS_F_QUIET);
+
+        let ev = decode(&quiet_idle.to_bytes()).unwrap();
+
+        assert!(ev.quiet);
+        assert_eq!(
+            ev.kind,
+            EventKind::Waking {
+                source: WakeSource::Other,
+                cpu_idle: true
+            }
+        );
+        assert!(!decode(&raw(PVS_EV_SWITCH_IN, 0).to_bytes()).unwrap().quiet);
+        assert!(
+            decode(&raw(PVS_EV_SWITCH_IN, PVS_F_QUIET).to_bytes())
+                .unwrap()
+                .quiet
+        );
+        // Only a wakeup names an idle CPU; an interrupt record always wakes.
+        assert!(decode(&raw(PVS_EV_SWITCH_OUT, PVS_F_CPU_IDLE).to_bytes()).is_err());
+        assert!(decode(&raw(PVS_EV_KVM_IRQ, PVS_F_QUIET).to_bytes()).is_err());
     }
 
     #[test]

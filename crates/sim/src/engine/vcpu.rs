@@ -103,7 +103,16 @@ impl Sim {
                     Irq::Timer(_) => WakeSource::Timer,
                     Irq::Ipi(_) => WakeSource::OtherVcpu,
                 };
-                self.feed(vm, v, Event::Woken { vcpu: v, source });
+                let cpu_idle = self.host.last_cpu_idle(tid);
+                self.feed(
+                    vm,
+                    v,
+                    Event::Woken {
+                        vcpu: v,
+                        source,
+                        cpu_idle,
+                    },
+                );
                 self.host.wake(now, tid, waker_cpu, &mut self.sw);
                 self.flush();
             }
@@ -116,12 +125,14 @@ impl Sim {
         let vc = &self.vms[vm as usize].vcpus[v as usize];
         let tid = vc.tid;
         if self.host.state(tid) == ThreadState::Blocked {
+            let cpu_idle = self.host.last_cpu_idle(tid);
             self.feed(
                 vm,
                 v,
                 Event::Woken {
                     vcpu: v,
                     source: WakeSource::Unknown,
+                    cpu_idle,
                 },
             );
             self.host.wake(self.now, tid, waker_cpu, &mut self.sw);

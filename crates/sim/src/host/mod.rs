@@ -394,6 +394,13 @@ impl Host {
         self.rqs[cpu as usize].curr
     }
 
+    /// Whether the CPU `tid` last ran on runs nothing: what pvschedd's BPF
+    /// program checks at a wakeup (`quiet_idle_wakeups`).
+    pub fn last_cpu_idle(&self, tid: Tid) -> bool {
+        let cpu = self.threads[tid as usize].cpu;
+        self.rqs[cpu as usize].curr.is_none()
+    }
+
     /// The stretch `tid` has run since its CPU's last accounting, if it is running.
     fn pending(&self, tid: Tid, now: u64) -> u64 {
         match self.threads[tid as usize].state {

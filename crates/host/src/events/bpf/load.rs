@@ -52,6 +52,10 @@ pub struct BpfOptions {
     /// are read at its next wakeup): `BpfSource::set_lazy`. Off: every
     /// record may wake it.
     pub lazy_wakeup: bool,
+    /// Queue a tracked thread's wakeup without waking the daemon when the
+    /// CPU it last ran on is idle: it gets that CPU at once, no boost needed
+    /// (records flagged `CPU_IDLE`). Needs `lazy_wakeup`.
+    pub quiet_idle_wakeups: bool,
     /// Ring buffer size in bytes (power of two, >= page size); each event is
     /// 48 bytes in the ring (40 + 8 header).
     pub ringbuf_bytes: u32,
@@ -81,6 +85,7 @@ impl Default for BpfOptions {
             irq_context: true,
             hide_self: true,
             lazy_wakeup: true,
+            quiet_idle_wakeups: true,
             ringbuf_bytes: 256 * 1024,
             max_tracked: 4096,
             max_vmms: 256,
@@ -261,6 +266,7 @@ fn configure(
     ro.emit_kvm_irq = opts.emit_kvm_irq;
     ro.track_irq_context = opts.irq_context;
     ro.lazy_wakeup = opts.lazy_wakeup;
+    ro.quiet_idle_wakeups = opts.quiet_idle_wakeups;
     ro.self_tgid = if opts.hide_self {
         std::process::id()
     } else {
@@ -274,6 +280,13 @@ fn configure(
     size(&mut open.maps.lazy, "lazy", opts.max_tracked)?;
     size(&mut open.maps.vmm_tgid, "vmm_tgid", opts.max_vmms)?;
     size(&mut open.maps.events, "events", opts.ringbuf_bytes)?;
+    let cpus = libbpf_rs::num_possible_cpus()
+        .map_err(EventSourceError::bpf("count the possible CPUs".to_string()))?;
+    size(
+        &mut open.maps.cpu_idle,
+        "cpu_idle",
+        u32::try_from(cpus).unwrap_or(u32::MAX),
+    )?;
     open.progs.pvs_kvm_exit.set_autoload(kvm);
     open.progs.pvs_kvm_vcpu_wakeup.set_autoload(kvm);
     open.progs.pvs_kvm_apic_accept_irq.set_autoload(kvm);
