@@ -34,7 +34,11 @@ pub const fn allowed_flags(kind: u32) -> Option<u32> {
         PVS_EV_SWITCH_OUT => Some(PVS_F_RUNNABLE | PVS_F_QUIET),
         PVS_EV_SWITCH_IN => Some(PVS_F_QUIET),
         PVS_EV_WAKING => Some(
-            PVS_F_WAKER_VCPU | PVS_F_WAKER_SAME_VMM | PVS_F_WAKER_IRQ | PVS_F_CPU_IDLE | PVS_F_QUIET,
+            PVS_F_WAKER_VCPU
+                | PVS_F_WAKER_SAME_VMM
+                | PVS_F_WAKER_IRQ
+                | PVS_F_CPU_IDLE
+                | PVS_F_QUIET,
         ),
         PVS_EV_KVM_EXIT => Some(PVS_F_EXIT_HLT | PVS_F_EXIT_PAUSE | PVS_F_ISA_VMX | PVS_F_QUIET),
         PVS_EV_KVM_WAKEUP => Some(PVS_F_WAITED | PVS_F_POLL_VALID | PVS_F_QUIET),
@@ -313,7 +317,10 @@ mod tests {
 
     #[test]
     fn the_quiet_flag_and_an_idle_cpu_wakeup_are_decoded_as_set_by_the_program() {
-        let quiet_idle = raw(PVS_EV_WAKING, PVS_F_WAKER_IRQ | PVS_F_CPU_IDLE | PVS_F_QUIET);
+        let quiet_idle = raw(
+            PVS_EV_WAKING,
+            PVS_F_WAKER_IRQ | PVS_F_CPU_IDLE | PVS_F_QUIET,
+        );
 
         let ev = decode(&quiet_idle.to_bytes()).unwrap();
 
