@@ -244,6 +244,11 @@ impl Load {
         })
     }
 
+    /// stress-ng's pid (the root of the load's process tree).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGTERM (stress-ng then writes its metrics), wait, parse.
     pub fn stop(mut self) -> Result<Vec<StressorRate>> {
         signal(&self.child, libc::SIGTERM);

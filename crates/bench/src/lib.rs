@@ -23,6 +23,8 @@ pub mod report;
 pub mod rogue;
 pub mod rogue_report;
 pub mod run;
+pub mod share;
+pub mod share_report;
 
 // Shared with the simulator; re-exported so `crate::stats::…` and
 // `crate::plot::…` keep their paths.

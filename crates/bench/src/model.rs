@@ -10,6 +10,7 @@ use serde_json::Value;
 use crate::error::BenchError;
 use crate::guest::{AudioResult, PingPongResult};
 use crate::host::StressorRate;
+use crate::share::CpuUse;
 use crate::stats::Histogram;
 
 /// How the host treats the vCPU threads.
@@ -117,6 +118,10 @@ pub struct LatencyRun {
     /// the bench while this ran (other jobs, hypervisor steal).
     #[serde(default)]
     pub foreign_cpu: f64,
+    /// CPU time of the VM, the host load and the machine over this phase
+    /// (None in raw.json files from before it was measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuUse>,
 }
 
 /// Everything measured in one (load, mode) session besides cyclictest.

@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use crate::host::Machine;
 use crate::model::{Load, Mode, Results};
+use crate::share_report::{self, LoadShare};
 use crate::stats::{Histogram, Summary};
 
 /// Facts about the run that the numbers need next to them.
@@ -213,6 +214,10 @@ pub struct Report {
     pub targets: Vec<Target>,
     /// PNG files, relative to the output directory.
     pub plots: Vec<String>,
+    /// Eventual fairness: per load, the VM's CPU share per mode against
+    /// vanilla and its fair-class entitlement, with the host load beside it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fair_share: Vec<LoadShare>,
 }
 
 pub fn ratio(a: f64, b: f64) -> Option<f64> {
@@ -485,6 +490,7 @@ pub fn build(
     Report {
         schema: "pvsched-bench/1".into(),
         meta,
+        fair_share: share_report::build(results, loads, modes, &scenarios),
         scenarios,
         targets: all_targets,
         plots: Vec::new(),
@@ -685,6 +691,8 @@ pub fn markdown(r: &Report) -> String {
         );
     }
 
+    share_report::markdown(&mut o, &r.fair_share);
+
     let reactions: Vec<(&str, &Reaction)> = {
         let mut seen = std::collections::BTreeSet::new();
         r.scenarios
@@ -838,6 +846,7 @@ mod tests {
                 guest_expected: 100,
                 host_expected: 100,
                 foreign_cpu: 0.05,
+                cpu: None,
             });
         r.sessions
             .entry((Load::Loaded, mode))

@@ -24,6 +24,7 @@ use crate::model::{mode_order, prometheus_buckets, LatencyRun, Load, Mode, Resul
 use crate::plot;
 use crate::progress::{human, Progress};
 use crate::report::{self, Meta, Report};
+use crate::share;
 use crate::stats::Histogram;
 
 /// Share of the machine taken by others above which a repeat is flagged.
@@ -400,9 +401,16 @@ impl Bench<'_> {
         (status, reaction)
     }
 
-    /// One cyclictest measurement; returns the share of the machine that
-    /// went to others meanwhile.
-    fn latency(&mut self, rep: usize, load: Load, interval: u32, mode: Mode) -> Result<f64> {
+    /// One cyclictest measurement, with the CPU time `probe` reads over it;
+    /// returns the share of the machine that went to others meanwhile.
+    fn latency(
+        &mut self,
+        rep: usize,
+        load: Load,
+        interval: u32,
+        mode: Mode,
+        probe: &share::Probe,
+    ) -> Result<f64> {
         let s = self.s;
         let tag = format!("rep{rep}-{load}-{interval}us-{mode}");
         self.progress.phase(
@@ -410,6 +418,7 @@ impl Bench<'_> {
             s.duration as f64,
         );
         let before = foreign::sample();
+        let cpu_before = probe.snapshot();
         let host_json = self.raw_dir.join(format!("{tag}-host.json"));
         let host_run = HostCyclictest::start(
             interval,
@@ -425,16 +434,26 @@ impl Bench<'_> {
         );
         let host_hist = host_run.finish();
         let foreign_cpu = foreign::fraction(&before, &foreign::sample(), self.host_cpus);
+        let cpu = match cpu_before.and_then(|a| Ok((a, probe.snapshot()?))) {
+            Ok((a, b)) => Some(probe.between(&a, &b, self.host_cpus)),
+            Err(e) => {
+                self.note(format!("{tag}: CPU shares not measured: {e}"));
+                None
+            }
+        };
         let guest_hist = guest_histogram(&self.raw_dir, &tag, "guest cyclictest", guest_run)?;
         let host_hist = host_hist?;
         let per_thread = s.duration * 1_000_000 / u64::from(interval);
         eprintln!(
-            "    guest p99 {} us max {} us | host p99 {} us max {} us | other load {:.0} %",
+            "    guest p99 {} us max {} us | host p99 {} us max {} us | other load {:.0} %{}",
             guest_hist.percentile(0.99),
             guest_hist.max_us,
             host_hist.percentile(0.99),
             host_hist.max_us,
-            foreign_cpu * 100.0
+            foreign_cpu * 100.0,
+            cpu.as_ref()
+                .map(|c| format!(" | {}", c.line()))
+                .unwrap_or_default()
         );
         self.results
             .latency
@@ -447,17 +466,25 @@ impl Bench<'_> {
                 guest_expected: per_thread * u64::from(self.guest_cpus),
                 host_expected: per_thread * self.host_cpus as u64,
                 foreign_cpu,
+                cpu,
             });
         Ok(foreign_cpu)
     }
 
     /// [`Self::latency`], measured again (up to `--retry-disturbed` times)
     /// while others took more than [`DISTURBED`] of the machine.
-    fn latency_undisturbed(&mut self, rep: usize, load: Load, interval: u32, mode: Mode) {
+    fn latency_undisturbed(
+        &mut self,
+        rep: usize,
+        load: Load,
+        interval: u32,
+        mode: Mode,
+        probe: &share::Probe,
+    ) {
         let tag = format!("rep{rep}-{load}-{interval}us-{mode}");
         let mut tries = 0;
         loop {
-            match self.latency(rep, load, interval, mode) {
+            match self.latency(rep, load, interval, mode, probe) {
                 Err(e) => {
                     self.error(format!("{tag}: {e}"));
                     return;
@@ -566,8 +593,9 @@ impl Bench<'_> {
                 self.skip_session(rep, load, mode);
             }
             Ok(applied) => {
+                let probe = self.probe(stress.as_ref(), &applied);
                 for &interval in &s.intervals {
-                    self.latency_undisturbed(rep, load, interval, mode);
+                    self.latency_undisturbed(rep, load, interval, mode, &probe);
                 }
                 if s.audio_secs > 0 {
                     match self.audio(rep, load, mode) {
@@ -595,6 +623,23 @@ impl Bench<'_> {
             .entry((load, mode))
             .or_default()
             .push(run);
+    }
+
+    /// What a session's cyclictest phases read CPU time from: QEMU, its
+    /// vCPU threads, the host load's tree and, in the pvsched mode, pvschedd.
+    fn probe<'a>(&self, stress: Option<&host::Load>, applied: &'a Applied) -> share::Probe<'a> {
+        let mut vcpus = self.vcpus.clone();
+        vcpus.sort_unstable();
+        share::Probe {
+            qemu: self.vm.qemu_pid(),
+            vcpus: vcpus.into_iter().map(|(_, tid)| tid).collect(),
+            load: stress.map(host::Load::pid),
+            daemon: match applied {
+                Applied::Daemon(d) => Some(d),
+                _ => None,
+            },
+            boost_budget_permille: Some(share::boost_budget_permille(&self.s.pvschedd_overlay)),
+        }
     }
 
     /// Counts the phases of a session that cannot run.
