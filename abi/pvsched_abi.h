@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 OR MIT */
 /*
- * pvsched shared-region ABI, version 1.1.
+ * pvsched shared-region ABI, version 1.2.
  *
  * The ONE definition of the memory a KVM guest and its host share for
  * cooperative vCPU scheduling. Guest kernel module, host daemon (through the
@@ -52,7 +52,7 @@ typedef uint64_t __u64;
 /* "PVSCHED\0" read as a little-endian 64-bit word. */
 #define PVSCHED_MAGIC		0x0044454843535650ULL
 #define PVSCHED_ABI_MAJOR	1
-#define PVSCHED_ABI_MINOR	1
+#define PVSCHED_ABI_MINOR	2
 
 #define PVSCHED_CACHELINE	64
 #define PVSCHED_HEADER_SIZE	128
@@ -78,8 +78,21 @@ typedef uint64_t __u64;
  * idle driver.
  */
 #define PVSCHED_F_IDLE_HINTS	(1ULL << 3)
+/*
+ * Since minor 2: the host listens on an ivshmem-doorbell vector. A guest
+ * whose device has the Doorbell register (BAR0 offset 12) writes
+ * header.doorbell there when it publishes that the reason for a boost in
+ * force is gone (host half PVSCHED_HF_BOOSTED, no RT task, no critical
+ * section, not idle), at most once per host-half update: the host unboosts
+ * at once instead of finding out on a timer.
+ */
+#define PVSCHED_F_DOORBELL	(1ULL << 4)
 #define PVSCHED_F_ALL		(PVSCHED_F_HOST_HALF | PVSCHED_F_PENDING_HINT | \
-				 PVSCHED_F_BOOST_REQUEST | PVSCHED_F_IDLE_HINTS)
+				 PVSCHED_F_BOOST_REQUEST | PVSCHED_F_IDLE_HINTS | \
+				 PVSCHED_F_DOORBELL)
+
+/* ivshmem's Doorbell register: BAR0 offset, value = peer ID << 16 | vector. */
+#define PVSCHED_IVSHMEM_DOORBELL_REG	12
 
 /* struct pvsched_guest_half.flags */
 /* A guest CPU serves this slot; clear = nothing to act on. */
@@ -155,7 +168,8 @@ struct pvsched_header {
 	__u16 header_size;	/* offset of slot 0, >= PVSCHED_HEADER_SIZE */
 	__u16 slot_size;	/* stride of slots, >= PVSCHED_SLOT_SIZE */
 	__u32 slot_count;	/* slots present, one per vCPU */
-	__u32 host_reserved0;	/* zero */
+	__u32 doorbell;		/* PVSCHED_F_DOORBELL: value to ring the host
+				 * with (peer ID << 16 | vector); else zero */
 	__u64 host_features;	/* PVSCHED_F_* offered */
 	__u64 generation;	/* bumped each time the host (re)initializes */
 	__u64 host_reserved[3];

@@ -6,7 +6,7 @@
 /// `"PVSCHED\0"` read as a little-endian 64-bit word.
 pub const MAGIC: u64 = 0x0044_4548_4353_5650;
 pub const ABI_MAJOR: u16 = 1;
-pub const ABI_MINOR: u16 = 1;
+pub const ABI_MINOR: u16 = 2;
 
 pub const CACHELINE: usize = 64;
 pub const HEADER_SIZE: usize = 128;
@@ -21,7 +21,19 @@ pub const F_PENDING_HINT: u64 = 1 << 1;
 pub const F_BOOST_REQUEST: u64 = 1 << 2;
 /// Since minor 1: the host half carries idle hints (`wake_p50_ns`, `wake_p99_ns`).
 pub const F_IDLE_HINTS: u64 = 1 << 3;
-pub const F_ALL: u64 = F_HOST_HALF | F_PENDING_HINT | F_BOOST_REQUEST | F_IDLE_HINTS;
+/// Since minor 2: the host listens on an ivshmem-doorbell vector; `Header::doorbell` is
+/// the Doorbell register value that rings it. The guest rings when it clears the reason
+/// for a boost in force.
+pub const F_DOORBELL: u64 = 1 << 4;
+pub const F_ALL: u64 = F_HOST_HALF | F_PENDING_HINT | F_BOOST_REQUEST | F_IDLE_HINTS | F_DOORBELL;
+
+/// ivshmem's Doorbell register (BAR0 offset); its value is `peer ID << 16 | vector`.
+pub const IVSHMEM_DOORBELL_REG: u32 = 12;
+
+/// The Doorbell register value that rings vector `vector` of peer `peer`.
+pub const fn doorbell_value(peer: u16, vector: u16) -> u32 {
+    (peer as u32) << 16 | vector as u32
+}
 
 pub const GF_ACTIVE: u32 = 1 << 0;
 pub const GF_IDLE: u32 = 1 << 1;
@@ -79,7 +91,8 @@ pub struct Header {
     pub header_size: u16,
     pub slot_size: u16,
     pub slot_count: u32,
-    pub host_reserved0: u32,
+    /// With `F_DOORBELL`: the value that rings the host ([`doorbell_value`]); else 0.
+    pub doorbell: u32,
     pub host_features: u64,
     pub generation: u64,
     pub host_reserved: [u64; 3],

@@ -203,6 +203,17 @@ impl Region {
     /// and the guest line, writes a fresh header and returns its generation,
     /// one more than a previous valid header's (1 for a new region).
     pub fn init_header(&mut self, slot_count: u32, host_features: u64) -> Result<u64, AbiError> {
+        self.init_header_with_doorbell(slot_count, host_features, 0)
+    }
+
+    /// [`Region::init_header`], with the Doorbell register value that rings the host
+    /// (`doorbell`, meaningful with [`crate::F_DOORBELL`] in `host_features`, else 0).
+    pub fn init_header_with_doorbell(
+        &mut self,
+        slot_count: u32,
+        host_features: u64,
+        doorbell: u32,
+    ) -> Result<u64, AbiError> {
         if slot_count == 0 || slot_count > MAX_SLOTS {
             return Err(AbiError::BadSlotCount {
                 found: slot_count,
@@ -240,6 +251,11 @@ impl Region {
             header_size: HEADER_SIZE as u16,
             slot_size: SLOT_SIZE as u16,
             slot_count,
+            doorbell: if host_features & crate::F_DOORBELL != 0 {
+                doorbell
+            } else {
+                0
+            },
             host_features,
             generation,
             ..Header::default()

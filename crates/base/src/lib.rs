@@ -1,11 +1,13 @@
 //! OS glue shared by pvsched's programs. Each piece has one home here:
 //! the clock, scheduling parameters, thread identity, vCPU thread names,
-//! the QMP client, the SIGBUS guard of shared mappings, capabilities and
-//! the kvm module's halt-polling parameters.
+//! the QMP client, the ivshmem-doorbell server protocol, the SIGBUS guard
+//! of shared mappings, capabilities and the kvm module's halt-polling
+//! parameters.
 //! Mechanism only: nothing here decides anything.
 
 pub mod caps;
 pub mod clock;
+pub mod ivshmem;
 pub mod kvm_params;
 pub mod qmp;
 pub mod sched;
