@@ -417,6 +417,7 @@ impl Bench<'_> {
             &format!("{load}/{interval}us/{mode} rep {rep}"),
             s.duration as f64,
         );
+        let idle_before = share::read_guest_idle(&self.vm);
         let before = foreign::sample();
         let cpu_before = probe.snapshot();
         let host_json = self.raw_dir.join(format!("{tag}-host.json"));
@@ -435,7 +436,14 @@ impl Bench<'_> {
         let host_hist = host_run.finish();
         let foreign_cpu = foreign::fraction(&before, &foreign::sample(), self.host_cpus);
         let cpu = match cpu_before.and_then(|a| Ok((a, probe.snapshot()?))) {
-            Ok((a, b)) => Some(probe.between(&a, &b, self.host_cpus)),
+            Ok((a, b)) => {
+                let mut u = probe.between(&a, &b, self.host_cpus);
+                if let (Some(x), Some(y)) = (idle_before, share::read_guest_idle(&self.vm)) {
+                    let (poll, driver) = share::guest_idle(&x, &y);
+                    (u.guest_poll_s, u.guest_idle) = (poll, Some(driver));
+                }
+                Some(u)
+            }
             Err(e) => {
                 self.note(format!("{tag}: CPU shares not measured: {e}"));
                 None

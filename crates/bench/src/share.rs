@@ -9,13 +9,14 @@
 //! phase's [`CpuUse`] is the difference of two [`Snapshot`]s.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use crate::daemon::{Daemon, VM_NAME};
 use crate::error::{io, BenchError, Result};
 use crate::foreign;
+use crate::msgpass_report::{parse_idle, IdleFile, IDLE_FILE};
 
 /// `comm` of stress-ng's `--cpu` workers: always runnable at nice 0, so
 /// their CPU rate is what the fair class gives such a thread (the fair
@@ -51,6 +52,15 @@ pub struct CpuUse {
     /// vCPU's time (`boost_share_permille`).
     #[serde(default)]
     pub boost_budget_permille: Option<u32>,
+    /// Time the guest's idle driver (pvsched.ko) spent polling, summed over
+    /// the vCPUs, from its debugfs counters read just before and just after
+    /// the phase; None when they could not be read.
+    #[serde(default)]
+    pub guest_poll_s: Option<f64>,
+    /// The guest's idle driver at the end of the phase: its mode, or
+    /// `none (<mode>)` when none is registered.
+    #[serde(default)]
+    pub guest_idle: Option<String>,
 }
 
 /// The counters at one moment, in clock ticks (seconds for `boosted_s`).
@@ -98,7 +108,31 @@ pub fn between(a: &Snapshot, b: &Snapshot, hz: u64, host_cpus: usize) -> CpuUse 
             _ => None,
         },
         boost_budget_permille: None,
+        guest_poll_s: None,
+        guest_idle: None,
     }
+}
+
+/// The guest's idle debugfs file now; None when it cannot be read (no idle
+/// driver support in the module, or the guest did not answer).
+pub fn read_guest_idle(vm: &pvsched_vmtest::Vm) -> Option<IdleFile> {
+    match vm.exec(&format!("cat {IDLE_FILE}"), Duration::from_secs(30)) {
+        Ok((0, out)) => parse_idle(&out).ok(),
+        _ => None,
+    }
+}
+
+/// The guest idle driver's polling between two readings of its file:
+/// (seconds polled, summed over the vCPUs: None when a counter went back;
+/// the driver at the end).
+pub fn guest_idle(a: &IdleFile, b: &IdleFile) -> (Option<f64>, String) {
+    let poll = b.total().since(&a.total()).map(|c| c.poll_ns as f64 / 1e9);
+    let mode = if b.registered {
+        b.mode.clone()
+    } else {
+        format!("none ({})", b.mode)
+    };
+    (poll, mode)
 }
 
 /// The boost budget pvschedd runs with: `[defaults] boost_share_permille`
@@ -276,6 +310,9 @@ impl CpuUse {
                 ));
             }
         }
+        if let (Some(p), Some(d)) = (self.guest_poll_s, &self.guest_idle) {
+            s.push_str(&format!(", guest idle polling {:.1} % ({d})", self.pct(p)));
+        }
         s
     }
 }
@@ -283,7 +320,6 @@ impl CpuUse {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     fn snap(
         at: Instant,
@@ -381,6 +417,31 @@ mod tests {
         assert_eq!(procs[1].comm, HOG_COMM);
         assert_eq!(procs[0].own, 1);
         assert!(tree(99, &procs).is_empty());
+    }
+
+    #[test]
+    fn guest_polling_is_the_difference_of_two_idle_readings() {
+        // Arrange: two vCPUs; 0.2 s then 0.5 s polled on cpu0, 0.1 s on cpu1.
+        let file = |registered: u8, p0: u64, p1: u64| {
+            format!(
+                "mode=hinted registered={registered} driver=pvsched\n\
+                 cpu0 polls=5 poll_hits=1 poll_timeouts=0 poll_ns={p0} halts=3 overload_halts=0 unhinted_halts=0\n\
+                 cpu1 polls=5 poll_hits=1 poll_timeouts=0 poll_ns={p1} halts=3 overload_halts=0 unhinted_halts=0\n"
+            )
+        };
+        let a = parse_idle(&file(1, 200_000_000, 0)).unwrap();
+        let b = parse_idle(&file(1, 500_000_000, 100_000_000)).unwrap();
+        let none = parse_idle(&file(0, 0, 0)).unwrap();
+
+        // Act
+        let (poll, mode) = guest_idle(&a, &b);
+        let (back, none_mode) = guest_idle(&b, &none);
+
+        // Assert
+        assert!((poll.unwrap() - 0.4).abs() < 1e-9);
+        assert_eq!(mode, "hinted");
+        assert_eq!(back, None, "counters reset: no difference");
+        assert_eq!(none_mode, "none (hinted)");
     }
 
     #[test]

@@ -80,6 +80,13 @@ pub struct ModeShare {
     pub load_throughput_vs_vanilla: Option<f64>,
     /// The whole machine's busy time, percent.
     pub busy_pct: f64,
+    /// Of the vCPU threads' time: the guest's idle driver polling, percent
+    /// of the machine (None: its counters were not read).
+    #[serde(default)]
+    pub guest_poll_pct: Option<f64>,
+    /// The guest's idle driver(s) seen at the ends of the phases.
+    #[serde(default)]
+    pub guest_idle: Vec<String>,
     /// Cyclictest phases measured.
     pub phases: usize,
 }
@@ -114,6 +121,9 @@ struct Pool {
     boosted: Option<(f64, f64)>,
     budget_permille: Option<u32>,
     busy: f64,
+    /// (seconds, wall x host CPUs) of the phases with the guest's idle counters.
+    poll: Option<(f64, f64)>,
+    idle_drivers: Vec<String>,
     phases: usize,
 }
 
@@ -145,6 +155,16 @@ impl Pool {
         }
         self.budget_permille = self.budget_permille.or(u.boost_budget_permille);
         self.busy += u.busy_s;
+        if let Some(p) = u.guest_poll_s {
+            let (s, w) = self.poll.get_or_insert((0.0, 0.0));
+            *s += p;
+            *w += machine;
+        }
+        if let Some(d) = &u.guest_idle {
+            if !self.idle_drivers.contains(d) {
+                self.idle_drivers.push(d.clone());
+            }
+        }
         self.phases += 1;
     }
 
@@ -306,11 +326,13 @@ pub fn build(
                     ),
                     load_throughput_vs_vanilla: throughput(mode),
                     busy_pct: all.pct(all.busy),
+                    guest_poll_pct: all.poll.map(|(s, w)| pct_of(s, w)),
+                    guest_idle: all.idle_drivers.clone(),
                     phases: all.phases,
                 },
             );
         }
-        let reading = reading(e.as_ref(), &rows);
+        let reading = reading(load, e.as_ref(), &rows);
         out.push(LoadShare {
             load: load.name().to_string(),
             host_cpus,
@@ -346,7 +368,7 @@ fn side(per_repeat: &[f64], limit: f64) -> Option<Side> {
 }
 
 /// The sentences under a load's table, from its numbers.
-fn reading(e: Option<&Entitlement>, rows: &BTreeMap<String, ModeShare>) -> Vec<String> {
+fn reading(load: Load, e: Option<&Entitlement>, rows: &BTreeMap<String, ModeShare>) -> Vec<String> {
     let get = |m: Mode| rows.get(m.name());
     let (pv, van, rt) = (get(Mode::Pvsched), get(Mode::Vanilla), get(Mode::StaticRt));
     let mut out = Vec::new();
@@ -396,6 +418,30 @@ fn reading(e: Option<&Entitlement>, rows: &BTreeMap<String, ModeShare>) -> Vec<S
             },
             p.vcpu_pct,
             times(p.vcpu_vs_entitlement),
+        ));
+        if load == Load::Idle && s != Side::Within {
+            out.push(
+                "On the idle host nothing competes for the CPUs, so the entitlement is the \
+                 demand static-rt measured: a share above it is the guest using more CPU in \
+                 this mode, which nobody waited for."
+                    .into(),
+            );
+        }
+    }
+    if let Some(poll) = p.guest_poll_pct.filter(|x| *x > 0.0) {
+        let others: Vec<String> = [Mode::Vanilla, Mode::StaticRt]
+            .into_iter()
+            .filter_map(|m| get(m).and_then(|r| r.guest_poll_pct.map(|x| format!("{m} {x:.1} %"))))
+            .collect();
+        out.push(format!(
+            "Of the vCPU threads' time under pvsched, the guest's idle driver ({}) polled {poll:.1} \
+             % of the machine{}.",
+            p.guest_idle.join(", "),
+            if others.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", others.join(", "))
+            }
         ));
     }
     if let Some(b) = p.boosted_pct {
@@ -468,9 +514,9 @@ pub fn markdown(o: &mut String, shares: &[LoadShare]) {
         );
         let _ = writeln!(
             o,
-            "| mode | VM CPU % per repeat | VM % (vCPU threads + rest) | VM vs vanilla | vCPUs vs entitlement | boosted % of vCPU time (budget) | host load CPU % | host load CPU vs vanilla | host load throughput vs vanilla | machine busy % |"
+            "| mode | VM CPU % per repeat | VM % (vCPU threads + rest) | VM vs vanilla | vCPUs vs entitlement | boosted % of vCPU time (budget) | guest idle polling % (driver) | host load CPU % | host load CPU vs vanilla | host load throughput vs vanilla | machine busy % |"
         );
-        let _ = writeln!(o, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|");
+        let _ = writeln!(o, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
         for m in Mode::ALL {
             let Some(r) = ls.modes.get(m.name()) else {
                 continue;
@@ -480,9 +526,13 @@ pub fn markdown(o: &mut String, shares: &[LoadShare]) {
                 (Some(b), None) => format!("{b:.1}"),
                 _ => String::new(),
             };
+            let poll = match r.guest_poll_pct {
+                Some(x) => format!("{x:.1} ({})", r.guest_idle.join(", ")),
+                None => "n/a".into(),
+            };
             let _ = writeln!(
                 o,
-                "| {} | {} | {:.1} ({:.1} + {:.1}) | {} | {} | {} | {} | {} | {} | {:.1} |",
+                "| {} | {} | {:.1} ({:.1} + {:.1}) | {} | {} | {} | {} | {} | {} | {} | {:.1} |",
                 m.name(),
                 r.vm_pct_per_repeat
                     .iter()
@@ -495,6 +545,7 @@ pub fn markdown(o: &mut String, shares: &[LoadShare]) {
                 times(r.vm_vs_vanilla),
                 times(r.vcpu_vs_entitlement),
                 boosted,
+                poll,
                 pct(r.load_pct),
                 times(r.load_cpu_vs_vanilla),
                 r.load_throughput_vs_vanilla
@@ -560,6 +611,16 @@ mod tests {
             busy_s: 19.0,
             boosted_s: boosted,
             boost_budget_permille: boosted.map(|_| 200),
+            // pvsched (boosted) polls 1 s of the 20 in the guest's idle driver.
+            guest_poll_s: Some(if boosted.is_some() { 1.0 } else { 0.0 }),
+            guest_idle: Some(
+                if boosted.is_some() {
+                    "hinted"
+                } else {
+                    "none (auto)"
+                }
+                .into(),
+            ),
         }
     }
 
@@ -669,6 +730,7 @@ mod tests {
             "Under pvsched the VM used 27.5 % of the machine (22.5 % in its vCPU threads), 1.38x its share under vanilla (20.0 %); under static-rt 45.0 %.",
             "is 30.0 % of the machine: under pvsched they got 22.5 % (0.75x of it), within it in every repeat; under vanilla 0.50x.",
             "boosted 15.0 % of their vCPU time (budget 20 %)",
+            "the guest's idle driver (hinted) polled 5.0 % of the machine (vanilla 0.0 %, static-rt 0.0 %)",
             "kept 90.0 % of its vanilla throughput under pvsched (70.0 % under static-rt)",
             "went from 60.0 % under vanilla to 50.0 %, the VM's from 20.0 % to 27.5 %",
             "no more than its fair-class share",
@@ -715,6 +777,43 @@ mod tests {
         assert!(t[0].reading.join(" ").contains("an upper bound"));
         assert!(none[0].entitlement.is_none());
         assert!(none[0].reading[0].contains("vanilla did not run"));
+    }
+
+    #[test]
+    fn on_the_idle_host_a_share_above_the_demand_is_read_as_the_guest_using_more() {
+        // Arrange: static-rt's vCPUs 1 CPU-s each in 10 s (10 % of 2 CPUs),
+        // pvsched's 2 each (20 %); no host load.
+        let mut r = Results::default();
+        for (mode, vcpu) in [
+            (Mode::Vanilla, 1.0),
+            (Mode::StaticRt, 1.0),
+            (Mode::Pvsched, 2.0),
+        ] {
+            let mut u = phase(2.0 * vcpu, vcpu, 0.0, 0.0, None);
+            (u.load_s, u.hog_s) = (None, Vec::new());
+            r.latency
+                .entry((Load::Idle, 1000, mode))
+                .or_default()
+                .push(LatencyRun {
+                    rep: 1,
+                    cpu: Some(u),
+                    ..Default::default()
+                });
+        }
+
+        // Act
+        let t = build(&r, &[Load::Idle], &Mode::ALL, &[]);
+
+        // Assert
+        let text = t[0].reading.join(" ");
+        assert_eq!(t[0].entitlement.as_ref().unwrap().pct, 10.0);
+        assert!(
+            text.contains("above it in every repeat (+10.0 points pooled)"),
+            "{text}"
+        );
+        assert!(text.contains("nobody waited for"), "{text}");
+        assert!(!text.contains("host load"), "{text}");
+        assert_eq!(t[0].modes["pvsched"].load_pct, None);
     }
 
     #[test]
@@ -779,8 +878,8 @@ mod tests {
         for needle in [
             "## Eventual fairness",
             "### loaded host (2 CPUs, 2 vCPUs)",
-            "| vanilla | 20.0 | 20.0 (15.0 + 5.0) | 1.00x | 0.50x |  | 60.0 | 1.00x | 100.0 % | 95.0 |",
-            "| pvsched | 25.0, 30.0 | 27.5 (22.5 + 5.0) | 1.38x | 0.75x | 15.0 (20) | 50.0 | 0.83x | 90.0 % | 95.0 |",
+            "| vanilla | 20.0 | 20.0 (15.0 + 5.0) | 1.00x | 0.50x |  | 0.0 (none (auto)) | 60.0 | 1.00x | 100.0 % | 95.0 |",
+            "| pvsched | 25.0, 30.0 | 27.5 (22.5 + 5.0) | 1.38x | 0.75x | 15.0 (20) | 5.0 (hinted) | 50.0 | 0.83x | 90.0 % | 95.0 |",
             "r = 0.300 CPUs, from stress-ng's --cpu workers under vanilla; d = [0.400, 0.400] CPUs",
         ] {
             assert!(md.contains(needle), "{needle:?} not in\n{md}");
