@@ -27,6 +27,7 @@ use crate::actuator;
 use crate::config::Resolved;
 use crate::control::{self, ControlMsg};
 use crate::discovery::{self, DiscoveryMsg, DiscoveryRequest};
+use crate::doorbell::Doorbell;
 use crate::events::{EventSource, HostEvent};
 use crate::feed::HostEventMeaning;
 use crate::metrics::Metrics;
@@ -39,6 +40,8 @@ const TOKEN_TIMER: u64 = 2;
 const TOKEN_SIGNAL: u64 = 3;
 const TOKEN_DISCOVERY: u64 = 4;
 const TOKEN_CONTROL: u64 = 5;
+/// Doorbell `i` (`Daemon::doorbells`) is `TOKEN_DOORBELL + i`.
+const TOKEN_DOORBELL: u64 = 16;
 
 pub struct Daemon {
     pub(crate) cfg: Resolved,
@@ -83,6 +86,8 @@ pub struct Daemon {
     ctl_rx: Receiver<ControlMsg>,
     ctl_fd: Arc<EventFd>,
     stop: Arc<AtomicBool>,
+    /// Guest doorbells, by VM name (`--doorbell`).
+    pub(crate) doorbells: Vec<Doorbell>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -111,6 +116,7 @@ impl Daemon {
         source: EventSource,
         metrics: Arc<Metrics>,
         recovered: statefile::Restored,
+        doorbells: Vec<Doorbell>,
     ) -> Result<Self, DaemonError> {
         let leftover = recovered.left;
         let state_path = cfg.config.daemon.state_file.clone();
@@ -153,6 +159,7 @@ impl Daemon {
             ctl_rx,
             ctl_fd,
             stop,
+            doorbells,
         })
     }
 
@@ -186,6 +193,14 @@ impl Daemon {
         ] {
             epoll
                 .add(fd, EpollEvent::new(EpollFlags::EPOLLIN, token))
+                .map_err(os("epoll_ctl"))?;
+        }
+        for (i, d) in self.doorbells.iter().enumerate() {
+            epoll
+                .add(
+                    d.fd.as_fd(),
+                    EpollEvent::new(EpollFlags::EPOLLIN, TOKEN_DOORBELL + i as u64),
+                )
                 .map_err(os("epoll_ctl"))?;
         }
         info!("serving");
@@ -238,6 +253,9 @@ impl Daemon {
                             let resp = self.on_control(req);
                             let _ = reply.send(resp);
                         }
+                    }
+                    t if t >= TOKEN_DOORBELL => {
+                        self.on_doorbell((t - TOKEN_DOORBELL) as usize);
                     }
                     _ => {}
                 }
@@ -382,15 +400,68 @@ impl Daemon {
         }
     }
 
+    /// The guest of doorbell `i` rang: it published that a boosted vCPU has
+    /// no reason left. Records queued without a wakeup come first, then every
+    /// boosted vCPU of that VM is re-read (the ring does not say which).
+    fn on_doorbell(&mut self, i: usize) {
+        let Some(d) = self.doorbells.get(i) else {
+            return;
+        };
+        let rings = match pvsched_base::ivshmem::drain(d.fd.as_fd()) {
+            Ok(n) => n,
+            Err(e) => {
+                warn!(vm = %d.vm, error = %e, "doorbell read failed");
+                0
+            }
+        };
+        if rings == 0 {
+            return;
+        }
+        self.metrics.wakeups_doorbell.inc();
+        self.metrics.doorbell_rings.inc_by(rings);
+        let name = d.vm.clone();
+        if self.source.is_bpf() {
+            self.drain_source();
+        }
+        let now = monotonic_ns();
+        let Some(id) = self
+            .vms
+            .iter()
+            .flatten()
+            .find(|vm| vm.name == name)
+            .map(|vm| vm.id)
+        else {
+            return;
+        };
+        let mut acc = std::mem::take(&mut self.decisions);
+        acc.clear();
+        if let Some(vm) = self.vms.get_mut(id as usize).and_then(Option::as_mut) {
+            for v in 0..vm.policy.nr_vcpus() {
+                if vm.vcpus.get(v as usize).is_some_and(|m| m.boosted()) {
+                    vm.guest_update(now, v, &mut self.scratch, &mut acc);
+                }
+            }
+        }
+        self.decisions = acc;
+        self.apply(id, None, now);
+    }
+
     fn update_recheck(&mut self, now: u64) {
         // Only boosted vCPUs that may run can change their slot (a halted one
         // cannot). With quiet records the daemon learns that a halted boosted
         // vCPU runs again only when it wakes: the timer runs while any vCPU
         // is boosted, at most one wakeup per recheck_boosted_us for them all.
+        // A VM with a doorbell needs none of it: its guest rings.
         let any = if self.quiet_active() {
-            self.vms.iter().flatten().any(ServedVm::any_boosted)
+            self.vms
+                .iter()
+                .flatten()
+                .any(|vm| !vm.doorbell && vm.any_boosted())
         } else {
-            self.vms.iter().flatten().any(ServedVm::any_boosted_on_cpu)
+            self.vms
+                .iter()
+                .flatten()
+                .any(|vm| !vm.doorbell && vm.any_boosted_on_cpu())
         };
         self.next_recheck = if any {
             self.next_recheck
@@ -443,7 +514,7 @@ impl Daemon {
                 continue;
             };
             for v in 0..vm.policy.nr_vcpus() {
-                if scan || (recheck && vm.boosted_on_cpu(v)) {
+                if scan || (recheck && !vm.doorbell && vm.boosted_on_cpu(v)) {
                     vm.guest_update(now, v, scratch, &mut acc);
                 }
             }

@@ -7,6 +7,7 @@ pub mod actuator;
 pub mod config;
 pub mod control;
 pub mod discovery;
+pub mod doorbell;
 pub mod event_loop;
 pub mod events;
 pub mod feed;

@@ -41,6 +41,11 @@ struct Cli {
     /// Log filter (tracing EnvFilter syntax), e.g. "info" or "pvsched_host=debug".
     #[arg(long, default_value = "info", env = "PVSCHED_LOG")]
     log: String,
+    /// NAME=FD: inherited descriptor FD is the eventfd that VM NAME's guest
+    /// rings (the host vector of its ivshmem-doorbell device, from whoever
+    /// serves the ivshmem protocol to its QEMU). Repeatable.
+    #[arg(long = "doorbell", value_name = "NAME=FD")]
+    doorbells: Vec<String>,
 }
 
 fn main() -> ExitCode {
@@ -52,6 +57,15 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    // SAFETY: first thing after parsing: the descriptors named are inherited
+    // and nothing in this process has opened or owns them.
+    let doorbells = match unsafe { pvsched_host::doorbell::adopt(&cli.doorbells) } {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("pvschedd: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let must_exist = cli.config.as_os_str() != DEFAULT_CONFIG_PATH;
     let mut resolved = match Config::load(&cli.config, must_exist) {
         Ok(r) => r,
@@ -90,7 +104,7 @@ fn main() -> ExitCode {
     if let Some(m) = cli.metrics {
         d.metrics = m;
     }
-    match run(resolved) {
+    match run(resolved, doorbells) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             error!("{e}");
@@ -99,7 +113,10 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(resolved: pvsched_host::config::Resolved) -> Result<(), Box<dyn std::error::Error>> {
+fn run(
+    resolved: pvsched_host::config::Resolved,
+    doorbells: Vec<pvsched_host::doorbell::Doorbell>,
+) -> Result<(), Box<dyn std::error::Error>> {
     let d = resolved.config.daemon.clone();
     // Block the stop signals before any thread exists, so that every thread
     // inherits the mask and they reach the event thread's signalfd instead of
@@ -130,7 +147,7 @@ fn run(resolved: pvsched_host::config::Resolved) -> Result<(), Box<dyn std::erro
     let metrics = Arc::new(Metrics::new());
     metrics::serve(&d.metrics, metrics.clone())
         .map_err(|e| format!("metrics {}: {e}", d.metrics))?;
-    let daemon = Daemon::new(resolved, source, metrics, recovered)?;
+    let daemon = Daemon::new(resolved, source, metrics, recovered, doorbells)?;
     // Only the event thread runs RT: the helper threads were spawned above
     // and keep the default policy.
     // SCHED_FIFO above every boost it applies (a boosted vCPU must never

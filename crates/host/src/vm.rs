@@ -2,6 +2,7 @@
 //! what is in force on each thread.
 
 use pvsched_abi::RegionFile;
+use pvsched_base::ivshmem;
 use pvsched_policy::{Decision, Decisions, DurationHistogram, Event, VmLimits, VmState};
 use tracing::{info, warn};
 
@@ -57,6 +58,9 @@ pub struct ServedVm {
     reported_idle: Vec<(DurationHistogram, DurationHistogram)>,
     /// The region offers `F_IDLE_HINTS`: the host halves carry wake latencies.
     idle_hints: bool,
+    /// The region offers `F_DOORBELL`: the guest rings when it clears the
+    /// reason for a boost, so its boosted vCPUs need no recheck timer.
+    pub doorbell: bool,
     pub gone: bool,
 }
 
@@ -91,21 +95,33 @@ impl ServedVm {
                 vm: name.to_string(),
                 source: e,
             })?;
+        // With a doorbell, the guest rings the host's vector of the ivshmem
+        // server protocol (pvsched_base::ivshmem).
+        let doorbell = if features & pvsched_abi::F_DOORBELL != 0 {
+            pvsched_abi::doorbell_value(ivshmem::HOST_PEER, ivshmem::HOST_VECTOR)
+        } else {
+            0
+        };
         let generation = match region.region().validate() {
             // A region left by an earlier pvschedd is kept (its guest stays bound)
             // when it offers what this one does.
-            Ok(v) if v.header.slot_count == nr && v.header.host_features == features => {
+            Ok(v)
+                if v.header.slot_count == nr
+                    && v.header.host_features == features
+                    && v.header.doorbell == doorbell =>
+            {
                 region.region_mut().adopt(&v);
                 v.header.generation
             }
             _ => {
-                let g = region.region_mut().init_header(nr, features).map_err(|e| {
-                    VmError::RegionInit {
+                let g = region
+                    .region_mut()
+                    .init_header_with_doorbell(nr, features, doorbell)
+                    .map_err(|e| VmError::RegionInit {
                         vm: name.to_string(),
                         path: region_path.display().to_string(),
                         source: e,
-                    }
-                })?;
+                    })?;
                 info!(
                     vm = name,
                     generation = g,
@@ -157,6 +173,7 @@ impl ServedVm {
             reported_clamped: 0,
             reported_idle: Vec::new(),
             idle_hints: features & pvsched_abi::F_IDLE_HINTS != 0,
+            doorbell: features & pvsched_abi::F_DOORBELL != 0,
             gone: false,
         })
     }

@@ -7,7 +7,7 @@ use tracing::{error, info, warn};
 
 use crate::discovery::{DiscoveryRequest, OpenRequest, Snapshot};
 use crate::event_loop::Daemon;
-use pvsched_abi::{F_ALL, F_IDLE_HINTS};
+use pvsched_abi::{F_ALL, F_DOORBELL, F_IDLE_HINTS};
 
 use crate::statefile::{restore_records, StateFile, StateFileError, ThreadRecord};
 use crate::vm::ServedVm;
@@ -42,11 +42,13 @@ impl Daemon {
                 .unwrap_or_else(|| self.cfg.default_limits.clone());
             let metrics = self.metrics.vm(&f.name);
             self.opening.insert(f.name.clone(), id);
-            let features = if self.cfg.config.daemon.offer_idle_hints {
-                F_ALL
-            } else {
-                F_ALL & !F_IDLE_HINTS
-            };
+            let mut features = F_ALL;
+            if !self.cfg.config.daemon.offer_idle_hints {
+                features &= !F_IDLE_HINTS;
+            }
+            if !self.doorbells.iter().any(|d| d.vm == f.name) {
+                features &= !F_DOORBELL;
+            }
             let req = OpenRequest {
                 found: f,
                 id,

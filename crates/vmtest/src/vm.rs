@@ -2,6 +2,8 @@
 
 use std::fs::{self, File};
 use std::io::{Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,6 +12,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use pvsched_abi::{Header, Region, RegionFile};
+use pvsched_base::ivshmem;
 use pvsched_base::qmp::Qmp;
 use pvsched_base::thread::threads_of;
 use pvsched_base::vcpu_names::{vcpu_index_from_name, Accel as VcpuAccel};
@@ -78,6 +81,10 @@ pub struct VmConfig {
     pub extra_args: Vec<String>,
     /// The QEMU binary; default `qemu-system-x86_64` from `$PATH`.
     pub qemu: Option<PathBuf>,
+    /// Give the region as `ivshmem-doorbell` instead of `ivshmem-plain`: the
+    /// VM serves the ivshmem protocol to QEMU itself (region fd, and the
+    /// host vector's eventfd, [`Vm::doorbell`], which the guest rings).
+    pub doorbell: bool,
 }
 
 impl VmConfig {
@@ -99,7 +106,14 @@ impl VmConfig {
             append: String::new(),
             extra_args: Vec::new(),
             qemu: None,
+            doorbell: false,
         }
+    }
+
+    /// The region as `ivshmem-doorbell` (see [`VmConfig::doorbell`]).
+    pub fn doorbell(mut self, on: bool) -> Self {
+        self.doorbell = on;
+        self
     }
 
     pub fn name(mut self, name: &str) -> Self {
@@ -195,6 +209,73 @@ fn tail_of(text: &str, bytes: usize) -> &str {
 
 static VM_COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// The ivshmem server of one `ivshmem-doorbell` VM: answers QEMU's one
+/// connection (`pvsched_base::ivshmem::serve_client`) on a thread, since
+/// QEMU waits for it while it starts.
+struct DoorbellServer {
+    socket: PathBuf,
+    eventfd: OwnedFd,
+    thread: JoinHandle<std::io::Result<UnixStream>>,
+}
+
+impl DoorbellServer {
+    fn start(dir: &Path, region: &Path, timeout: Duration) -> Result<Self> {
+        let socket = dir.join("doorbell.sock");
+        let listener = UnixListener::bind(&socket).map_err(io_err(path_ctx("binding", &socket)))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(io_err("doorbell socket"))?;
+        let shm = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(region)
+            .map_err(io_err(path_ctx("opening", region)))?;
+        let eventfd = ivshmem::eventfd().map_err(io_err("doorbell eventfd"))?;
+        let host = eventfd.try_clone().map_err(io_err("doorbell eventfd"))?;
+        let deadline = Instant::now() + timeout;
+        let thread = std::thread::Builder::new()
+            .name("vmtest-ivshmem".into())
+            .spawn(move || loop {
+                match listener.accept() {
+                    Ok((conn, _)) => {
+                        conn.set_nonblocking(false)?;
+                        ivshmem::serve_client(&conn, shm.as_fd(), &[host.as_fd()])?;
+                        return Ok(conn);
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        if Instant::now() >= deadline {
+                            return Err(std::io::Error::new(
+                                std::io::ErrorKind::TimedOut,
+                                "QEMU never connected to the ivshmem server",
+                            ));
+                        }
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    Err(e) => return Err(e),
+                }
+            })
+            .map_err(io_err("starting the ivshmem server"))?;
+        Ok(Self {
+            socket,
+            eventfd,
+            thread,
+        })
+    }
+
+    /// The eventfd and QEMU's connection, once served.
+    fn connected(self) -> Result<(OwnedFd, UnixStream)> {
+        let conn = self
+            .thread
+            .join()
+            .map_err(|_| Error::Io {
+                context: "ivshmem server".into(),
+                source: std::io::Error::other("the server thread panicked"),
+            })?
+            .map_err(io_err("serving the ivshmem protocol to QEMU"))?;
+        Ok((self.eventfd, conn))
+    }
+}
+
 /// A running guest. Dropping it kills QEMU (by its PID) and removes the VM's
 /// temporary directory (set `PVSCHED_VMTEST_KEEP=1` to keep it for a look).
 pub struct Vm {
@@ -211,6 +292,10 @@ pub struct Vm {
     exec_lock: Mutex<()>,
     region: Option<RegionFile>,
     region_path: Option<PathBuf>,
+    /// The host vector's eventfd of an `ivshmem-doorbell` region, and the
+    /// server connection QEMU holds (kept open while it runs).
+    doorbell: Option<OwnedFd>,
+    doorbell_conn: Option<UnixStream>,
     qmp_path: PathBuf,
     nr_cpus: u32,
     kernel_release: String,
@@ -319,14 +404,31 @@ impl Vm {
             .arg(format!("{BASE_APPEND} {}", cfg.append).trim_end())
             .arg("-qmp")
             .arg(format!("unix:{},server=on,wait=off", qmp_path.display()));
-        if let Some((path, file)) = &region {
-            cmd.arg("-object")
-                .arg(format!(
-                    "memory-backend-file,id=pvs,share=on,mem-path={},size={}",
-                    path.display(),
-                    file.len()
-                ))
-                .args(["-device", "ivshmem-plain,memdev=pvs"]);
+        let mut doorbell = None;
+        match &region {
+            Some((path, _)) if cfg.doorbell => {
+                let server = match DoorbellServer::start(&dir, path, cfg.boot_timeout) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        let _ = fs::remove_dir_all(&dir);
+                        return Err(e);
+                    }
+                };
+                cmd.arg("-chardev")
+                    .arg(format!("socket,id=pvsdb,path={}", server.socket.display()))
+                    .args(["-device", "ivshmem-doorbell,chardev=pvsdb,vectors=1"]);
+                doorbell = Some(server);
+            }
+            Some((path, file)) => {
+                cmd.arg("-object")
+                    .arg(format!(
+                        "memory-backend-file,id=pvs,share=on,mem-path={},size={}",
+                        path.display(),
+                        file.len()
+                    ))
+                    .args(["-device", "ivshmem-plain,memdev=pvs"]);
+            }
+            None => {}
         }
         cmd.args(&cfg.extra_args)
             .stdin(Stdio::piped())
@@ -388,6 +490,19 @@ impl Vm {
             Some((p, f)) => (Some(p), Some(f)),
             None => (None, None),
         };
+        // QEMU connected while it created the device, before the guest booted.
+        let (doorbell, doorbell_conn) = match doorbell {
+            Some(server) => match server.connected() {
+                Ok((fd, conn)) => (Some(fd), Some(conn)),
+                Err(e) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    let _ = fs::remove_dir_all(&dir);
+                    return Err(e);
+                }
+            },
+            None => (None, None),
+        };
         let mut vm = Vm {
             name,
             dir,
@@ -401,6 +516,8 @@ impl Vm {
             exec_lock: Mutex::new(()),
             region,
             region_path,
+            doorbell,
+            doorbell_conn,
             qmp_path,
             nr_cpus: 0,
             kernel_release: String::new(),
@@ -714,6 +831,17 @@ impl Vm {
     }
 
     /// The region file, if the VM has one.
+    /// The eventfd the guest's doorbell rings (a [`VmConfig::doorbell`] VM):
+    /// hand it to pvschedd with `--doorbell NAME=FD`.
+    pub fn doorbell(&self) -> Option<BorrowedFd<'_>> {
+        self.doorbell.as_ref().map(AsFd::as_fd)
+    }
+
+    /// Whether QEMU still holds its ivshmem server connection.
+    pub fn doorbell_connected(&self) -> bool {
+        self.doorbell_conn.is_some()
+    }
+
     pub fn region_path(&self) -> Option<&Path> {
         self.region_path.as_deref()
     }

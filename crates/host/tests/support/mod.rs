@@ -170,6 +170,17 @@ impl Daemon {
     /// `/usr/sbin/pvschedd`) in `dir` with exactly `toml` as its
     /// configuration; returns once its control socket accepts connections.
     pub fn start_binary(bin: &Path, dir: &Path, toml: &str) -> Self {
+        Self::start_with_doorbells(bin, dir, toml, &[])
+    }
+
+    /// [`Daemon::start_binary`], handing pvschedd each `(vm, eventfd)` as
+    /// `--doorbell vm=FD` (descriptors 10, 11, ... in the child).
+    pub fn start_with_doorbells(
+        bin: &Path,
+        dir: &Path,
+        toml: &str,
+        doorbells: &[(&str, std::os::fd::BorrowedFd<'_>)],
+    ) -> Self {
         let config = dir.join("pvsched.toml");
         std::fs::write(&config, toml).unwrap();
         let log = std::fs::OpenOptions::new()
@@ -177,11 +188,17 @@ impl Daemon {
             .append(true)
             .open(dir.join("pvschedd.log"))
             .unwrap();
-        let child = Command::new(bin)
-            .arg("--config")
+        let mut cmd = Command::new(bin);
+        cmd.arg("--config")
             .arg(&config)
             .arg("--log")
-            .arg(std::env::var("PVSCHED_E2E_LOG").unwrap_or_else(|_| "info".into()))
+            .arg(std::env::var("PVSCHED_E2E_LOG").unwrap_or_else(|_| "info".into()));
+        for (i, (vm, fd)) in doorbells.iter().enumerate() {
+            let target = 10 + i as i32;
+            pvsched_base::ivshmem::pass_fd(&mut cmd, *fd, target);
+            cmd.arg("--doorbell").arg(format!("{vm}={target}"));
+        }
+        let child = cmd
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

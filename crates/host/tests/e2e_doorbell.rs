@@ -1,0 +1,145 @@
+//! The guest doorbell end to end: a real QEMU guest (TCG) whose region is an
+//! `ivshmem-doorbell` device served by the test (`pvsched_vmtest`), the real
+//! pvsched.ko ringing it, and the real pvschedd holding the host vector's
+//! eventfd (`--doorbell`). With the recheck timer and the scan slowed to one
+//! second, only the ring can make the unboost prompt.
+
+use std::time::{Duration, Instant};
+
+use pvsched_abi::{F_DOORBELL, POLICY_FIFO};
+use pvsched_base::sched::ThreadParams;
+use pvsched_control::{Request, Response};
+use pvsched_host::discovery::threads_by_name;
+use pvsched_vmtest::{wait_until, GuestImage, ImageConfig, Vm, VmConfig};
+use support::{params, tempdir, Daemon, RtObserver};
+
+mod support;
+
+const SCHED_FIFO: u32 = 1;
+/// Default max_rt_priority: a guest FIFO 42 maps to host FIFO 4.
+const CAP: u32 = 4;
+
+fn boot_doorbell_vm() -> Vm {
+    let image = GuestImage::build(&ImageConfig::default())
+        .expect("guest image (make test installs the kernel, QEMU and busybox)");
+    let vm = Vm::boot(VmConfig::new(image).smp(2).doorbell(true)).expect("boot guest");
+    let (rc, out) = vm.insmod("").expect("insmod");
+    assert_eq!(rc, 0, "insmod: {out}");
+    vm
+}
+
+fn metric(d: &Daemon, name: &str) -> f64 {
+    let Response::Metrics { text } = d.request(&Request::Metrics, Duration::from_secs(5)) else {
+        panic!("metrics");
+    };
+    text.lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
+fn guest_rings(vm: &Vm) -> u64 {
+    let (_, out) = vm
+        .exec(
+            "cat /sys/kernel/debug/pvsched/status",
+            Duration::from_secs(10),
+        )
+        .expect("debugfs status");
+    out.split_whitespace()
+        .filter_map(|w| w.strip_prefix("doorbell_rings="))
+        .filter_map(|n| n.parse::<u64>().ok())
+        .sum()
+}
+
+#[test]
+fn a_guest_clearing_its_reason_rings_and_is_unboosted_without_the_recheck_timer() {
+    let _serial = support::serial();
+    let vm = boot_doorbell_vm();
+    assert!(vm.doorbell_connected());
+    let fd = vm.doorbell().expect("doorbell eventfd");
+    let dir = tempdir("doorbell");
+    let toml = format!(
+        "[daemon]\nstate_file = \"{d}/state.json\"\ncontrol_socket = \"{d}/control.sock\"\n\
+         metrics = \"off\"\nrecheck_boosted_us = 1_000_000\nscan_interval_us = 1_000_000\n\
+         [defaults]\ndemote_after_ns = 1_000_000_000\n[discovery]\nauto = false\n{vm_entry}",
+        d = dir.display(),
+        vm_entry = support::vm_entry("db", vm.region_path().expect("region"), vm.qmp_socket()),
+    );
+    let d = Daemon::start_with_doorbells(
+        std::path::Path::new(env!("CARGO_BIN_EXE_pvschedd")),
+        &dir,
+        &toml,
+        &[("db", fd)],
+    );
+    d.wait_serving("db", 2);
+    let header = vm.region().expect("region").header();
+    assert_ne!(header.host_features & F_DOORBELL, 0, "{header:?}");
+    let threads = threads_by_name(vm.qemu_pid() as i32).expect("vCPU threads");
+    let tid = threads.vcpus[1].1;
+    // The module counts from its last bind (the daemon's header re-binds it).
+    let rings_before = guest_rings(&vm);
+
+    // Act: a guest task on vCPU 1 alternates 30 ms of FIFO 42 with 30 ms of
+    // SCHED_OTHER; time the slot showing SCHED_OTHER -> the host unboosting.
+    let cycles = 16;
+    let task = vm.spawn(&format!("rttoggle 1 42 30 {cycles}")).unwrap();
+    let mut delays = Vec::new();
+    let observer = RtObserver::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let at_cap = |p: ThreadParams| p.policy == SCHED_FIFO && p.priority == CAP;
+    while delays.len() < cycles - 2 && Instant::now() < deadline {
+        if wait_until(
+            Duration::from_millis(500),
+            Duration::from_micros(100),
+            || at_cap(params(tid)).then_some(()),
+        )
+        .is_none()
+        {
+            continue;
+        }
+        let region = vm.region().expect("region");
+        let Some(cleared) = wait_until(
+            Duration::from_millis(200),
+            Duration::from_micros(20),
+            || {
+                region
+                    .read_guest(1)
+                    .ok()
+                    .filter(|g| g.policy != POLICY_FIFO)
+                    .map(|_| Instant::now())
+            },
+        ) else {
+            continue;
+        };
+        if let Some(done) = wait_until(
+            Duration::from_millis(500),
+            Duration::from_micros(20),
+            || (!at_cap(params(tid))).then(Instant::now),
+        ) {
+            delays.push(done.saturating_duration_since(cleared));
+        }
+    }
+    drop(observer);
+    vm.wait_gone(task.pid, Duration::from_secs(20)).unwrap();
+    delays.sort();
+    let rings = metric(&d, "pvsched_doorbell_rings_total");
+    let guest = guest_rings(&vm).saturating_sub(rings_before);
+
+    // Assert: the guest rang, the daemon read the rings, and the unboost
+    // came with them (the timers alone would take up to a second).
+    let us: Vec<u128> = delays.iter().map(|d| d.as_micros()).collect();
+    eprintln!("unboost delays with the doorbell (us, sorted): {us:?}; rings: guest {guest}, daemon {rings}");
+    assert!(
+        delays.len() >= 8,
+        "only {} transitions: {us:?}\n{}",
+        delays.len(),
+        d.log()
+    );
+    assert!(guest >= delays.len() as u64, "guest rang {guest} times");
+    assert!(rings >= 1.0, "the daemon read no ring:\n{}", d.log());
+    let median = delays[delays.len() / 2];
+    assert!(
+        median <= Duration::from_millis(5),
+        "median unboost delay {median:?} (the timers run at 1 s): {us:?}"
+    );
+}
