@@ -88,6 +88,9 @@ pub struct Daemon {
     stop: Arc<AtomicBool>,
     /// Guest doorbells, by VM name (`--doorbell`).
     pub(crate) doorbells: Vec<Doorbell>,
+    /// When each doorbell, disarmed by its last ring, is armed again
+    /// (`u64::MAX`: armed).
+    doorbell_rearm: Vec<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -160,6 +163,7 @@ impl Daemon {
             ctl_fd,
             stop,
             doorbells,
+            doorbell_rearm: Vec::new(),
         })
     }
 
@@ -195,17 +199,27 @@ impl Daemon {
                 .add(fd, EpollEvent::new(EpollFlags::EPOLLIN, token))
                 .map_err(os("epoll_ctl"))?;
         }
+        // One-shot: after a ring a doorbell is re-armed no sooner than
+        // doorbell_interval_us later (`rearm_doorbells`), so a guest writing
+        // its Doorbell register in a loop wakes this FIFO thread no more
+        // often than that (by default, as often as the recheck timer the
+        // doorbell replaces would).
         for (i, d) in self.doorbells.iter().enumerate() {
             epoll
                 .add(
                     d.fd.as_fd(),
-                    EpollEvent::new(EpollFlags::EPOLLIN, TOKEN_DOORBELL + i as u64),
+                    EpollEvent::new(
+                        EpollFlags::EPOLLIN | EpollFlags::EPOLLONESHOT,
+                        TOKEN_DOORBELL + i as u64,
+                    ),
                 )
                 .map_err(os("epoll_ctl"))?;
         }
+        self.doorbell_rearm = vec![u64::MAX; self.doorbells.len()];
         info!("serving");
         let mut events = [EpollEvent::empty(); 8];
         loop {
+            self.rearm_doorbells(&epoll, monotonic_ns())?;
             self.arm(&timer)?;
             let n = match epoll.wait(&mut events, EpollTimeout::NONE) {
                 Ok(n) => n,
@@ -276,6 +290,9 @@ impl Daemon {
         }
         if let Some(p) = self.source.next_poll_ns() {
             next = next.min(p);
+        }
+        if let Some(&r) = self.doorbell_rearm.iter().min() {
+            next = next.min(r);
         }
         let next = next.max(1);
         if next == self.armed_ns {
@@ -400,13 +417,37 @@ impl Daemon {
         }
     }
 
+    /// Arms again, in `epoll`, each doorbell whose pause after a ring is over.
+    fn rearm_doorbells(&mut self, epoll: &Epoll, now: u64) -> Result<(), DaemonError> {
+        for (i, d) in self.doorbells.iter().enumerate() {
+            if self.doorbell_rearm[i] > now {
+                continue;
+            }
+            self.doorbell_rearm[i] = u64::MAX;
+            epoll
+                .modify(
+                    d.fd.as_fd(),
+                    &mut EpollEvent::new(
+                        EpollFlags::EPOLLIN | EpollFlags::EPOLLONESHOT,
+                        TOKEN_DOORBELL + i as u64,
+                    ),
+                )
+                .map_err(os("epoll_ctl"))?;
+        }
+        Ok(())
+    }
+
     /// The guest of doorbell `i` rang: it published that a boosted vCPU has
     /// no reason left. Records queued without a wakeup come first, then every
-    /// boosted vCPU of that VM is re-read (the ring does not say which).
+    /// boosted vCPU of that VM is re-read (the ring does not say which). The
+    /// doorbell stays disarmed for `doorbell_interval_us` (one-shot).
     fn on_doorbell(&mut self, i: usize) {
         let Some(d) = self.doorbells.get(i) else {
             return;
         };
+        if let Some(r) = self.doorbell_rearm.get_mut(i) {
+            *r = monotonic_ns() + self.cfg.config.daemon.doorbell_interval_us * 1000;
+        }
         let rings = match pvsched_base::ivshmem::drain(d.fd.as_fd()) {
             Ok(n) => n,
             Err(e) => {

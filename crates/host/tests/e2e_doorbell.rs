@@ -4,6 +4,7 @@
 //! eventfd (`--doorbell`). With the recheck timer and the scan slowed to one
 //! second, only the ring can make the unboost prompt.
 
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use pvsched_abi::{F_DOORBELL, POLICY_FIFO};
@@ -19,13 +20,53 @@ const SCHED_FIFO: u32 = 1;
 /// Default max_rt_priority: a guest FIFO 42 maps to host FIFO 4.
 const CAP: u32 = 4;
 
-fn boot_doorbell_vm() -> Vm {
-    let image = GuestImage::build(&ImageConfig::default())
-        .expect("guest image (make test installs the kernel, QEMU and busybox)");
-    let vm = Vm::boot(VmConfig::new(image).smp(2).doorbell(true)).expect("boot guest");
-    let (rc, out) = vm.insmod("").expect("insmod");
-    assert_eq!(rc, 0, "insmod: {out}");
-    vm
+static VM: OnceLock<Mutex<Vm>> = OnceLock::new();
+
+/// Statics are never dropped: at exit, stop the shared guest (our own QEMU,
+/// by PID) and remove its directory.
+extern "C" fn stop_shared_guest() {
+    if let Some(vm) = VM.get().and_then(|m| m.try_lock().ok()) {
+        // SAFETY: SIGKILL to the QEMU process this test binary started.
+        unsafe { libc::kill(vm.qemu_pid() as i32, libc::SIGKILL) };
+        let _ = std::fs::remove_dir_all(vm.dir());
+    }
+}
+
+/// One doorbell guest for the tests of this binary (they take its lock).
+fn doorbell_vm() -> MutexGuard<'static, Vm> {
+    VM.get_or_init(|| {
+        let image = GuestImage::build(&ImageConfig::default())
+            .expect("guest image (make test installs the kernel, QEMU and busybox)");
+        let vm = Vm::boot(VmConfig::new(image).smp(2).doorbell(true)).expect("boot guest");
+        let (rc, out) = vm.insmod("").expect("insmod");
+        assert_eq!(rc, 0, "insmod: {out}");
+        // SAFETY: registers a plain extern "C" function, run at exit.
+        unsafe { libc::atexit(stop_shared_guest) };
+        Mutex::new(vm)
+    })
+    .lock()
+    .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// pvschedd serving `vm` as "db" with its doorbell, `daemon` added to [daemon].
+fn start_daemon(vm: &Vm, name: &str, daemon: &str) -> Daemon {
+    let dir = tempdir(name);
+    let toml = format!(
+        "[daemon]\nstate_file = \"{d}/state.json\"\ncontrol_socket = \"{d}/control.sock\"\n\
+         metrics = \"off\"\n{daemon}\n\
+         [defaults]\ndemote_after_ns = 1_000_000_000\n[discovery]\nauto = false\n{vm_entry}",
+        d = dir.display(),
+        vm_entry = support::vm_entry("db", vm.region_path().expect("region"), vm.qmp_socket()),
+    );
+    let fd = vm.doorbell().expect("doorbell eventfd");
+    let d = Daemon::start_with_doorbells(
+        std::path::Path::new(env!("CARGO_BIN_EXE_pvschedd")),
+        &dir,
+        &toml,
+        &[("db", fd)],
+    );
+    d.wait_serving("db", 2);
+    d
 }
 
 fn metric(d: &Daemon, name: &str) -> f64 {
@@ -53,25 +94,13 @@ fn guest_rings(vm: &Vm) -> u64 {
 
 #[test]
 fn a_guest_clearing_its_reason_rings_and_is_unboosted_without_the_recheck_timer() {
-    let _serial = support::serial();
-    let vm = boot_doorbell_vm();
+    let vm = doorbell_vm();
     assert!(vm.doorbell_connected());
-    let fd = vm.doorbell().expect("doorbell eventfd");
-    let dir = tempdir("doorbell");
-    let toml = format!(
-        "[daemon]\nstate_file = \"{d}/state.json\"\ncontrol_socket = \"{d}/control.sock\"\n\
-         metrics = \"off\"\nrecheck_boosted_us = 1_000_000\nscan_interval_us = 1_000_000\n\
-         [defaults]\ndemote_after_ns = 1_000_000_000\n[discovery]\nauto = false\n{vm_entry}",
-        d = dir.display(),
-        vm_entry = support::vm_entry("db", vm.region_path().expect("region"), vm.qmp_socket()),
+    let d = start_daemon(
+        &vm,
+        "doorbell",
+        "recheck_boosted_us = 1_000_000\nscan_interval_us = 1_000_000",
     );
-    let d = Daemon::start_with_doorbells(
-        std::path::Path::new(env!("CARGO_BIN_EXE_pvschedd")),
-        &dir,
-        &toml,
-        &[("db", fd)],
-    );
-    d.wait_serving("db", 2);
     let header = vm.region().expect("region").header();
     assert_ne!(header.host_features & F_DOORBELL, 0, "{header:?}");
     let threads = threads_by_name(vm.qemu_pid() as i32).expect("vCPU threads");
@@ -141,5 +170,52 @@ fn a_guest_clearing_its_reason_rings_and_is_unboosted_without_the_recheck_timer(
     assert!(
         median <= Duration::from_millis(5),
         "median unboost delay {median:?} (the timers run at 1 s): {us:?}"
+    );
+}
+
+/// A hostile guest writes its Doorbell register in a loop: QEMU signals the
+/// host vector's eventfd once per write. The test signals that same eventfd
+/// in a loop (faster than a TCG guest could write), and the daemon's event
+/// thread (SCHED_FIFO) wakes for it at most once per `doorbell_interval_us`.
+#[test]
+fn a_doorbell_rung_in_a_loop_wakes_the_daemon_at_most_once_per_doorbell_interval() {
+    let vm = doorbell_vm();
+    let interval_ms = 2;
+    let d = start_daemon(
+        &vm,
+        "flood",
+        &format!("doorbell_interval_us = {}", interval_ms * 1000),
+    );
+    let fd = vm.doorbell().expect("doorbell eventfd");
+    let wakeups = || metric(&d, "pvsched_wakeups_total{cause=\"doorbell\"}");
+    let (w0, r0) = (wakeups(), metric(&d, "pvsched_doorbell_rings_total"));
+
+    // Act: 2 s of rings, as fast as this thread can write.
+    let t = Instant::now();
+    let mut written = 0u64;
+    while t.elapsed() < Duration::from_secs(2) {
+        for _ in 0..100 {
+            pvsched_base::ivshmem::ring(fd).expect("ring");
+        }
+        written += 100;
+    }
+    let elapsed = t.elapsed();
+    std::thread::sleep(Duration::from_millis(50));
+    let (woke, rings) = (
+        wakeups() - w0,
+        metric(&d, "pvsched_doorbell_rings_total") - r0,
+    );
+
+    // Assert: every ring read, few wakeups.
+    eprintln!("{written} rings written, {rings} read, {woke} wakeups in {elapsed:?}");
+    let bound = (elapsed.as_secs_f64() + 0.05) * 1000.0 / interval_ms as f64 + 2.0;
+    assert!(woke >= 1.0, "the rings never woke the daemon:\n{}", d.log());
+    assert!(
+        woke <= bound,
+        "{woke} doorbell wakeups in {elapsed:?} (bound {bound})"
+    );
+    assert!(
+        rings >= 10.0 * woke,
+        "{rings} rings read for {woke} wakeups"
     );
 }

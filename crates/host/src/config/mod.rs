@@ -58,6 +58,10 @@ pub struct DaemonConfig {
     /// Re-read interval of every slot (guests whose vCPUs the host never
     /// preempts still get their RT tasks mapped), microseconds.
     pub scan_interval_us: u64,
+    /// A VM's guest doorbell (`--doorbell`) wakes the event thread at most once
+    /// per this many µs: a guest ringing in a loop costs the host no more than
+    /// the recheck timer would.
+    pub doorbell_interval_us: u64,
     /// How often VMs are looked for (appearing / disappearing), milliseconds.
     pub discovery_interval_ms: u64,
     /// SCHED_FIFO priority of the event thread; must exceed every VM's
@@ -104,6 +108,7 @@ impl Default for DaemonConfig {
             poll_interval_us: 1000,
             recheck_boosted_us: 500,
             scan_interval_us: 10_000,
+            doorbell_interval_us: 500,
             discovery_interval_ms: 1000,
             priority: 5,
             mlock: true,
@@ -347,6 +352,7 @@ impl Config {
             ("daemon.poll_interval_us", d.poll_interval_us),
             ("daemon.recheck_boosted_us", d.recheck_boosted_us),
             ("daemon.scan_interval_us", d.scan_interval_us),
+            ("daemon.doorbell_interval_us", d.doorbell_interval_us),
             ("daemon.discovery_interval_ms", d.discovery_interval_ms),
         ] {
             if v == 0 {
