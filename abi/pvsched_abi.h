@@ -190,7 +190,12 @@ struct pvsched_guest_half {
 	__u32 policy;		/* running task's PVSCHED_POLICY_* */
 	__u32 rt_priority;	/* running task's RT priority, 0 if not RT */
 	__s32 nice;		/* running task's nice, -20..19 */
-	__u64 update_ns;	/* guest clock of the last update */
+	/*
+	 * The guest publishes when one of the fields above changes; update_ns
+	 * and the counters below are as of that publish (a context switch
+	 * between two tasks of the same class leaves the slot untouched).
+	 */
+	__u64 update_ns;	/* guest clock of the last publish */
 	__u64 hardirq_count;	/* hardirq entries */
 	__u64 softirq_count;	/* softirq entries */
 	__u64 nmi_count;	/* NMIs */

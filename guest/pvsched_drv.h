@@ -20,8 +20,10 @@
  * only an NMI can interrupt an update; @busy tells it to keep its hands off
  * the slot (the next publish carries whatever it would have written).
  *
- * The slot is a copy of this state: pvsched_publish() writes it with the
- * seqcount protocol of pvsched_abi.h.
+ * The slot is a copy of this state as of its last publish: pvsched_publish()
+ * writes it with the seqcount protocol of pvsched_abi.h, whenever an update
+ * changes a field the host acts on (flags, cs_flags, policy, rt_priority,
+ * nice); the counters go along then.
  */
 struct pvsched_cpu {
 	struct pvsched_slot *slot;	/* NULL: this CPU has no slot */
@@ -40,8 +42,25 @@ struct pvsched_cpu {
 	u64 boost_req_count;
 	u64 hints_raised;		/* pending hints set in other slots */
 	u64 hints_cleared;		/* pending hints this CPU satisfied */
+	/*
+	 * A waker set this slot's guest_pending (other CPUs write it, after
+	 * the word): the owner looks at the word only while this is set.
+	 */
+	bool hint_raised;
 	/* Task holding an explicit boost request; only ever the running one. */
 	struct task_struct *boost_task;
+	/*
+	 * What the slot says now, of the fields the host acts on (written by
+	 * each publish): an update that changes none of them is not published.
+	 */
+	u32 shown_flags;		/* PVSCHED_GF_*, ACTIVE included */
+	u32 shown_cs;
+	u32 shown_policy;
+	u32 shown_rt_priority;
+	s32 shown_nice;
+	/* PVSCHED_F_DOORBELL: host-half seq this CPU last rang for, and rings. */
+	u32 rung_host_seq;
+	u64 doorbell_rings;
 };
 
 DECLARE_PER_CPU(struct pvsched_cpu, pvsched_cpu);
@@ -62,6 +81,9 @@ struct pvsched_region {
 	u64 features;			/* accepted: offered & supported */
 	int cpuhp_state;
 	unsigned int nr_tracepoints;	/* probes registered */
+	/* BAR0 (ivshmem registers), NULL if unusable: no doorbell. */
+	void __iomem *regs;
+	u32 doorbell;			/* header.doorbell: what rings the host */
 };
 
 extern struct pvsched_region pvsched_region;

@@ -19,6 +19,8 @@
 #include "pvsched_drv.h"
 
 #define PVSCHED_BAR			2
+/* ivshmem's registers (Doorbell at PVSCHED_IVSHMEM_DOORBELL_REG). */
+#define PVSCHED_REGS_BAR		0
 #define PVSCHED_PCI_DEVICE_IVSHMEM		0x1110
 
 static ulong features = PVSCHED_SUPPORTED_FEATURES;
@@ -171,6 +173,10 @@ static int pvsched_bind(struct pci_dev *pdev, const struct pvsched_header *h)
 	r->generation = h->generation;
 	r->host_features = h->host_features;
 	r->features = h->host_features & PVSCHED_SUPPORTED_FEATURES & features;
+	/* Ringing needs the device's registers (ivshmem-doorbell has them). */
+	if (!r->regs)
+		r->features &= ~PVSCHED_F_DOORBELL;
+	r->doorbell = h->doorbell;
 
 	for_each_possible_cpu(cpu) {
 		struct pvsched_cpu *pc = per_cpu_ptr(&pvsched_cpu, cpu);
@@ -294,6 +300,39 @@ out:
 	mutex_unlock(&pvsched_mutex);
 }
 
+/*
+ * Map the register BAR for the doorbell, if the device has one we can have;
+ * without it the module works as before, on the host's timer.
+ */
+static void pvsched_map_regs(struct pci_dev *pdev)
+{
+	struct pvsched_region *r = &pvsched_region;
+
+	r->regs = NULL;
+	if (!(pci_resource_flags(pdev, PVSCHED_REGS_BAR) & IORESOURCE_MEM) ||
+	    pci_resource_len(pdev, PVSCHED_REGS_BAR) <
+	    PVSCHED_IVSHMEM_DOORBELL_REG + sizeof(u32))
+		return;
+	if (pci_request_region(pdev, PVSCHED_REGS_BAR, KBUILD_MODNAME))
+		return;
+	r->regs = pci_iomap(pdev, PVSCHED_REGS_BAR,
+			    PVSCHED_IVSHMEM_DOORBELL_REG + sizeof(u32));
+	if (!r->regs)
+		pci_release_region(pdev, PVSCHED_REGS_BAR);
+}
+
+/* After unbinding: no probe can ring any more. */
+static void pvsched_unmap_regs(struct pci_dev *pdev)
+{
+	struct pvsched_region *r = &pvsched_region;
+
+	if (!r->regs)
+		return;
+	pci_iounmap(pdev, r->regs);
+	pci_release_region(pdev, PVSCHED_REGS_BAR);
+	r->regs = NULL;
+}
+
 static int pvsched_pci_probe(struct pci_dev *pdev,
 			     const struct pci_device_id *id)
 {
@@ -342,8 +381,10 @@ static int pvsched_pci_probe(struct pci_dev *pdev,
 		goto out_release;
 
 	r->pdev = pdev;
+	pvsched_map_regs(pdev);
 	ret = pvsched_map_and_bind(pdev, &h);
 	if (ret) {
+		pvsched_unmap_regs(pdev);
 		r->pdev = NULL;
 		goto out_release;
 	}
@@ -369,6 +410,7 @@ static void pvsched_pci_remove(struct pci_dev *pdev)
 	cancel_delayed_work_sync(&pvsched_watch);
 	mutex_lock(&pvsched_mutex);
 	pvsched_unbind_and_unmap();
+	pvsched_unmap_regs(pdev);
 	r->pdev = NULL;
 	pci_release_region(pdev, PVSCHED_BAR);
 	pci_disable_device(pdev);

@@ -13,6 +13,7 @@
 
 #include <linux/atomic.h>
 #include <linux/interrupt.h>
+#include <linux/io.h>
 #include <linux/compiler.h>
 #include <linux/irqflags.h>
 #include <linux/kernel.h>
@@ -44,22 +45,31 @@ static u64 pvsched_nmi_count(void)
 #endif
 }
 
-/* Copy the private state of this CPU into its slot (seqcount writer). */
-static void pvsched_publish(struct pvsched_cpu *pc)
+/* The flags and cs_flags words the slot should show for @pc. */
+static __always_inline void pvsched_words(const struct pvsched_cpu *pc,
+					  u32 *flags, u32 *cs)
+{
+	*flags = 0;
+	*cs = 0;
+	if (pc->active) {
+		*flags = PVSCHED_GF_ACTIVE | pc->flags;
+		if (pc->hardirq_depth)
+			*cs |= PVSCHED_CS_HARDIRQ;
+		if (pc->softirq_depth)
+			*cs |= PVSCHED_CS_SOFTIRQ;
+	}
+}
+
+/*
+ * Copy the private state of this CPU into its slot (seqcount writer), given
+ * the flags and cs_flags words pvsched_words() made of it.
+ */
+static void pvsched_write(struct pvsched_cpu *pc, u32 flags, u32 cs)
 {
 	struct pvsched_guest_half *g = &pc->slot->guest;
-	u32 flags = 0, cs = 0;
-
-	if (pc->active) {
-		flags = PVSCHED_GF_ACTIVE | pc->flags;
-		if (pc->hardirq_depth)
-			cs |= PVSCHED_CS_HARDIRQ;
-		if (pc->softirq_depth)
-			cs |= PVSCHED_CS_SOFTIRQ;
-	}
 
 	WRITE_ONCE(g->seq, pc->seq + 1);
-	smp_wmb();	/* odd seq before the fields: pairs with the host's read */
+	smp_wmb();	/* odd seq before the fields */
 	WRITE_ONCE(g->flags, flags);
 	WRITE_ONCE(g->cs_flags, cs);
 	WRITE_ONCE(g->policy, pc->policy);
@@ -74,6 +84,41 @@ static void pvsched_publish(struct pvsched_cpu *pc)
 	smp_wmb();	/* fields before the even seq */
 	pc->seq += 2;
 	WRITE_ONCE(g->seq, pc->seq);
+	pc->shown_flags = flags;
+	pc->shown_cs = cs;
+	pc->shown_policy = pc->policy;
+	pc->shown_rt_priority = pc->rt_priority;
+	pc->shown_nice = pc->nice;
+}
+
+/* Publish the private state of this CPU, whether it changed or not. */
+static void pvsched_publish(struct pvsched_cpu *pc)
+{
+	u32 flags, cs;
+
+	pvsched_words(pc, &flags, &cs);
+	pvsched_write(pc, flags, cs);
+}
+
+/*
+ * Publish the private state of this CPU if a field the host acts on changed
+ * since the last publish; the counters and update_ns go along then, and are
+ * left as they are otherwise (a context switch between two tasks of the same
+ * class changes nothing the host reads: it costs no store to the slot).
+ * Returns whether it published.
+ */
+static __always_inline bool pvsched_publish_changed(struct pvsched_cpu *pc)
+{
+	u32 flags, cs;
+
+	pvsched_words(pc, &flags, &cs);
+	if (flags == pc->shown_flags && cs == pc->shown_cs &&
+	    pc->policy == pc->shown_policy &&
+	    pc->rt_priority == pc->shown_rt_priority &&
+	    pc->nice == pc->shown_nice)
+		return false;
+	pvsched_write(pc, flags, cs);
+	return true;
 }
 
 /*
@@ -95,10 +140,42 @@ static __always_inline struct pvsched_cpu *pvsched_begin(unsigned long *irqfl)
 	return pc;
 }
 
+/*
+ * PVSCHED_F_DOORBELL: just published that this CPU has no reason for a boost
+ * (no RT or deadline task, no critical section, no boost request, not idle,
+ * no pending hint) while the host half says it is boosted: ring the host, so
+ * that it unboosts now instead of at its next timer. At most once per
+ * host-half update (its seq), so a host that keeps the boost is rung once.
+ * Idle is left out: the host keeps some boosts across a halt on purpose.
+ */
+static __always_inline void pvsched_doorbell(struct pvsched_cpu *pc)
+{
+	const struct pvsched_host_half *host = &pc->slot->host;
+	u32 seq;
+
+	if (!(READ_ONCE(pvsched_region.features) & PVSCHED_F_DOORBELL))
+		return;
+	if (pc->flags || pc->hardirq_depth || pc->softirq_depth ||
+	    pc->rt_priority || pc->policy == PVSCHED_POLICY_DEADLINE)
+		return;
+	if (!(READ_ONCE(host->flags) & PVSCHED_HF_BOOSTED))
+		return;
+	seq = READ_ONCE(host->seq);
+	if (seq == pc->rung_host_seq ||
+	    READ_ONCE(pc->slot->guest.guest_pending))
+		return;
+	pc->rung_host_seq = seq;
+	pc->doorbell_rings++;
+	writel(pvsched_region.doorbell,
+	       pvsched_region.regs + PVSCHED_IVSHMEM_DOORBELL_REG);
+}
+
+/* End an update: publish it if the host would see a difference. */
 static __always_inline void pvsched_end(struct pvsched_cpu *pc,
 					unsigned long irqfl)
 {
-	pvsched_publish(pc);
+	if (pvsched_publish_changed(pc))
+		pvsched_doorbell(pc);
 	barrier();
 	WRITE_ONCE(pc->busy, false);
 	local_irq_restore(irqfl);
@@ -136,7 +213,8 @@ static u32 pvsched_task_urgency(const struct task_struct *p)
  * change of the running task (sched_setscheduler() has no tracepoint) thus
  * shows within a tick instead of at its next context switch.
  */
-static void pvsched_set_task(struct pvsched_cpu *pc, struct task_struct *p)
+static __always_inline void pvsched_set_task(struct pvsched_cpu *pc,
+					     struct task_struct *p)
 {
 	pc->policy = pvsched_task_policy(p);
 	pc->rt_priority = pvsched_task_urgency(p);
@@ -147,27 +225,38 @@ static void pvsched_set_task(struct pvsched_cpu *pc, struct task_struct *p)
 		pc->flags &= ~PVSCHED_GF_IDLE;
 }
 
-static bool pvsched_pending_on(void)
-{
-	return pvsched_region.features & PVSCHED_F_PENDING_HINT;
-}
-
-/* The owner of a slot drops a pending hint its next task satisfies. */
-static void pvsched_pending_switch(struct pvsched_cpu *pc,
-				   struct task_struct *next)
+/*
+ * The owner of a slot drops a pending hint its next task satisfies. It reads
+ * the word only after a waker said it raised one (hint_raised, in its own
+ * per-CPU state), and for as long as a hint stays: under QEMU's TCG every
+ * page a probe touches after a context switch costs a software TLB refill,
+ * and the shared page is not otherwise touched on a switch.
+ */
+static __always_inline void pvsched_pending_switch(struct pvsched_cpu *pc,
+						   struct task_struct *next)
 {
 	u64 *word = &pc->slot->guest.guest_pending;
-	u64 old = READ_ONCE(*word);
+	u64 old;
 
+	if (likely(!READ_ONCE(pc->hint_raised)))
+		return;
+	WRITE_ONCE(pc->hint_raised, false);
+	/* Cleared before the word is read: pairs with the waker's cmpxchg. */
+	smp_mb();
+	old = READ_ONCE(*word);
 	if (!old)
 		return;
 	if (!is_idle_task(next) && (old & PVSCHED_PENDING_VALID) &&
 	    !(old & PVSCHED_PENDING_RESERVED) &&
-	    pvsched_task_urgency(next) < (old & PVSCHED_PENDING_PRIO_MASK))
+	    pvsched_task_urgency(next) < (old & PVSCHED_PENDING_PRIO_MASK)) {
+		WRITE_ONCE(pc->hint_raised, true);	/* still pending */
 		return;
+	}
 	/* A waker may have raised it meanwhile: then keep the new hint. */
 	if (cmpxchg64(word, old, 0) == old)
 		pc->hints_cleared++;
+	else
+		WRITE_ONCE(pc->hint_raised, true);
 }
 
 static void pvsched_probe_sched_switch(void *data, bool preempt,
@@ -192,8 +281,7 @@ static void pvsched_probe_sched_switch(void *data, bool preempt,
 	 */
 	pc->hardirq_depth = 0;
 	pc->softirq_depth = 0;
-	if (pvsched_pending_on())
-		pvsched_pending_switch(pc, next);
+	pvsched_pending_switch(pc, next);
 	pvsched_end(pc, irqfl);
 }
 
@@ -226,6 +314,8 @@ static void pvsched_probe_sched_wakeup(void *data, struct task_struct *p)
 			return;
 		cur = cmpxchg64(&pc->slot->guest.guest_pending, old, word);
 		if (cur == old) {
+			/* After the word (cmpxchg: a full barrier): the owner looks. */
+			WRITE_ONCE(pc->hint_raised, true);
 			/* Interrupts are off: only this CPU touches its counter. */
 			this_cpu_inc(pvsched_cpu.hints_raised);
 			return;
@@ -506,6 +596,7 @@ int pvsched_cpu_online(unsigned int cpu)
 	pc->boost_task = NULL;
 	pvsched_set_task(pc, current);
 	WRITE_ONCE(pc->slot->guest.guest_pending, 0);
+	WRITE_ONCE(pc->hint_raised, false);
 	WRITE_ONCE(pc->active, true);
 	pvsched_publish(pc);
 	barrier();

@@ -102,10 +102,11 @@ static int pvsched_status_show(struct seq_file *m, void *unused)
 	const char *name;
 	bool on;
 
-	seq_printf(m, "device=%s abi=%u.%u generation=%llu slots=%u cpus=%u features=0x%llx offered=0x%llx\n",
+	seq_printf(m, "device=%s abi=%u.%u generation=%llu slots=%u cpus=%u features=0x%llx offered=0x%llx doorbell=%s\n",
 		   pci_name(r->pdev), PVSCHED_ABI_MAJOR, PVSCHED_ABI_MINOR,
 		   r->generation, r->slot_count, num_possible_cpus(),
-		   r->features, r->host_features);
+		   r->features, r->host_features,
+		   r->regs ? "registers" : "none");
 	seq_puts(m, "tracepoints=");
 	for (i = 0; (name = pvsched_tracepoint_name(i, &on)); i++)
 		if (on)
@@ -132,10 +133,11 @@ static int pvsched_status_show(struct seq_file *m, void *unused)
 		else
 			seq_puts(m, " guest=inconsistent");
 		pc = per_cpu_ptr(&pvsched_cpu, cpu);
-		seq_printf(m, " pending=0x%llx hints_raised=%llu hints_cleared=%llu",
+		seq_printf(m, " pending=0x%llx hints_raised=%llu hints_cleared=%llu doorbell_rings=%llu",
 			   (unsigned long long)READ_ONCE(s->guest.guest_pending),
 			   READ_ONCE(pc->hints_raised),
-			   READ_ONCE(pc->hints_cleared));
+			   READ_ONCE(pc->hints_cleared),
+			   READ_ONCE(pc->doorbell_rings));
 		pvsched_show_host(m, s);
 		seq_putc(m, '\n');
 	}

@@ -356,6 +356,32 @@ fn interrupt_activity_moves_the_cpus_cs_counters() {
     vm.wait_gone(p.pid, WAIT).unwrap();
 }
 
+/// Two normal tasks passing a byte back and forth on CPU 1 switch to each
+/// other without going idle: nothing the host reads changes, so the slot is
+/// published for the interrupts meanwhile, not for every switch (it was,
+/// before publish-on-change: two publishes per round trip).
+#[test]
+fn switches_between_normal_tasks_are_not_published() {
+    let g = live();
+    let vm = g.vm();
+    let rounds = 5000u32;
+    let before = slot(vm, 1);
+    let out = vm
+        .exec_ok(&format!("pipepong -a 1 -b 1 -n {rounds} -t 60"), T)
+        .unwrap();
+    let after = slot(vm, 1);
+    assert!(out.contains(&format!("rounds={rounds}")), "pipepong: {out}");
+    let publishes = after.seq.wrapping_sub(before.seq) / 2;
+    let switches = 2 * rounds;
+    eprintln!("{switches} switches on CPU 1 (at least), {publishes} publishes");
+    assert!(
+        publishes < switches / 4,
+        "{publishes} publishes for {switches} switches: {before:?} -> {after:?}"
+    );
+    // The slot's counters still move with the publishes that happen.
+    assert!(after.switch_count > before.switch_count);
+}
+
 /// Runs `boostreq` on CPU 1 at SCHED_FIFO 10 (so that no normal task preempts
 /// it: leaving the CPU ends a request) and checks that the request is seen on
 /// slot 1, counted once, and ended the way `mode` says. After the release,
