@@ -4,6 +4,7 @@
 //! request and reply `pvschedctl status --json` uses.
 
 use std::fs::OpenOptions;
+use std::os::fd::{BorrowedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -98,6 +99,10 @@ pub struct VmEntry {
     pub region: PathBuf,
     pub locator: Locator,
     pub vcpus: usize,
+    /// The eventfd the VM's guest rings (an `ivshmem-doorbell` VM, which the
+    /// bench serves and which outlives the daemon), handed to pvschedd as
+    /// `--doorbell NAME=FD`.
+    pub doorbell: Option<RawFd>,
 }
 
 /// The daemon config the bench generates: nothing but our VM, metrics off,
@@ -109,6 +114,7 @@ pub fn config_toml(run_dir: &Path, region: &Path, vm: &Locator, overlay: &toml::
         region: region.to_path_buf(),
         locator: vm.clone(),
         vcpus: 0,
+        doorbell: None,
     };
     config_toml_vms(run_dir, &[entry], overlay)
 }
@@ -179,6 +185,7 @@ pub struct Daemon {
     child: Child,
     socket: PathBuf,
     log: PathBuf,
+    started: Instant,
 }
 
 impl Daemon {
@@ -190,12 +197,14 @@ impl Daemon {
         vm: &Locator,
         vcpus: usize,
         overlay: &toml::Table,
+        doorbell: Option<RawFd>,
     ) -> Result<Daemon> {
         let entry = VmEntry {
             name: VM_NAME.into(),
             region: region.to_path_buf(),
             locator: vm.clone(),
             vcpus,
+            doorbell,
         };
         Daemon::start_vms(bins, run_dir, &[entry], overlay)
     }
@@ -228,9 +237,26 @@ impl Daemon {
                     .map_err(io(format!("duplicating {}", log.display())))?,
             ))
             .stderr(Stdio::from(err));
+        for (i, (name, fd)) in vms
+            .iter()
+            .filter_map(|v| Some((&v.name, v.doorbell?)))
+            .enumerate()
+        {
+            let target = 10 + i as RawFd;
+            // SAFETY: the descriptor belongs to the bench's Vm, which is
+            // open for the whole run, so for this spawn too.
+            let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+            pvsched_base::ivshmem::pass_fd(&mut cmd, fd, target);
+            cmd.arg("--doorbell").arg(format!("{name}={target}"));
+        }
         let child = pvsched_vmtest::spawn_tied(cmd)
             .map_err(io(format!("starting {}", bins.pvschedd.display())))?;
-        let mut d = Daemon { child, socket, log };
+        let mut d = Daemon {
+            child,
+            socket,
+            log,
+            started: Instant::now(),
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(Some(s)) = d.child.try_wait() {
@@ -265,6 +291,11 @@ impl Daemon {
             }
             std::thread::sleep(Duration::from_millis(250));
         }
+    }
+
+    /// Time since it was started (its counters start with it).
+    pub fn uptime(&self) -> Duration {
+        self.started.elapsed()
     }
 
     fn log_tail(&self) -> String {
@@ -441,6 +472,7 @@ mod tests {
             region: format!("/x/{name}/region").into(),
             locator,
             vcpus: 2,
+            doorbell: None,
         };
 
         // Act

@@ -14,6 +14,8 @@ pub mod error;
 pub mod foreign;
 pub mod guest;
 pub mod host;
+pub mod interrupts;
+pub mod modcost;
 pub mod model;
 pub mod msgpass;
 pub mod msgpass_report;

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use pvsched_bench::accel::AccelChoice;
+use pvsched_bench::modcost::ModCostSettings;
 use pvsched_bench::model::{Load, Mode};
 use pvsched_bench::msgpass::{self, MsgSettings};
 use pvsched_bench::msgpass_report::IdleCase;
@@ -127,6 +128,21 @@ struct Cli {
     /// machines) [default: 2; --quick: 1].
     #[arg(long, value_name = "N")]
     retry_disturbed: Option<usize>,
+    /// Give the guest its region as ivshmem-plain (no guest doorbell: pvschedd
+    /// re-reads boosted vCPUs on its recheck timer), as runs before the
+    /// doorbell did [default: ivshmem-doorbell, served by the bench].
+    #[arg(long)]
+    no_doorbell: bool,
+    /// Guest module overhead phase (standard scenario): runs of `perf bench
+    /// sched pipe` in a guest with pvsched.ko loaded and bound, and as many
+    /// without, interleaved, after the sessions; 0 skips the phase.
+    #[arg(long, value_name = "N", default_value_t = pvsched_bench::modcost::DEFAULT_REPEAT)]
+    modcost_repeat: usize,
+    /// Guest module overhead phase: `perf bench sched pipe -l` loops per run
+    /// (about 100 µs each under TCG).
+    #[arg(long, value_name = "LOOPS", default_value_t = pvsched_bench::modcost::DEFAULT_LOOPS,
+          value_parser = clap::value_parser!(u32).range(100..))]
+    modcost_loops: u32,
     /// cyclictest histogram size in µs (later samples count as overflows at the max).
     #[arg(long, default_value_t = 100_000)]
     buckets: u32,
@@ -167,6 +183,12 @@ fn rogue_settings(mut cli: Cli) -> Result<RogueSettings> {
             "--rogue-cases: a case is given twice".into(),
         ));
     }
+    // Its pvschedd is started without the doorbells: plain ivshmem keeps it
+    // comparable with its earlier runs.
+    let base = Settings {
+        doorbell: false,
+        ..base
+    };
     Ok(RogueSettings {
         base,
         cases,
@@ -199,6 +221,10 @@ fn msgpass_settings(mut cli: Cli) -> Result<MsgSettings> {
             "--cases: give each case once, at least one".into(),
         ));
     }
+    let base = Settings {
+        doorbell: false,
+        ..base
+    };
     Ok(MsgSettings {
         base,
         cases,
@@ -254,6 +280,11 @@ fn settings(cli: Cli) -> Result<Settings> {
         audio_secs: cli.audio_secs.unwrap_or(duration),
         pingpong_secs: cli.pingpong_secs.unwrap_or(if q { 2 } else { 3 }),
         retry_disturbed: cli.retry_disturbed.unwrap_or(if q { 1 } else { 2 }),
+        doorbell: !cli.no_doorbell,
+        modcost: ModCostSettings {
+            repeat: cli.modcost_repeat,
+            loops: cli.modcost_loops,
+        },
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
     let usage = |msg: &str| Err(BenchError::Usage(msg.into()));

@@ -122,6 +122,10 @@ pub struct LatencyRun {
     /// (None in raw.json files from before it was measured).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<CpuUse>,
+    /// The host's interrupts per second over this phase (None in raw.json
+    /// files from before they were measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupts: Option<crate::interrupts::Rates>,
 }
 
 /// Everything measured in one (load, mode) session besides cyclictest.
@@ -140,6 +144,45 @@ pub struct SessionRun {
     /// `+Inf`, as `None` (JSON has no infinity).
     #[serde(default)]
     pub reaction: Vec<(Option<f64>, u64)>,
+    /// pvsched sessions: of those reactions, event -> the daemon's event
+    /// thread awake (`pvsched_reaction_wakeup_seconds`), and each
+    /// `sched_setattr` call (`pvsched_setattr_seconds`), in the same form.
+    #[serde(default)]
+    pub reaction_wakeup: Vec<(Option<f64>, u64)>,
+    #[serde(default)]
+    pub setattr: Vec<(Option<f64>, u64)>,
+    /// pvsched sessions: the daemon's counters at the end (it starts with
+    /// the session): event-thread wakeups by cause, doorbell rings, BPF
+    /// records and lazy records; and how long it ran, seconds.
+    #[serde(default)]
+    pub daemon_counters: BTreeMap<String, f64>,
+    #[serde(default)]
+    pub daemon_seconds: f64,
+}
+
+/// The daemon counters a session keeps (`SessionRun::daemon_counters`):
+/// (key, Prometheus sample name).
+pub const DAEMON_COUNTERS: [(&str, &str); 6] = [
+    (
+        "wakeups_records",
+        "pvsched_wakeups_total{cause=\"records\"}",
+    ),
+    ("wakeups_timer", "pvsched_wakeups_total{cause=\"timer\"}"),
+    (
+        "wakeups_doorbell",
+        "pvsched_wakeups_total{cause=\"doorbell\"}",
+    ),
+    ("doorbell_rings", "pvsched_doorbell_rings_total"),
+    ("bpf_records", "pvsched_bpf_records"),
+    ("bpf_lazy_records", "pvsched_bpf_lazy_records"),
+];
+
+/// The value of the sample `name` (with its labels, as printed) in the
+/// Prometheus text `text`.
+pub fn prometheus_value(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix(name))
+        .find_map(|rest| rest.strip_prefix(' ')?.trim().parse().ok())
 }
 
 /// The cumulative buckets of the Prometheus histogram `name` in `text`

@@ -289,7 +289,15 @@ impl Bench<'_> {
         }
         let overlay = &overlay;
         let by_qmp = Locator::Qmp(self.vm.qmp_socket().to_path_buf());
-        match Daemon::start(&self.bins, &self.run_dir, &region, &by_qmp, n, overlay) {
+        match Daemon::start(
+            &self.bins,
+            &self.run_dir,
+            &region,
+            &by_qmp,
+            n,
+            overlay,
+            None,
+        ) {
             Ok(d) => Ok(d),
             Err(e) => {
                 self.note(format!(
@@ -298,7 +306,15 @@ impl Bench<'_> {
                     first_line(&e.to_string())
                 ));
                 let by_pid = Locator::Pid(self.vm.qemu_pid());
-                Daemon::start(&self.bins, &self.run_dir, &region, &by_pid, n, overlay)
+                Daemon::start(
+                    &self.bins,
+                    &self.run_dir,
+                    &region,
+                    &by_pid,
+                    n,
+                    overlay,
+                    None,
+                )
             }
         }
     }
@@ -896,6 +912,8 @@ mod tests {
                 audio_secs: 0,
                 pingpong_secs: 0,
                 retry_disturbed: 1,
+                doorbell: false,
+                modcost: Default::default(),
                 command: String::new(),
             },
             cases,

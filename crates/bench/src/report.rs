@@ -104,6 +104,19 @@ pub struct ModeReport {
     /// pvsched only: the daemon's reaction latency over every repeat.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub reaction: Option<Reaction>,
+    /// pvsched only: of a reaction, event -> event thread awake, and one
+    /// `sched_setattr`; same form.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub reaction_wakeup: Option<Reaction>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub setattr: Option<Reaction>,
+    /// The host's interrupts per second, mean over this interval's phases.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub interrupts: Option<crate::interrupts::Rates>,
+    /// pvsched only: the daemon's counters per second of its sessions
+    /// (`model::DAEMON_COUNTERS` keys).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
+    pub daemon_per_s: BTreeMap<String, f64>,
 }
 
 /// pvschedd's reaction latency (host event timestamp -> `sched_setattr`
@@ -218,6 +231,9 @@ pub struct Report {
     /// vanilla and its fair-class entitlement, with the host load beside it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fair_share: Vec<LoadShare>,
+    /// The guest module's overhead on `perf bench sched pipe` (the phase ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modcost: Option<crate::modcost::ModCostReport>,
 }
 
 pub fn ratio(a: f64, b: f64) -> Option<f64> {
@@ -356,7 +372,134 @@ fn mode_report(results: &Results, load: Load, interval: u32, mode: Mode) -> Mode
                 .map(|s| s.reaction.as_slice())
                 .collect::<Vec<_>>(),
         ),
+        reaction_wakeup: reaction(
+            &sessions
+                .iter()
+                .map(|s| s.reaction_wakeup.as_slice())
+                .collect::<Vec<_>>(),
+        ),
+        setattr: reaction(
+            &sessions
+                .iter()
+                .map(|s| s.setattr.as_slice())
+                .collect::<Vec<_>>(),
+        ),
+        interrupts: crate::interrupts::mean(
+            &runs.iter().filter_map(|r| r.interrupts).collect::<Vec<_>>(),
+        ),
+        daemon_per_s: daemon_per_s(sessions),
     }
+}
+
+/// What the host pays per mode beyond CPU time (interrupts, the daemon's
+/// wakeups by cause), and where a reaction's time goes.
+fn host_costs_markdown(o: &mut String, r: &Report) {
+    let rows: Vec<(&Scenario, &str, &ModeReport)> = r
+        .scenarios
+        .iter()
+        .flat_map(|s| s.modes.iter().map(move |(m, x)| (s, m.as_str(), x)))
+        .filter(|(_, _, x)| x.interrupts.is_some())
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "\n## What the host pays besides CPU time (cyclictest phases)\n\n\
+         The host's interrupts per second over the phases (`/proc/interrupts`, both CPUs: \
+         local timer, rescheduling IPIs, function-call IPIs; on a machine that is itself a VM \
+         each is an exit to the outer hypervisor), beside the host's cyclictest p99; for \
+         pvsched, its event thread's wakeups per second by cause (records, its timer, a guest \
+         doorbell) and the doorbell rings, over its whole sessions.\n"
+    );
+    let _ = writeln!(
+        o,
+        "| load | interval | mode | host p99 µs | timer irq/s | resched IPI/s | call IPI/s | \
+         daemon wakeups/s: records / timer / doorbell | rings/s |"
+    );
+    let _ = writeln!(o, "|---|---|---|--:|--:|--:|--:|---|--:|");
+    for (s, mode, x) in rows {
+        let Some(i) = x.interrupts else { continue };
+        let d = |k: &str| x.daemon_per_s.get(k).copied();
+        let (wakeups, rings) = if x.daemon_per_s.is_empty() {
+            ("".to_string(), "".to_string())
+        } else {
+            let f = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.0}"));
+            (
+                format!(
+                    "{} / {} / {}",
+                    f(d("wakeups_records")),
+                    f(d("wakeups_timer")),
+                    f(d("wakeups_doorbell"))
+                ),
+                f(d("doorbell_rings")),
+            )
+        };
+        let _ = writeln!(
+            o,
+            "| {} | {} µs | {mode} | {} | {:.0} | {:.0} | {:.0} | {wakeups} | {rings} |",
+            s.load, s.interval_us, x.host.summary.p99_us, i.local_timer, i.resched, i.call
+        );
+    }
+    let breakdown: Vec<(&str, &ModeReport)> = {
+        let mut seen = std::collections::BTreeSet::new();
+        r.scenarios
+            .iter()
+            .filter(|s| seen.insert(s.load.clone()))
+            .filter_map(|s| {
+                s.modes
+                    .get(Mode::Pvsched.name())
+                    .filter(|m| m.reaction.is_some())
+                    .map(|m| (s.load.as_str(), m))
+            })
+            .collect()
+    };
+    if breakdown.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "\nWhere a reaction's time goes (pvschedd's histograms, bucket upper bounds, µs): the \
+         whole reaction; its first part, host event -> the event thread awake \
+         (`pvsched_reaction_wakeup_seconds`: the BPF ring's wakeup and the host scheduler \
+         running a SCHED_FIFO thread); and one `sched_setattr` call \
+         (`pvsched_setattr_seconds`). The rest is the daemon's own work.\n"
+    );
+    let _ = writeln!(
+        o,
+        "| load | reactions | p50 / p99 | event -> awake p50 / p99 | sched_setattr p50 / p99 |"
+    );
+    let _ = writeln!(o, "|---|--:|---|---|---|");
+    let b = |v: Option<f64>| v.map_or("> 20000".into(), |v| format!("{v:.0}"));
+    let pair = |x: &Option<Reaction>| {
+        x.as_ref()
+            .map_or("-".into(), |x| format!("{} / {}", b(x.p50_us), b(x.p99_us)))
+    };
+    for (load, m) in breakdown {
+        let _ = writeln!(
+            o,
+            "| {load} | {} | {} | {} | {} |",
+            m.reaction.as_ref().map_or(0, |x| x.actions),
+            pair(&m.reaction),
+            pair(&m.reaction_wakeup),
+            pair(&m.setattr)
+        );
+    }
+}
+
+/// The daemon's counters summed over `sessions`, per second of their daemons.
+pub fn daemon_per_s(sessions: &[crate::model::SessionRun]) -> BTreeMap<String, f64> {
+    let seconds: f64 = sessions.iter().map(|s| s.daemon_seconds).sum();
+    let mut out = BTreeMap::new();
+    if seconds <= 0.0 {
+        return out;
+    }
+    for s in sessions {
+        for (k, v) in &s.daemon_counters {
+            *out.entry(k.clone()).or_insert(0.0) += v / seconds;
+        }
+    }
+    out
 }
 
 /// Ratios a / b of two modes' reports.
@@ -494,6 +637,7 @@ pub fn build(
         scenarios,
         targets: all_targets,
         plots: Vec::new(),
+        modcost: None,
     }
 }
 
@@ -692,6 +836,7 @@ pub fn markdown(r: &Report) -> String {
     }
 
     share_report::markdown(&mut o, &r.fair_share);
+    crate::modcost::markdown(&mut o, r.modcost.as_ref());
 
     let reactions: Vec<(&str, &Reaction)> = {
         let mut seen = std::collections::BTreeSet::new();
@@ -732,6 +877,8 @@ pub fn markdown(r: &Report) -> String {
             );
         }
     }
+
+    host_costs_markdown(&mut o, r);
 
     if !r.targets.is_empty() {
         let _ = writeln!(o, "\n## Targets (loaded host)\n");
@@ -847,6 +994,7 @@ mod tests {
                 host_expected: 100,
                 foreign_cpu: 0.05,
                 cpu: None,
+                interrupts: None,
             });
         r.sessions
             .entry((Load::Loaded, mode))
@@ -963,6 +1111,27 @@ mod tests {
         let r = sample();
         let pv = &r.scenarios[0].modes["pvsched"];
         assert_eq!(pv.host_load.as_ref().unwrap().vs_vanilla, Some(0.95));
+    }
+
+    #[test]
+    fn daemon_counters_are_per_second_of_the_daemons_lifetimes() {
+        let text = "pvsched_wakeups_total{cause=\"timer\"} 300\n\
+                    pvsched_doorbell_rings_total 40\n";
+        let session = |t: &str, secs: f64| crate::model::SessionRun {
+            daemon_counters: crate::model::DAEMON_COUNTERS
+                .iter()
+                .filter_map(|(k, n)| Some((k.to_string(), crate::model::prometheus_value(t, n)?)))
+                .collect(),
+            daemon_seconds: secs,
+            ..Default::default()
+        };
+
+        let per_s = daemon_per_s(&[session(text, 10.0), session(text, 20.0)]);
+
+        assert_eq!(per_s.get("wakeups_timer"), Some(&20.0));
+        assert_eq!(per_s.get("doorbell_rings"), Some(&(80.0 / 30.0)));
+        assert_eq!(per_s.get("wakeups_records"), None);
+        assert!(daemon_per_s(&[]).is_empty());
     }
 
     #[test]

@@ -146,6 +146,7 @@ impl Guest {
                 Locator::Qmp(self.vm.qmp_socket().to_path_buf())
             },
             vcpus: self.vcpus.len(),
+            doorbell: None,
         })
     }
 }
@@ -1057,6 +1058,8 @@ mod tests {
                 audio_secs: 0,
                 pingpong_secs: 0,
                 retry_disturbed: 1,
+                doorbell: false,
+                modcost: Default::default(),
                 command: String::new(),
             },
             cases: Case::DEFAULT.to_vec(),

@@ -3,6 +3,7 @@
 //! ping-pong and host throughput; then write the report.
 
 use std::collections::BTreeMap;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -20,7 +21,12 @@ use crate::error::{guest, io, BenchError, Result};
 use crate::foreign;
 use crate::guest::{self, AudioResult, PingPongResult};
 use crate::host::{self, HostCyclictest, Machine};
-use crate::model::{mode_order, prometheus_buckets, LatencyRun, Load, Mode, Results, SessionRun};
+use crate::interrupts;
+use crate::modcost::{self, ModCostRaw, ModCostSettings};
+use crate::model::{
+    mode_order, prometheus_buckets, prometheus_value, LatencyRun, Load, Mode, Results, SessionRun,
+    DAEMON_COUNTERS,
+};
 use crate::plot;
 use crate::progress::{human, Progress};
 use crate::report::{self, Meta, Report};
@@ -63,6 +69,14 @@ pub struct Settings {
     /// processes took more than 10 % of the machine meanwhile.
     #[serde(default)]
     pub retry_disturbed: usize,
+    /// The guest module overhead phase (`--modcost-repeat`, `--modcost-loops`).
+    #[serde(default)]
+    pub modcost: ModCostSettings,
+    /// The guest's region as `ivshmem-doorbell`, served by the bench, its
+    /// eventfd handed to every pvschedd (`--no-doorbell`: ivshmem-plain and
+    /// the recheck timer, as before). Runs before it had none.
+    #[serde(default)]
+    pub doorbell: bool,
     pub command: String,
 }
 
@@ -78,6 +92,9 @@ pub struct RawFile {
     pub intervals: Vec<u32>,
     pub modes: Vec<Mode>,
     pub results: Results,
+    /// The guest module overhead phase (absent from older raw.json files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modcost: Option<ModCostRaw>,
 }
 
 /// Nominal seconds of one (load, mode) session and its phase count.
@@ -97,7 +114,11 @@ fn session_plan(s: &Settings) -> (f64, usize) {
 pub fn plan(s: &Settings) -> (usize, f64) {
     let sessions = s.repeat * s.loads.len() * s.modes.len();
     let (secs, phases) = session_plan(s);
-    (sessions * phases, sessions as f64 * secs)
+    let (mc_phases, mc_secs) = modcost::plan(&s.modcost);
+    (
+        sessions * phases + mc_phases,
+        sessions as f64 * secs + mc_secs,
+    )
 }
 
 pub(crate) fn timestamp(fmt_file: bool) -> String {
@@ -167,6 +188,16 @@ enum Applied {
     Nothing,
     StaticRt,
     Daemon(Daemon),
+}
+
+/// What a pvsched session's daemon reported at its end.
+#[derive(Default)]
+struct DaemonEnd {
+    reaction: Vec<(Option<f64>, u64)>,
+    reaction_wakeup: Vec<(Option<f64>, u64)>,
+    setattr: Vec<(Option<f64>, u64)>,
+    counters: BTreeMap<String, f64>,
+    seconds: f64,
 }
 
 struct Bench<'a> {
@@ -317,8 +348,10 @@ impl Bench<'_> {
                 let by_qmp = Locator::Qmp(self.vm.qmp_socket().to_path_buf());
                 let by_pid = Locator::Pid(self.vm.qemu_pid());
                 let overlay = &self.s.pvschedd_overlay;
-                let start =
-                    |how: &Locator| Daemon::start(&bins, &run_dir, &region, how, nvcpus, overlay);
+                let doorbell = self.vm.doorbell().map(|fd| fd.as_raw_fd());
+                let start = |how: &Locator| {
+                    Daemon::start(&bins, &run_dir, &region, how, nvcpus, overlay, doorbell)
+                };
                 // pvschedd finds the vCPU threads over QMP, which a starved
                 // QEMU main loop may not answer in time: then once more by
                 // thread names.
@@ -359,13 +392,9 @@ impl Bench<'_> {
 
     /// Undoes `applied`; returns the daemon's last status and its
     /// reaction-latency histogram.
-    fn restore(
-        &mut self,
-        applied: Applied,
-        mode: Mode,
-    ) -> (Option<Value>, Vec<(Option<f64>, u64)>) {
+    fn restore(&mut self, applied: Applied, mode: Mode) -> (Option<Value>, DaemonEnd) {
         let mut status = None;
-        let mut reaction = Vec::new();
+        let mut end = DaemonEnd::default();
         match applied {
             Applied::Nothing => {}
             Applied::StaticRt => {
@@ -388,7 +417,17 @@ impl Bench<'_> {
                 }
                 match d.metrics_text() {
                     Ok(text) => {
-                        reaction = prometheus_buckets(&text, "pvsched_reaction_latency_seconds");
+                        end.reaction =
+                            prometheus_buckets(&text, "pvsched_reaction_latency_seconds");
+                        end.reaction_wakeup =
+                            prometheus_buckets(&text, "pvsched_reaction_wakeup_seconds");
+                        end.setattr = prometheus_buckets(&text, "pvsched_setattr_seconds");
+                        for (key, name) in DAEMON_COUNTERS {
+                            if let Some(v) = prometheus_value(&text, name) {
+                                end.counters.insert(key.to_string(), v);
+                            }
+                        }
+                        end.seconds = d.uptime().as_secs_f64();
                     }
                     Err(e) => self.note(format!("pvschedd metrics at the end: {e}")),
                 }
@@ -398,7 +437,7 @@ impl Bench<'_> {
             }
         }
         self.verify_restored(mode.name());
-        (status, reaction)
+        (status, end)
     }
 
     /// One cyclictest measurement, with the CPU time `probe` reads over it;
@@ -418,6 +457,7 @@ impl Bench<'_> {
             s.duration as f64,
         );
         let idle_before = share::read_guest_idle(&self.vm);
+        let irq_before = interrupts::sample().map(|c| (c, Instant::now()));
         let before = foreign::sample();
         let cpu_before = probe.snapshot();
         let host_json = self.raw_dir.join(format!("{tag}-host.json"));
@@ -434,6 +474,9 @@ impl Bench<'_> {
             Duration::from_secs(s.duration + 60),
         );
         let host_hist = host_run.finish();
+        let irq = irq_before.and_then(|(a, t)| {
+            interrupts::rates(&a, &interrupts::sample()?, t.elapsed().as_secs_f64())
+        });
         let foreign_cpu = foreign::fraction(&before, &foreign::sample(), self.host_cpus);
         let cpu = match cpu_before.and_then(|a| Ok((a, probe.snapshot()?))) {
             Ok((a, b)) => {
@@ -475,6 +518,7 @@ impl Bench<'_> {
                 host_expected: per_thread * self.host_cpus as u64,
                 foreign_cpu,
                 cpu,
+                interrupts: irq,
             });
         Ok(foreign_cpu)
     }
@@ -617,7 +661,13 @@ impl Bench<'_> {
                         Err(e) => self.error(format!("{tag}: {e}")),
                     }
                 }
-                (run.daemon_status, run.reaction) = self.restore(applied, mode);
+                let (status, end) = self.restore(applied, mode);
+                run.daemon_status = status;
+                run.reaction = end.reaction;
+                run.reaction_wakeup = end.reaction_wakeup;
+                run.setattr = end.setattr;
+                run.daemon_counters = end.counters;
+                run.daemon_seconds = end.seconds;
             }
         }
         if let Some(l) = stress {
@@ -704,6 +754,7 @@ pub(crate) fn vm_config(
         .smp(s.smp)
         .memory_mb(s.memory_mb)
         .accel(accel)
+        .doorbell(s.doorbell)
 }
 
 /// Boots the VM `name` with the accelerator `--accel` chooses (TCG when a
@@ -787,6 +838,9 @@ pub(crate) fn preflight(s: &Settings) -> Result<()> {
                 hint: "run scripts/install-deps.sh (or `make deps`)".into(),
             });
         }
+    }
+    if s.modcost.repeat > 0 {
+        modcost::find_perf()?;
     }
     Ok(())
 }
@@ -885,6 +939,28 @@ fn run_in(
             }
         }
     }
+    // The guest module overhead phase boots a guest of its own; this one
+    // stops first, so that nothing competes with it.
+    let mut modcost_raw = None;
+    if s.modcost.repeat > 0 {
+        if let Err(e) = b.vm.poweroff(Duration::from_secs(60)) {
+            b.note(format!(
+                "powering the guest off: {}",
+                first_line(&e.to_string())
+            ));
+        }
+        let m = modcost::run(
+            s,
+            accel,
+            b.host_cpus,
+            &b.run_dir,
+            &b.raw_dir,
+            &mut b.progress,
+        );
+        m.notes.into_iter().for_each(|n| b.note(n));
+        m.errors.into_iter().for_each(|e| b.error(e));
+        modcost_raw = m.raw;
+    }
 
     let meta = Meta {
         command: s.command.clone(),
@@ -912,6 +988,7 @@ fn run_in(
         intervals: s.intervals.clone(),
         modes: s.modes.clone(),
         results: b.results,
+        modcost: modcost_raw,
     };
     let ok = b.errors == 0;
     drop(b.vm);
@@ -934,6 +1011,7 @@ pub fn render(out: &Path, raw: &RawFile) -> Result<Report> {
         &raw.intervals,
         &raw.modes,
     );
+    report.modcost = raw.modcost.as_ref().map(modcost::summarize);
     for sc in &report.scenarios {
         write(&format!("{}-{}us.json", sc.load, sc.interval_us), &json(sc))?;
     }
@@ -1046,6 +1124,12 @@ mod tests {
             audio_secs: 10,
             pingpong_secs: 3,
             retry_disturbed: 2,
+            doorbell: false,
+            // The session count below; modcost::plan has its own test.
+            modcost: ModCostSettings {
+                repeat: 0,
+                ..Default::default()
+            },
             command: String::new(),
         }
     }
