@@ -485,6 +485,19 @@ impl Daemon {
         }
         self.decisions = acc;
         self.apply(id, None, now);
+        // Answer the ring: a vCPU still boosted after the re-read (its guest
+        // had a reason again by then) gets its host half written anyway, so
+        // its seq moves and the guest, which rings once per host-half seq,
+        // rings again when the reason ends. Without this a boost kept at the
+        // ring lasted until the next scan rewrote the half and the guest
+        // published again.
+        if let Some(vm) = self.vms.get(id as usize).and_then(Option::as_ref) {
+            for v in 0..vm.policy.nr_vcpus() {
+                if vm.vcpus.get(v as usize).is_some_and(|m| m.boosted()) {
+                    vm.publish(now, v);
+                }
+            }
+        }
     }
 
     fn update_recheck(&mut self, now: u64) {
