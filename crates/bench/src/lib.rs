@@ -15,6 +15,7 @@ pub mod foreign;
 pub mod guest;
 pub mod host;
 pub mod interrupts;
+pub mod ipi_sources;
 pub mod modcost;
 pub mod model;
 pub mod msgpass;

@@ -126,6 +126,11 @@ pub struct LatencyRun {
     /// files from before they were measured).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interrupts: Option<crate::interrupts::Rates>,
+    /// The host's IPIs per second over this phase by cause and sender
+    /// (`ipi_sources`; None where tracefs could not be used, and in older
+    /// raw.json files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipi_sources: Option<crate::ipi_sources::Sources>,
 }
 
 /// Everything measured in one (load, mode) session besides cyclictest.

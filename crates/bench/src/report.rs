@@ -113,6 +113,10 @@ pub struct ModeReport {
     /// The host's interrupts per second, mean over this interval's phases.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub interrupts: Option<crate::interrupts::Rates>,
+    /// The host's IPIs per second by cause and sender, mean over this
+    /// interval's phases.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub ipi_sources: Option<crate::ipi_sources::Sources>,
     /// pvsched only: the daemon's counters per second of its sessions
     /// (`model::DAEMON_COUNTERS` keys).
     #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
@@ -387,6 +391,12 @@ fn mode_report(results: &Results, load: Load, interval: u32, mode: Mode) -> Mode
         interrupts: crate::interrupts::mean(
             &runs.iter().filter_map(|r| r.interrupts).collect::<Vec<_>>(),
         ),
+        ipi_sources: crate::ipi_sources::mean(
+            &runs
+                .iter()
+                .filter_map(|r| r.ipi_sources.as_ref())
+                .collect::<Vec<_>>(),
+        ),
         daemon_per_s: daemon_per_s(sessions),
     }
 }
@@ -441,6 +451,7 @@ fn host_costs_markdown(o: &mut String, r: &Report) {
             s.load, s.interval_us, x.host.summary.p99_us, i.local_timer, i.resched, i.call
         );
     }
+    ipi_sources_markdown(o, r);
     let breakdown: Vec<(&str, &ModeReport)> = {
         let mut seen = std::collections::BTreeSet::new();
         r.scenarios
@@ -483,6 +494,57 @@ fn host_costs_markdown(o: &mut String, r: &Report) {
             pair(&m.reaction),
             pair(&m.reaction_wakeup),
             pair(&m.setattr)
+        );
+    }
+}
+
+/// Where the host's IPIs come from, per (load, interval, mode).
+fn ipi_sources_markdown(o: &mut String, r: &Report) {
+    let rows: Vec<(&Scenario, &str, &crate::ipi_sources::Sources)> = r
+        .scenarios
+        .iter()
+        .flat_map(|s| s.modes.iter().map(move |(m, x)| (s, m.as_str(), x)))
+        .filter_map(|(s, m, x)| x.ipi_sources.as_ref().map(|i| (s, m, i)))
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "\nWhere the IPIs come from (the `ipi:ipi_send_cpu` and `ipi_send_cpumask` \
+         tracepoints over the same phases, per second): by the kernel function that sent \
+         each one (a wakeup preempting the target CPU's task; an RT task pushed to another \
+         CPU, which the kernel does when a higher RT task preempts it, on that task's wakeup \
+         path; a queued remote wakeup; `sched_setattr` on a thread running elsewhere) and by \
+         the task current on the sending CPU. Under TCG, QEMU's main loop delivers the \
+         guest's timers by waking vCPU threads.\n"
+    );
+    let _ = writeln!(
+        o,
+        "| load | interval | mode | IPIs/s | wakeup preempts: QEMU main loop / vCPUs / rest | \
+         RT push: by host cyclictest / pvschedd / rest | remote wakeups | sched_setattr | other | lost |"
+    );
+    let _ = writeln!(o, "|---|---|---|--:|---|---|--:|--:|--:|--:|");
+    for (s, mode, i) in rows {
+        let split = |cause: &str, a: &str, b: &str| {
+            let (x, y) = (i.get(cause, a), i.get(cause, b));
+            format!(
+                "{x:.0} / {y:.0} / {:.0}",
+                (i.cause_total(cause) - x - y).max(0.0)
+            )
+        };
+        let _ = writeln!(
+            o,
+            "| {} | {} µs | {mode} | {:.0} | {} | {} | {:.0} | {:.0} | {:.0} | {} |",
+            s.load,
+            s.interval_us,
+            i.total(),
+            split("wakeup preempts", "QEMU main loop", "vCPU"),
+            split("RT push", "host cyclictest", "pvschedd"),
+            i.cause_total("remote wakeup"),
+            i.cause_total("sched_setattr"),
+            i.cause_total("other"),
+            i.lost
         );
     }
 }
@@ -995,6 +1057,7 @@ mod tests {
                 foreign_cpu: 0.05,
                 cpu: None,
                 interrupts: None,
+                ipi_sources: None,
             });
         r.sessions
             .entry((Load::Loaded, mode))

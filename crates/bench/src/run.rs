@@ -22,6 +22,7 @@ use crate::foreign;
 use crate::guest::{self, AudioResult, PingPongResult};
 use crate::host::{self, HostCyclictest, Machine};
 use crate::interrupts;
+use crate::ipi_sources;
 use crate::modcost::{self, ModCostRaw, ModCostSettings};
 use crate::model::{
     mode_order, prometheus_buckets, prometheus_value, LatencyRun, Load, Mode, Results, SessionRun,
@@ -458,6 +459,7 @@ impl Bench<'_> {
         );
         let idle_before = share::read_guest_idle(&self.vm);
         let irq_before = interrupts::sample().map(|c| (c, Instant::now()));
+        let ipi_trace = ipi_sources::Trace::start();
         let before = foreign::sample();
         let cpu_before = probe.snapshot();
         let host_json = self.raw_dir.join(format!("{tag}-host.json"));
@@ -474,6 +476,7 @@ impl Bench<'_> {
             Duration::from_secs(s.duration + 60),
         );
         let host_hist = host_run.finish();
+        let ipi = ipi_trace.and_then(ipi_sources::Trace::finish);
         let irq = irq_before.and_then(|(a, t)| {
             interrupts::rates(&a, &interrupts::sample()?, t.elapsed().as_secs_f64())
         });
@@ -519,6 +522,7 @@ impl Bench<'_> {
                 foreign_cpu,
                 cpu,
                 interrupts: irq,
+                ipi_sources: ipi,
             });
         Ok(foreign_cpu)
     }

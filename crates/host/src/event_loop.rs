@@ -91,6 +91,8 @@ pub struct Daemon {
     /// When each doorbell, disarmed by its last ring, is armed again
     /// (`u64::MAX`: armed).
     doorbell_rearm: Vec<u64>,
+    /// When each doorbell's last ring was handled (0: never).
+    doorbell_last: Vec<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -164,6 +166,7 @@ impl Daemon {
             stop,
             doorbells,
             doorbell_rearm: Vec::new(),
+            doorbell_last: Vec::new(),
         })
     }
 
@@ -199,11 +202,11 @@ impl Daemon {
                 .add(fd, EpollEvent::new(EpollFlags::EPOLLIN, token))
                 .map_err(os("epoll_ctl"))?;
         }
-        // One-shot: after a ring a doorbell is re-armed no sooner than
-        // doorbell_interval_us later (`rearm_doorbells`), so a guest writing
-        // its Doorbell register in a loop wakes this FIFO thread no more
-        // often than that (by default, as often as the recheck timer the
-        // doorbell replaces would).
+        // One-shot: a ring is handled at most once per doorbell_interval_us
+        // (`on_doorbell`, `rearm_doorbells`), so a guest writing its Doorbell
+        // register in a loop wakes this FIFO thread no more often than that
+        // (by default, as often as the recheck timer the doorbell replaces
+        // would). Sparse rings are re-armed at once, without a timer.
         for (i, d) in self.doorbells.iter().enumerate() {
             epoll
                 .add(
@@ -216,6 +219,7 @@ impl Daemon {
                 .map_err(os("epoll_ctl"))?;
         }
         self.doorbell_rearm = vec![u64::MAX; self.doorbells.len()];
+        self.doorbell_last = vec![0; self.doorbells.len()];
         info!("serving");
         let mut events = [EpollEvent::empty(); 8];
         loop {
@@ -439,15 +443,30 @@ impl Daemon {
 
     /// The guest of doorbell `i` rang: it published that a boosted vCPU has
     /// no reason left. Records queued without a wakeup come first, then every
-    /// boosted vCPU of that VM is re-read (the ring does not say which). The
-    /// doorbell stays disarmed for `doorbell_interval_us` (one-shot).
+    /// boosted vCPU of that VM is re-read (the ring does not say which).
+    ///
+    /// Rate: a ring less than `doorbell_interval_us` after the last one
+    /// handled is left pending (the doorbell disarmed, one-shot) until that
+    /// interval is over. After a ring handled, the doorbell is re-armed at
+    /// once if the one before was at least two intervals earlier (sparse
+    /// rings cost one wakeup each, no timer), else one interval later.
     fn on_doorbell(&mut self, i: usize) {
         let Some(d) = self.doorbells.get(i) else {
             return;
         };
-        if let Some(r) = self.doorbell_rearm.get_mut(i) {
-            *r = monotonic_ns() + self.cfg.config.daemon.doorbell_interval_us * 1000;
+        let interval = self.cfg.config.daemon.doorbell_interval_us * 1000;
+        let (now, last) = (monotonic_ns(), self.doorbell_last[i]);
+        if last != 0 && now < last.saturating_add(interval) {
+            self.metrics.wakeups_doorbell.inc();
+            self.doorbell_rearm[i] = last + interval;
+            return;
         }
+        self.doorbell_last[i] = now;
+        self.doorbell_rearm[i] = if last == 0 || now - last >= 2 * interval {
+            now
+        } else {
+            now + interval
+        };
         let rings = match pvsched_base::ivshmem::drain(d.fd.as_fd()) {
             Ok(n) => n,
             Err(e) => {
