@@ -112,7 +112,9 @@ impl Sources {
             .iter()
             .filter(|(k, _)| k.starts_with(&format!("{cause} | ")))
             .map(|(_, v)| v)
-            .sum()
+            .sum::<f64>()
+            // An empty float sum is -0.0, printed "-0".
+            + 0.0
     }
 
     /// The rate of one (cause, sender) pair.
