@@ -259,14 +259,39 @@ static __always_inline void pvsched_pending_switch(struct pvsched_cpu *pc,
 		WRITE_ONCE(pc->hint_raised, true);
 }
 
+/*
+ * The common switch, between two tasks of one class: no boost request to end,
+ * no idle task on either side, no handler depth to heal, no pending hint to
+ * look at, and @next shows what the slot shows. The full update would change
+ * nothing but the switch counter and publish nothing. The scheduler calls
+ * this tracepoint with interrupts off, so no probe of this CPU interleaves.
+ */
+static __always_inline bool pvsched_switch_unchanged(const struct pvsched_cpu *pc,
+						     const struct task_struct *next)
+{
+	return pc->active && !pc->flags && !pc->boost_task &&
+	       !pc->hardirq_depth && !pc->softirq_depth &&
+	       !READ_ONCE(pc->hint_raised) && !is_idle_task(next) &&
+	       pc->policy == pc->shown_policy &&
+	       pc->rt_priority == pc->shown_rt_priority &&
+	       pc->nice == pc->shown_nice &&
+	       pvsched_task_policy(next) == pc->shown_policy &&
+	       pvsched_task_urgency(next) == pc->shown_rt_priority &&
+	       task_nice(next) == pc->shown_nice;
+}
+
 static void pvsched_probe_sched_switch(void *data, bool preempt,
 				       struct task_struct *prev,
 				       struct task_struct *next,
 				       unsigned int prev_state)
 {
-	struct pvsched_cpu *pc;
+	struct pvsched_cpu *pc = this_cpu_ptr(&pvsched_cpu);
 	unsigned long irqfl;
 
+	if (likely(pvsched_switch_unchanged(pc, next))) {
+		pc->switch_count++;
+		return;
+	}
 	pc = pvsched_begin(&irqfl);
 	if (!pc)
 		return;
