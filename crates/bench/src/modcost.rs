@@ -32,6 +32,7 @@ use crate::foreign;
 use crate::model::mode_order;
 use crate::progress::Progress;
 use crate::run::{vm_config, which, Settings, DISTURBED};
+use crate::stats::{median, quantile};
 
 /// What the phase runs (`--modcost-repeat`, `--modcost-loops`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -372,20 +373,16 @@ impl Phase<'_> {
             }
             if tries < self.retry_disturbed {
                 tries += 1;
-                self.note(format!(
-                    "{what}: {:.0} % of the CPUs went to processes outside the bench: \
-                     measured again ({tries} of {})",
-                    run.foreign_cpu * 100.0,
-                    self.retry_disturbed
+                self.note(foreign::retry_note(
+                    &what,
+                    run.foreign_cpu,
+                    tries,
+                    self.retry_disturbed,
                 ));
                 self.progress.add(nominal_secs(self.loops));
                 continue;
             }
-            self.note(format!(
-                "{what}: {:.0} % of the CPUs went to processes outside the bench: \
-                 this run is disturbed",
-                run.foreign_cpu * 100.0
-            ));
+            self.note(foreign::disturbed_note(&what, run.foreign_cpu));
             return Ok(run);
         }
     }
@@ -580,23 +577,6 @@ pub struct ModCostReport {
     pub target_pct: f64,
     /// overhead_pct <= target_pct.
     pub met: Option<bool>,
-}
-
-pub fn median(v: &[f64]) -> Option<f64> {
-    quantile(v, 0.5)
-}
-
-/// The `q` quantile with linear interpolation between order statistics
-/// (R's type 7, numpy's default); None for no values.
-pub fn quantile(v: &[f64], q: f64) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    let mut s = v.to_vec();
-    s.sort_by(|a, b| a.total_cmp(b));
-    let h = (s.len() - 1) as f64 * q.clamp(0.0, 1.0);
-    let (lo, hi) = (h.floor() as usize, h.ceil() as usize);
-    Some(s[lo] + (s[hi] - s[lo]) * (h - lo as f64))
 }
 
 /// (median(a) / median(b) - 1) x 100.
@@ -806,18 +786,6 @@ mod tests {
             host_features: "0xf".into(),
             runs,
         }
-    }
-
-    #[test]
-    fn quantiles_interpolate_between_order_statistics() {
-        let v = [4.0, 1.0, 3.0, 2.0];
-        assert_eq!(median(&v), Some(2.5));
-        assert_eq!(quantile(&v, 0.25), Some(1.75));
-        assert_eq!(quantile(&v, 0.75), Some(3.25));
-        assert_eq!(quantile(&v, 0.0), Some(1.0));
-        assert_eq!(quantile(&v, 1.0), Some(4.0));
-        assert_eq!(median(&[7.0]), Some(7.0));
-        assert_eq!(median(&[]), None);
     }
 
     #[test]

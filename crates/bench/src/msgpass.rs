@@ -435,19 +435,18 @@ impl Bench<'_> {
                 return Ok(m);
             }
             if tries >= self.s.base.retry_disturbed {
-                self.note(format!(
-                    "{tag}-{w}: {:.0} % of the CPUs went to processes outside the bench \
-                     (other jobs on this machine, or steal): this repeat is disturbed",
-                    m.foreign_cpu * 100.0
+                self.note(foreign::disturbed_note(
+                    &format!("{tag}-{w}"),
+                    m.foreign_cpu,
                 ));
                 return Ok(m);
             }
             tries += 1;
-            self.note(format!(
-                "{tag}-{w}: {:.0} % of the CPUs went to processes outside the bench: measured \
-                 again ({tries} of {})",
-                m.foreign_cpu * 100.0,
-                self.s.base.retry_disturbed
+            self.note(foreign::retry_note(
+                &format!("{tag}-{w}"),
+                m.foreign_cpu,
+                tries,
+                self.s.base.retry_disturbed,
             ));
             self.progress.add(secs);
         }

@@ -589,11 +589,7 @@ impl Spread {
 }
 
 fn median_sorted(s: &[f64]) -> f64 {
-    match s.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => s[n / 2],
-        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
-    }
+    crate::stats::median(s).unwrap_or(0.0)
 }
 
 fn geomean(v: &[f64]) -> Option<f64> {

@@ -248,17 +248,8 @@ pub fn ratio(a: f64, b: f64) -> Option<f64> {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
+fn median(v: Vec<f64>) -> f64 {
+    crate::stats::median(&v).unwrap_or(0.0)
 }
 
 fn geomean(v: &[f64]) -> Option<f64> {
@@ -452,19 +443,10 @@ fn host_costs_markdown(o: &mut String, r: &Report) {
         );
     }
     ipi_sources_markdown(o, r);
-    let breakdown: Vec<(&str, &ModeReport)> = {
-        let mut seen = std::collections::BTreeSet::new();
-        r.scenarios
-            .iter()
-            .filter(|s| seen.insert(s.load.clone()))
-            .filter_map(|s| {
-                s.modes
-                    .get(Mode::Pvsched.name())
-                    .filter(|m| m.reaction.is_some())
-                    .map(|m| (s.load.as_str(), m))
-            })
-            .collect()
-    };
+    let breakdown: Vec<(&str, &ModeReport)> = pvsched_per_load(r)
+        .into_iter()
+        .filter(|(_, m)| m.reaction.is_some())
+        .collect();
     if breakdown.is_empty() {
         return;
     }
@@ -496,6 +478,22 @@ fn host_costs_markdown(o: &mut String, r: &Report) {
             pair(&m.setattr)
         );
     }
+}
+
+/// The pvsched mode's report of each load's first scenario (the
+/// session-wide figures, such as the daemon's histograms, are the same in
+/// every interval of a load).
+fn pvsched_per_load(r: &Report) -> Vec<(&str, &ModeReport)> {
+    let mut seen = std::collections::BTreeSet::new();
+    r.scenarios
+        .iter()
+        .filter(|s| seen.insert(s.load.clone()))
+        .filter_map(|s| {
+            s.modes
+                .get(Mode::Pvsched.name())
+                .map(|m| (s.load.as_str(), m))
+        })
+        .collect()
 }
 
 /// Where the host's IPIs come from, per (load, interval, mode).
@@ -900,19 +898,10 @@ pub fn markdown(r: &Report) -> String {
     share_report::markdown(&mut o, &r.fair_share);
     crate::modcost::markdown(&mut o, r.modcost.as_ref());
 
-    let reactions: Vec<(&str, &Reaction)> = {
-        let mut seen = std::collections::BTreeSet::new();
-        r.scenarios
-            .iter()
-            .filter(|s| seen.insert(s.load.clone()))
-            .filter_map(|s| {
-                s.modes
-                    .get(Mode::Pvsched.name())
-                    .and_then(|m| m.reaction.as_ref())
-                    .map(|x| (s.load.as_str(), x))
-            })
-            .collect()
-    };
+    let reactions: Vec<(&str, &Reaction)> = pvsched_per_load(r)
+        .into_iter()
+        .filter_map(|(load, m)| m.reaction.as_ref().map(|x| (load, x)))
+        .collect();
     if !reactions.is_empty() {
         let _ = writeln!(
             o,

@@ -567,20 +567,16 @@ impl Bench<'_> {
                 Ok(f) if f > DISTURBED && tries < self.s.base.retry_disturbed => {
                     tries += 1;
                     self.phases.pop();
-                    self.note(format!(
-                        "{tag}: {:.0} % of the CPUs went to processes outside the bench: \
-                         measured again ({tries} of {})",
-                        f * 100.0,
-                        self.s.base.retry_disturbed
+                    self.note(foreign::retry_note(
+                        &tag,
+                        f,
+                        tries,
+                        self.s.base.retry_disturbed,
                     ));
                     self.progress.add(self.s.base.duration as f64);
                 }
                 Ok(f) if f > DISTURBED => {
-                    self.note(format!(
-                        "{tag}: {:.0} % of the CPUs went to processes outside the bench \
-                         (other jobs on this machine, or steal): this repeat is disturbed",
-                        f * 100.0
-                    ));
+                    self.note(foreign::disturbed_note(&tag, f));
                     return;
                 }
                 Ok(_) => return,

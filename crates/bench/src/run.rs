@@ -550,20 +550,11 @@ impl Bench<'_> {
                     if let Some(v) = self.results.latency.get_mut(&(load, interval, mode)) {
                         v.pop();
                     }
-                    self.note(format!(
-                        "{tag}: {:.0} % of the CPUs went to processes outside the bench: \
-                         measured again ({tries} of {})",
-                        f * 100.0,
-                        self.s.retry_disturbed
-                    ));
+                    self.note(foreign::retry_note(&tag, f, tries, self.s.retry_disturbed));
                     self.progress.add(self.s.duration as f64);
                 }
                 Ok(f) if f > DISTURBED => {
-                    self.note(format!(
-                        "{tag}: {:.0} % of the CPUs went to processes outside the bench \
-                         (other jobs on this machine, or steal): this repeat is disturbed",
-                        f * 100.0
-                    ));
+                    self.note(foreign::disturbed_note(&tag, f));
                     return;
                 }
                 Ok(_) => return,

@@ -203,9 +203,42 @@ impl Histogram {
     }
 }
 
+/// The `q` quantile of a handful of values (per-repeat figures), with linear
+/// interpolation between order statistics (R's type 7, numpy's default);
+/// None for no values.
+pub fn quantile(v: &[f64], q: f64) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    let h = (s.len() - 1) as f64 * q.clamp(0.0, 1.0);
+    let (lo, hi) = (h.floor() as usize, h.ceil() as usize);
+    Some(s[lo] + (s[hi] - s[lo]) * (h - lo as f64))
+}
+
+/// The median (the mean of the middle two for an even count); None for no
+/// values.
+pub fn median(v: &[f64]) -> Option<f64> {
+    quantile(v, 0.5)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quantiles_interpolate_between_order_statistics() {
+        let v = [4.0, 1.0, 3.0, 2.0];
+        assert_eq!(median(&v), Some(2.5));
+        assert_eq!(quantile(&v, 0.25), Some(1.75));
+        assert_eq!(quantile(&v, 0.75), Some(3.25));
+        assert_eq!(quantile(&v, 0.0), Some(1.0));
+        assert_eq!(quantile(&v, 1.0), Some(4.0));
+        assert_eq!(median(&[7.0]), Some(7.0));
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[]), None);
+    }
 
     fn hist(pairs: &[(u64, u64)]) -> Histogram {
         let mut h = Histogram::default();
