@@ -223,7 +223,9 @@ impl Daemon {
         info!("serving");
         let mut events = [EpollEvent::empty(); 8];
         loop {
-            self.rearm_doorbells(&epoll, monotonic_ns())?;
+            if !self.doorbells.is_empty() {
+                self.rearm_doorbells(&epoll, monotonic_ns())?;
+            }
             self.arm(&timer)?;
             let n = match epoll.wait(&mut events, EpollTimeout::NONE) {
                 Ok(n) => n,
