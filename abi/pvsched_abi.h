@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 OR MIT */
 /*
- * pvsched shared-region ABI, version 1.2.
+ * pvsched shared-region ABI, version 1.3.
  *
  * The ONE definition of the memory a KVM guest and its host share for
  * cooperative vCPU scheduling. Guest kernel module, host daemon (through the
@@ -52,7 +52,7 @@ typedef uint64_t __u64;
 /* "PVSCHED\0" read as a little-endian 64-bit word. */
 #define PVSCHED_MAGIC		0x0044454843535650ULL
 #define PVSCHED_ABI_MAJOR	1
-#define PVSCHED_ABI_MINOR	2
+#define PVSCHED_ABI_MINOR	3
 
 #define PVSCHED_CACHELINE	64
 #define PVSCHED_HEADER_SIZE	128
@@ -87,9 +87,18 @@ typedef uint64_t __u64;
  * at once instead of finding out on a timer.
  */
 #define PVSCHED_F_DOORBELL	(1ULL << 4)
+/*
+ * Since minor 3: the guest publishes lock waits (guest half lock_holder,
+ * lock_flags and the lock counters): a task on this vCPU waits for a lock
+ * whose holder runs on another vCPU, named when the guest kernel records the
+ * owner (mutex, rwsem held for writing), else "some other vCPU" (spinlocks,
+ * rwlocks, rwsems held for reading). The host may then run the holder's vCPU
+ * for a bounded extension when it is preempted, charged to the VM.
+ */
+#define PVSCHED_F_LOCK_WAIT	(1ULL << 5)
 #define PVSCHED_F_ALL		(PVSCHED_F_HOST_HALF | PVSCHED_F_PENDING_HINT | \
 				 PVSCHED_F_BOOST_REQUEST | PVSCHED_F_IDLE_HINTS | \
-				 PVSCHED_F_DOORBELL)
+				 PVSCHED_F_DOORBELL | PVSCHED_F_LOCK_WAIT)
 
 /* ivshmem's Doorbell register: BAR0 offset, value = peer ID << 16 | vector. */
 #define PVSCHED_IVSHMEM_DOORBELL_REG	12
@@ -113,6 +122,24 @@ typedef uint64_t __u64;
 #define PVSCHED_CS_ALL		(PVSCHED_CS_NMI | PVSCHED_CS_HARDIRQ | \
 				 PVSCHED_CS_SOFTIRQ | PVSCHED_CS_PREEMPT_OFF | \
 				 PVSCHED_CS_LOCK)
+
+/*
+ * struct pvsched_guest_half.lock_holder (PVSCHED_F_LOCK_WAIT): whose lock a
+ * task on this vCPU waits for. A waiter writes only its own vCPU's slot.
+ */
+#define PVSCHED_LOCK_NONE	0U		/* no wait published */
+/* 1..PVSCHED_MAX_SLOTS: slot index + 1 of the holder's vCPU. */
+#define PVSCHED_LOCK_ANY	0xffffffffU	/* holder unknown: another vCPU */
+
+/* struct pvsched_guest_half.lock_flags: the kind of lock waited for. */
+#define PVSCHED_LOCK_F_SPIN	(1U << 0)	/* the waiter spins (on a CPU) */
+#define PVSCHED_LOCK_F_READ	(1U << 1)	/* waits to read */
+#define PVSCHED_LOCK_F_WRITE	(1U << 2)	/* waits to write */
+#define PVSCHED_LOCK_F_MUTEX	(1U << 3)	/* a mutex */
+#define PVSCHED_LOCK_F_SLEEP	(1U << 4)	/* the waiter sleeps, the vCPU idles */
+#define PVSCHED_LOCK_F_ALL	(PVSCHED_LOCK_F_SPIN | PVSCHED_LOCK_F_READ | \
+				 PVSCHED_LOCK_F_WRITE | PVSCHED_LOCK_F_MUTEX | \
+				 PVSCHED_LOCK_F_SLEEP)
 
 /* Guest scheduling policies, as the Linux UAPI numbers them. */
 #define PVSCHED_POLICY_NORMAL	0
@@ -204,7 +231,18 @@ struct pvsched_guest_half {
 	/* Cache line 1 of the slot. */
 	__u64 guest_pending;	/* see PVSCHED_PENDING_*; atomic, no seqcount */
 	__u64 boost_req_count;	/* explicit boost requests granted */
-	__u64 guest_reserved[6];
+	/*
+	 * Since minor 3, PVSCHED_F_LOCK_WAIT (zero otherwise), under seq: the
+	 * lock wait in progress on this vCPU (PVSCHED_LOCK_*), and counters as
+	 * of the last publish: lock contentions seen, and of those, the ones
+	 * whose holder's vCPU (for PVSCHED_LOCK_ANY: another vCPU of the
+	 * guest) the host half showed PVSCHED_HS_PREEMPTED at the time.
+	 */
+	__u32 lock_holder;
+	__u32 lock_flags;
+	__u64 lock_contended_count;
+	__u64 lock_preempted_count;
+	__u64 guest_reserved[3];
 };
 
 struct pvsched_host_half {

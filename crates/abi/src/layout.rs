@@ -6,7 +6,7 @@
 /// `"PVSCHED\0"` read as a little-endian 64-bit word.
 pub const MAGIC: u64 = 0x0044_4548_4353_5650;
 pub const ABI_MAJOR: u16 = 1;
-pub const ABI_MINOR: u16 = 2;
+pub const ABI_MINOR: u16 = 3;
 
 pub const CACHELINE: usize = 64;
 pub const HEADER_SIZE: usize = 128;
@@ -25,7 +25,11 @@ pub const F_IDLE_HINTS: u64 = 1 << 3;
 /// the Doorbell register value that rings it. The guest rings when it clears the reason
 /// for a boost in force.
 pub const F_DOORBELL: u64 = 1 << 4;
-pub const F_ALL: u64 = F_HOST_HALF | F_PENDING_HINT | F_BOOST_REQUEST | F_IDLE_HINTS | F_DOORBELL;
+/// Since minor 3: the guest publishes lock waits (`GuestHalf::lock_holder`,
+/// `lock_flags`, the lock counters).
+pub const F_LOCK_WAIT: u64 = 1 << 5;
+pub const F_ALL: u64 =
+    F_HOST_HALF | F_PENDING_HINT | F_BOOST_REQUEST | F_IDLE_HINTS | F_DOORBELL | F_LOCK_WAIT;
 
 /// ivshmem's Doorbell register (BAR0 offset); its value is `peer ID << 16 | vector`.
 pub const IVSHMEM_DOORBELL_REG: u32 = 12;
@@ -46,6 +50,19 @@ pub const CS_SOFTIRQ: u32 = 1 << 2;
 pub const CS_PREEMPT_OFF: u32 = 1 << 3;
 pub const CS_LOCK: u32 = 1 << 4;
 pub const CS_ALL: u32 = CS_NMI | CS_HARDIRQ | CS_SOFTIRQ | CS_PREEMPT_OFF | CS_LOCK;
+
+/// `GuestHalf::lock_holder`: no lock wait published.
+pub const LOCK_NONE: u32 = 0;
+/// `GuestHalf::lock_holder`: the holder is unknown, on another vCPU (1..=MAX_SLOTS:
+/// the holder's slot index + 1).
+pub const LOCK_ANY: u32 = 0xffff_ffff;
+
+pub const LOCK_F_SPIN: u32 = 1 << 0;
+pub const LOCK_F_READ: u32 = 1 << 1;
+pub const LOCK_F_WRITE: u32 = 1 << 2;
+pub const LOCK_F_MUTEX: u32 = 1 << 3;
+pub const LOCK_F_SLEEP: u32 = 1 << 4;
+pub const LOCK_F_ALL: u32 = LOCK_F_SPIN | LOCK_F_READ | LOCK_F_WRITE | LOCK_F_MUTEX | LOCK_F_SLEEP;
 
 pub const POLICY_NORMAL: u32 = 0;
 pub const POLICY_FIFO: u32 = 1;
@@ -120,7 +137,15 @@ pub struct GuestHalf {
     pub switch_count: u64,
     pub guest_pending: u64,
     pub boost_req_count: u64,
-    pub guest_reserved: [u64; 6],
+    /// With `F_LOCK_WAIT`: `LOCK_NONE`, the holder's slot index + 1, or `LOCK_ANY`.
+    pub lock_holder: u32,
+    /// With `F_LOCK_WAIT`: `LOCK_F_*`.
+    pub lock_flags: u32,
+    /// With `F_LOCK_WAIT`: lock contentions seen by this vCPU.
+    pub lock_contended_count: u64,
+    /// With `F_LOCK_WAIT`: contentions whose holder's vCPU was preempted on the host.
+    pub lock_preempted_count: u64,
+    pub guest_reserved: [u64; 3],
 }
 
 /// `struct pvsched_host_half`: what the host tells the guest about one vCPU.

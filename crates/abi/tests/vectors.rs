@@ -55,6 +55,10 @@ fn valid() -> OwnedRegion {
             nice: 5,
             guest_pending: PENDING_VALID | (u64::from(POLICY_RR) << PENDING_POLICY_SHIFT) | 10,
             boost_req_count: 1,
+            lock_holder: 2,
+            lock_flags: LOCK_F_WRITE | LOCK_F_SLEEP,
+            lock_contended_count: 7,
+            lock_preempted_count: 2,
             ..Default::default()
         },
     )
@@ -167,6 +171,15 @@ fn valid_vector_decodes_to_its_documented_contents() {
     );
     assert_eq!((s2.flags, s2.nice), (GF_ACTIVE | GF_BOOST_REQ, 5));
     assert_eq!(s2.guest_pending, PENDING_VALID | 0x20a);
+    assert_eq!(
+        (
+            s2.lock_holder,
+            s2.lock_flags,
+            s2.lock_contended_count,
+            s2.lock_preempted_count
+        ),
+        (2, LOCK_F_WRITE | LOCK_F_SLEEP, 7, 2)
+    );
     assert_eq!(s3.flags, 0);
     assert_eq!(
         (h1.flags, h1.policy, h1.rt_priority),
