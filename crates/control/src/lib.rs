@@ -178,8 +178,37 @@ pub struct VmStatus {
     /// Wanted boosts refused (or ended) for want of budget.
     #[serde(default)]
     pub over_budget: u64,
+    /// Lock waits and the extensions given to lock holders.
+    #[serde(default)]
+    pub locks: LockStatus,
     pub vcpus: Vec<VcpuStatus>,
     pub latency_path: Vec<ThreadStatus>,
+}
+
+/// A VM's lock waits, as its guest counted them (`F_LOCK_WAIT` counters,
+/// summed over its slots as last read), and the extensions pvschedd gave
+/// the vCPUs of lock holders, with the fairness debt they left.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LockStatus {
+    /// Lock contentions the guest saw whose holder ran on another vCPU or
+    /// was unknown (guest counter).
+    pub contentions: u64,
+    /// Of those, the ones whose holder's vCPU the host half showed preempted
+    /// (guest counter).
+    pub holder_preempted: u64,
+    /// Extensions granted: a preempted holder's vCPU boosted for at most
+    /// `lock_extension_ns`.
+    pub extensions: u64,
+    /// Extensions refused: the VM's lock debt had reached `lock_debt_max_ns`.
+    pub extensions_refused: u64,
+    /// Extensions whose holder ran again before the extension ended.
+    pub preemptions_avoided: u64,
+    /// On-CPU time the extensions gave, ms.
+    pub extended_ms: f64,
+    /// Of it, repaid so far, ms.
+    pub repaid_ms: f64,
+    /// Not yet repaid, ms.
+    pub debt_ms: f64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

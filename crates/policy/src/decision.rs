@@ -55,6 +55,9 @@ pub enum Reason {
     ProactiveIrq,
     /// Proactive boost: the vCPU halted.
     ProactiveHalt,
+    /// Lock-holder extension: another vCPU's guest waits for a lock this vCPU holds (or,
+    /// holder unknown, for one some other vCPU holds) and this vCPU was preempted.
+    LockHolder,
     /// Boosted too long: held at CFS params until the throttle ends.
     Throttled,
     /// A boost was wanted, but the budget of its class is spent (the VM's boost budget, or
@@ -63,6 +66,8 @@ pub enum Reason {
     OverBudget,
     /// The VM is repaying boosted time: unboosted vCPU at `debt_nice`.
     Debt,
+    /// The VM is repaying lock-holder extensions: unboosted vCPU at `debt_nice`.
+    LockDebt,
     /// The guest's CFS task has a nice or class (batch, idle) of its own.
     GuestNice,
 }
@@ -80,9 +85,11 @@ impl Reason {
             Reason::ProactiveWake => "proactive_wake",
             Reason::ProactiveIrq => "proactive_irq",
             Reason::ProactiveHalt => "proactive_halt",
+            Reason::LockHolder => "lock_holder",
             Reason::Throttled => "throttled",
             Reason::OverBudget => "over_budget",
             Reason::Debt => "debt",
+            Reason::LockDebt => "lock_debt",
             Reason::GuestNice => "guest_nice",
         }
     }
@@ -111,7 +118,8 @@ pub struct Target {
     pub since: u64,
     /// A boost is refused right now: `max_boost` throttle, or a wanted boost over budget.
     pub throttled: bool,
-    /// The VM's boost budget was latched (in debt) at the last evaluation of this vCPU.
+    /// The VM was repaying at the last evaluation of this vCPU: its boost budget latched,
+    /// or lock-holder extensions owed (unboosted vCPUs then run at `debt_nice`).
     pub in_debt: bool,
 }
 
@@ -170,6 +178,11 @@ impl Decisions {
 
     pub(crate) fn push(&mut self, d: Decision) {
         self.items.push(d);
+    }
+
+    /// Puts the decisions in vCPU order (stable: one decision per vCPU per event anyway).
+    pub(crate) fn sort_by_vcpu(&mut self) {
+        self.items.sort_by_key(|d| d.vcpu);
     }
 }
 

@@ -58,6 +58,41 @@ pub struct PendingHint {
     pub rt_priority: u8,
 }
 
+/// Whose lock a task on the vCPU waits for (`F_LOCK_WAIT`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum LockHolder {
+    /// No lock wait published.
+    #[default]
+    None,
+    /// The holder runs on this vCPU (an index the VM may not have: the policy checks).
+    Vcpu(u32),
+    /// The holder is unknown (spinlock, rwlock, reader-owned rwsem): another vCPU.
+    Any,
+}
+
+impl LockHolder {
+    /// `PVSCHED_LOCK_*` -> holder; `None` (and `true`: clamped) for a value no ABI
+    /// defines.
+    const fn from_abi(word: u32) -> (LockHolder, bool) {
+        match word {
+            abi::LOCK_NONE => (LockHolder::None, false),
+            abi::LOCK_ANY => (LockHolder::Any, false),
+            w if w <= abi::MAX_SLOTS => (LockHolder::Vcpu(w - 1), false),
+            _ => (LockHolder::None, true),
+        }
+    }
+
+    /// Whether a waiter on vCPU `waiter` with this holder asks for vCPU `vcpu` to run.
+    pub const fn names(self, waiter: u32, vcpu: u32) -> bool {
+        waiter != vcpu
+            && match self {
+                LockHolder::None => false,
+                LockHolder::Vcpu(h) => h == vcpu,
+                LockHolder::Any => true,
+            }
+    }
+}
+
 /// The sanitized guest half of one vCPU slot: every field is in range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct GuestView {
@@ -79,6 +114,13 @@ pub struct GuestView {
     pub nice: i8,
     /// A valid pending hint naming an RT or deadline task.
     pub pending: Option<PendingHint>,
+    /// The lock wait in progress (`F_LOCK_WAIT`).
+    pub lock_holder: LockHolder,
+    /// Known `PVSCHED_LOCK_F_*` bits only.
+    pub lock_flags: u32,
+    /// The guest's lock counters as of this copy (reported, never acted on).
+    pub lock_contended: u64,
+    pub lock_preempted: u64,
     /// The guest's sequence number of this copy (used to tell a fresh write from a re-read).
     pub seq: u32,
     /// How many fields had to be clamped or ignored to build this view.
@@ -98,6 +140,10 @@ impl GuestView {
             rt_priority: 0,
             nice: 0,
             pending: None,
+            lock_holder: LockHolder::None,
+            lock_flags: 0,
+            lock_contended: 0,
+            lock_preempted: 0,
             seq: 0,
             clamped: 0,
         }
@@ -152,6 +198,13 @@ impl GuestView {
         if bad_pending {
             clamped += 1;
         }
+        let (lock_holder, bad_holder) = LockHolder::from_abi(half.lock_holder);
+        if bad_holder {
+            clamped += 1;
+        }
+        if half.lock_flags & !abi::LOCK_F_ALL != 0 {
+            clamped += 1;
+        }
         GuestView {
             consistent: true,
             active: half.flags & abi::GF_ACTIVE != 0,
@@ -162,6 +215,10 @@ impl GuestView {
             rt_priority,
             nice,
             pending,
+            lock_holder,
+            lock_flags: half.lock_flags & abi::LOCK_F_ALL,
+            lock_contended: half.lock_contended_count,
+            lock_preempted: half.lock_preempted_count,
             seq: half.seq,
             clamped,
         }

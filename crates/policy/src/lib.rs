@@ -64,12 +64,14 @@ pub mod fairness;
 pub mod guest;
 pub mod idle;
 pub mod limits;
+pub mod locks;
 pub mod state;
 
 pub use decision::{Decision, Decisions, Reason, SchedParams, Target};
 pub use event::{Event, EventKind, ExitReason, WakeSource};
 pub use fairness::{Budget, BudgetParams};
-pub use guest::{GuestPolicy, GuestView, PendingHint};
+pub use guest::{GuestPolicy, GuestView, LockHolder, PendingHint};
 pub use idle::{advise, DurationHistogram, IdleMeter, PollPrice, WakeHint};
 pub use limits::{AllowedPolicies, HostPolicy, LimitsError, VmLimits, MAX_CS_WINDOW_NS, MAX_VCPUS};
+pub use locks::LockLedger;
 pub use state::{RunStatus, VcpuStats, VmState, VmStats};

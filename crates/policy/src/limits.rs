@@ -264,6 +264,17 @@ pub struct VmLimits {
     /// Window of the critical-section budget, 1..=[`MAX_CS_WINDOW_NS`]. Default 4 ms: the
     /// budget is repaid 1:1 (2 ms boosted, 2 ms not), as pvsched v3's critical-section debt.
     pub cs_window_ns: u64,
+    /// Extend lock holders (`F_LOCK_WAIT`): when a vCPU that another vCPU's guest waits on
+    /// (the holder of the lock it waits for, or any vCPU for a waiter whose holder is
+    /// unknown) is preempted, boost it for `lock_extension_ns`, charge the time it runs to
+    /// the VM's lock debt, and repay the debt at `debt_nice`. Default true.
+    pub honor_lock_holders: bool,
+    /// Longest extension of a preempted lock holder, > 0. Default 1 ms, about one host tick
+    /// (what eCS grants). It ends earlier when no waiter names the vCPU any more or it halts.
+    pub lock_extension_ns: u64,
+    /// Lock debt (on-CPU extension time not yet repaid) at which further extensions are
+    /// refused until it is repaid below, > 0. Default 10 ms.
+    pub lock_debt_max_ns: u64,
 }
 
 /// Largest `demoted_charge`.
@@ -303,6 +314,9 @@ impl Default for VmLimits {
             debt_nice: 5,
             cs_budget_ns: 2_000_000,
             cs_window_ns: 4_000_000,
+            honor_lock_holders: true,
+            lock_extension_ns: 1_000_000,
+            lock_debt_max_ns: 10_000_000,
         }
     }
 }
@@ -338,6 +352,10 @@ pub enum LimitsError {
     FairnessWindowNs,
     #[error("halt_boost_ns must be > 0")]
     HaltBoostNs,
+    #[error("lock_debt_max_ns must be > 0 (to refuse extensions, clear honor_lock_holders)")]
+    LockDebtMaxNs,
+    #[error("lock_extension_ns must be > 0")]
+    LockExtensionNs,
     #[error("max_boost_ns must be > 0")]
     MaxBoostNs,
     #[error("max_rt_priority must be 1..=99, not {0}")]
@@ -417,6 +435,12 @@ impl VmLimits {
         if self.halt_boost_ns == 0 {
             return Err(LimitsError::HaltBoostNs);
         }
+        if self.lock_debt_max_ns == 0 {
+            return Err(LimitsError::LockDebtMaxNs);
+        }
+        if self.lock_extension_ns == 0 {
+            return Err(LimitsError::LockExtensionNs);
+        }
         if self.max_boost_ns == 0 {
             return Err(LimitsError::MaxBoostNs);
         }
@@ -494,7 +518,9 @@ mod tests {
     #[test]
     fn validate_names_each_bad_field() {
         type Mutation = fn(&mut VmLimits);
-        let cases: [(Mutation, LimitsError); 20] = [
+        let cases: [(Mutation, LimitsError); 22] = [
+            (|l| l.lock_debt_max_ns = 0, LimitsError::LockDebtMaxNs),
+            (|l| l.lock_extension_ns = 0, LimitsError::LockExtensionNs),
             (
                 |l| l.idle_poll_budget_permille = 1001,
                 LimitsError::IdlePollBudgetPermille(1001),

@@ -5,9 +5,10 @@ use pvsched_abi as abi;
 use crate::decision::{Decision, Decisions, Reason, SchedParams, Target};
 use crate::event::{Event, EventKind, ExitReason};
 use crate::fairness::{Budget, BudgetParams};
-use crate::guest::{GuestPolicy, GuestView};
+use crate::guest::{GuestPolicy, GuestView, LockHolder};
 use crate::idle::IdleMeter;
 use crate::limits::{HostPolicy, LimitsError, VmLimits, MAX_VCPUS};
+use crate::locks::{self, Extension, LockLedger};
 
 /// What the host last saw a vCPU thread do (host-half `status`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -107,6 +108,19 @@ pub struct VmStats {
     pub cs_latched_vcpus: u32,
     /// Wanted boosts refused (or ended) for want of budget, all vCPUs.
     pub over_budget_total: u64,
+    /// Lock contentions the guest counted (its counters as last read, summed).
+    pub lock_contentions: u64,
+    /// Of those, the ones whose holder's vCPU it saw preempted (guest counters).
+    pub lock_holder_preempted: u64,
+    /// Lock-holder extensions granted, refused (lock debt at its cap), and cut short by the
+    /// vCPU running again (a preemption avoided).
+    pub lock_extensions: u64,
+    pub lock_extensions_refused: u64,
+    pub lock_preemptions_avoided: u64,
+    /// Extension time on a CPU, ns; of it repaid, ns; not repaid yet, ns.
+    pub lock_extended_ns: u64,
+    pub lock_repaid_ns: u64,
+    pub lock_debt_ns: u64,
     pub overloaded: bool,
     /// Latest `now` seen.
     pub now: u64,
@@ -174,6 +188,12 @@ struct Vcpu {
     /// `now` since which the vCPU is charged to its critical-section budget (charged, and
     /// boosted for a critical section); `Some` iff so.
     cs_charged_since: Option<u64>,
+    /// A lock-holder extension in force.
+    lock_ext: Option<Extension>,
+    /// On a CPU under a lock-holder extension: adds to the lock debt.
+    lock_charging: bool,
+    /// What this vCPU repays of the lock debt per ns, permille (0: not repaying).
+    repay_permille: u64,
     stats: VcpuStats,
 }
 
@@ -202,6 +222,9 @@ impl Vcpu {
             cs,
             cs_at: 0,
             cs_charged_since: None,
+            lock_ext: None,
+            lock_charging: false,
+            repay_permille: 0,
             stats: VcpuStats::default(),
         }
     }
@@ -248,6 +271,15 @@ pub struct VmState {
     /// Every vCPU must be re-evaluated at the next event (new limits, new state).
     reeval_all: bool,
     overloaded: bool,
+    /// Lock debt and extension counters.
+    locks: LockLedger,
+    /// Per vCPU: how many other vCPUs' lock waits name it as the holder.
+    lock_named: Vec<u32>,
+    /// vCPUs whose lock wait names no holder (any other vCPU may hold it).
+    lock_any: u32,
+    /// vCPUs to evaluate at this event besides the one it names (extensions started or
+    /// ended by another vCPU's read).
+    extra_eval: Vec<usize>,
     stats: VmStats,
 }
 
@@ -275,6 +307,10 @@ impl VmState {
             now: 0,
             reeval_all: true,
             overloaded: false,
+            locks: LockLedger::default(),
+            lock_named: vec![0; nr_vcpus as usize],
+            lock_any: 0,
+            extra_eval: Vec::new(),
             stats: VmStats {
                 nr_vcpus,
                 ..VmStats::default()
@@ -367,10 +403,12 @@ impl VmState {
         };
         self.stats.events[event.kind().index()] += 1;
         let was_in_debt = self.budget.latched();
+        let was_lock_debt = self.locks.in_debt();
         self.advance(now);
-        if was_in_debt != self.budget.latched() {
+        if was_in_debt != self.budget.latched() || was_lock_debt != self.locks.in_debt() {
             self.reeval_all = true;
         }
+        self.extra_eval.clear();
 
         let mut touched = None;
         if let Some(vcpu) = event.vcpu() {
@@ -395,9 +433,44 @@ impl VmState {
             for i in 0..self.vcpus.len() {
                 self.evaluate(i, now, out);
             }
-        } else if let Some(i) = touched {
-            self.evaluate(i, now, out);
+        } else {
+            if let Some(i) = touched {
+                self.evaluate(i, now, out);
+            }
+            let mut extra = std::mem::take(&mut self.extra_eval);
+            extra.sort_unstable();
+            extra.dedup();
+            for &i in &extra {
+                if Some(i) != touched {
+                    self.evaluate(i, now, out);
+                }
+            }
+            self.extra_eval = extra;
+            out.sort_by_vcpu();
         }
+        // Extensions started or ended move the lock debt's rates; a debt that appeared
+        // re-evaluates the others at the next event (their nice).
+        if was_lock_debt != self.locks.in_debt() {
+            self.reeval_all = true;
+        }
+    }
+
+    /// Whether a host event about `vcpu` should come with fresh reads of the other vCPUs'
+    /// slots: its preemption, when lock holders are extended (the waiters that name it are
+    /// on the other vCPUs' slots).
+    pub fn reads_waiters_on(&self, event: &Event) -> bool {
+        self.limits.honor_lock_holders && matches!(event, Event::Preempted { .. })
+    }
+
+    /// Whether a lock waiter names `vcpu` (it holds what another vCPU's guest waits for, or
+    /// one waits with the holder unknown): its runs and preemptions matter at once.
+    pub fn lock_waited_on(&self, vcpu: u32) -> bool {
+        self.wanted_by_waiters(vcpu as usize)
+    }
+
+    /// The VM's lock ledger (debt, counters).
+    pub fn lock_ledger(&self) -> &LockLedger {
+        &self.locks
     }
 
     /// The earliest `now` at which a [`Event::Tick`] could change a decision (proactive boost
@@ -444,6 +517,14 @@ impl VmState {
         {
             offer(self.now.saturating_add(dt));
         }
+        for v in &self.vcpus {
+            if let Some(e) = v.lock_ext {
+                offer(e.until);
+            }
+        }
+        if let Some(dt) = self.locks.clears_in_ns() {
+            offer(self.now.saturating_add(dt));
+        }
         best
     }
 
@@ -485,6 +566,16 @@ impl VmState {
                 s.cs_latched_vcpus += u32::from(v.cs_latched);
             }
         }
+        for v in &self.vcpus {
+            s.lock_contentions = s.lock_contentions.saturating_add(v.guest.lock_contended);
+            s.lock_holder_preempted = s.lock_holder_preempted.saturating_add(v.guest.lock_preempted);
+        }
+        s.lock_extensions = self.locks.extensions;
+        s.lock_extensions_refused = self.locks.refused;
+        s.lock_preemptions_avoided = self.locks.avoided;
+        s.lock_extended_ns = self.locks.extended_ns();
+        s.lock_repaid_ns = self.locks.repaid_ns();
+        s.lock_debt_ns = self.locks.debt_ns();
         s.overloaded = self.overloaded;
         s.now = self.now;
         s
@@ -507,7 +598,7 @@ impl VmState {
         if self.overloaded {
             flags |= abi::HF_OVERLOADED;
         }
-        if self.budget.latched() {
+        if self.budget.latched() || self.locks.in_debt() {
             flags |= abi::HF_IN_DEBT;
         }
         let hint = self
@@ -551,6 +642,7 @@ impl VmState {
                 .boosted_ns_total
                 .saturating_add(u64::try_from(charged_ns).unwrap_or(u64::MAX));
         }
+        self.locks.advance(dt);
         self.now = now;
     }
 
@@ -588,11 +680,15 @@ impl VmState {
                         v.proactive = None;
                     }
                 }
+                let old = v.guest;
                 v.guest = view;
+                self.lock_wait_changed(i, &old, now);
+                let v = &mut self.vcpus[i];
                 // A guest gone idle after RT work is about to halt, which
                 // would start a halt boost: keep the boost across instead of
                 // an unboost and a boost microseconds apart. A vCPU that
                 // stays on-CPU idle (idle=poll) still meets max_boost_ns.
+                let limits = &self.limits;
                 if v.guest.speaks() && v.guest.idle && halt_boost_due(limits, v, now) {
                     self.stats.proactive_boosts_total += 1;
                     start_proactive(limits, v, now, Reason::ProactiveHalt);
@@ -601,12 +697,19 @@ impl VmState {
             Event::Running { .. } => {
                 v.status = RunStatus::Running;
                 self.idle[i].running(now);
+                if let Some(e) = v.lock_ext.as_mut().filter(|e| !e.ran) {
+                    e.ran = true;
+                    self.locks.avoided += 1;
+                }
             }
             Event::Preempted { .. } => {
                 v.status = RunStatus::Preempted;
                 v.stats.preemptions += 1;
+                self.try_extend(i, now);
             }
             Event::Blocked { .. } => {
+                // A holder that halts needs no CPU: its extension is over.
+                v.lock_ext = None;
                 v.status = RunStatus::Halted;
                 self.idle[i].blocked(now);
                 if halt_boost_due(limits, v, now) {
@@ -640,15 +743,104 @@ impl VmState {
         }
     }
 
+    /// The lock wait vCPU `i`'s view publishes, as the policy counts it: only from a guest
+    /// that speaks, and naming a vCPU the VM has other than `i` itself.
+    fn lock_wait_of(&self, i: usize, view: &GuestView) -> LockHolder {
+        match view.lock_holder {
+            _ if !view.speaks() => LockHolder::None,
+            LockHolder::Vcpu(h) if h as usize >= self.vcpus.len() || h as usize == i => {
+                LockHolder::None
+            }
+            w => w,
+        }
+    }
+
+    /// Whether another vCPU's lock wait names vCPU `h`: as the holder, or with the holder
+    /// unknown.
+    fn wanted_by_waiters(&self, h: usize) -> bool {
+        let Some(v) = self.vcpus.get(h) else {
+            return false;
+        };
+        let own_any = u32::from(self.lock_wait_of(h, &v.guest) == LockHolder::Any);
+        self.lock_named.get(h).is_some_and(|&n| n > 0) || self.lock_any > own_any
+    }
+
+    /// vCPU `i`'s view went from `old` to its current one: recount who is waited on, end
+    /// extensions no wait names any more (at this event's evaluation), and extend the
+    /// preempted holders the new wait names.
+    fn lock_wait_changed(&mut self, i: usize, old: &GuestView, now: u64) {
+        let before = self.lock_wait_of(i, old);
+        let after = self.lock_wait_of(i, &self.vcpus[i].guest);
+        if before != after {
+            match before {
+                LockHolder::Vcpu(h) => {
+                    self.lock_named[h as usize] -= 1;
+                    self.extra_eval.push(h as usize);
+                }
+                LockHolder::Any => {
+                    self.lock_any -= 1;
+                    for (h, v) in self.vcpus.iter().enumerate() {
+                        if v.lock_ext.is_some() {
+                            self.extra_eval.push(h);
+                        }
+                    }
+                }
+                LockHolder::None => {}
+            }
+            match after {
+                LockHolder::Vcpu(h) => self.lock_named[h as usize] += 1,
+                LockHolder::Any => self.lock_any += 1,
+                LockHolder::None => {}
+            }
+        }
+        // Also for a wait read again: its holder may have been preempted since.
+        match after {
+            LockHolder::Vcpu(h) => self.try_extend(h as usize, now),
+            LockHolder::Any => {
+                for h in (0..self.vcpus.len()).filter(|&h| h != i) {
+                    self.try_extend(h, now);
+                }
+            }
+            LockHolder::None => {}
+        }
+    }
+
+    /// Extends vCPU `h` if it is preempted, waited on, not extended already, and the VM's
+    /// lock debt is below its cap (else the refusal is counted).
+    fn try_extend(&mut self, h: usize, now: u64) {
+        if !self.limits.honor_lock_holders || !self.wanted_by_waiters(h) {
+            return;
+        }
+        let v = &mut self.vcpus[h];
+        if v.status != RunStatus::Preempted || v.lock_ext.is_some() {
+            return;
+        }
+        if self.locks.debt_ns() >= self.limits.lock_debt_max_ns {
+            self.locks.refused += 1;
+            return;
+        }
+        v.lock_ext = Some(Extension {
+            until: now.saturating_add(self.limits.lock_extension_ns),
+            ran: false,
+        });
+        self.locks.extensions += 1;
+        self.extra_eval.push(h);
+    }
+
     /// Recomputes the target of vCPU `i` at `now`; pushes a decision if it changed.
     fn evaluate(&mut self, i: usize, now: u64, out: &mut Decisions) {
+        let waited_on = self.wanted_by_waiters(i);
         let limits = &self.limits;
         let in_debt = self.budget.latched();
+        let lock_debt = self.locks.in_debt();
         let cs = self.cs_rates;
         let v = &mut self.vcpus[i];
 
         if v.proactive.is_some_and(|p| now >= p.until) {
             v.proactive = None;
+        }
+        if v.lock_ext.is_some_and(|e| now >= e.until || !waited_on) {
+            v.lock_ext = None;
         }
         if v.throttled_until.is_some_and(|t| now >= t) {
             v.throttled_until = None;
@@ -693,13 +885,19 @@ impl VmState {
             }
         }
 
+        // The fair-class nice the vCPU would have; lock debt is repaid by running above it.
+        let mut base_nice = None;
         let (params, reason) = match boost {
             Some(c) => c,
             None => {
                 let (mut params, mut reason) = cfs_params(limits, &v.guest);
+                base_nice = Some(params.nice);
                 if in_debt && limits.debt_nice > params.nice {
                     params.nice = limits.debt_nice;
                     reason = Reason::Debt;
+                } else if lock_debt && limits.debt_nice > params.nice {
+                    params.nice = limits.debt_nice;
+                    reason = Reason::LockDebt;
                 }
                 if v.throttled_until.is_some() {
                     reason = Reason::Throttled;
@@ -745,6 +943,20 @@ impl VmState {
         };
         self.charge_units = self.charge_units - v.charge_weight + weight;
         v.charge_weight = weight;
+        // Lock debt: an extension on a CPU adds to it, an unboosted vCPU on a CPU above its
+        // nice while the VM owes repays it (crate::locks).
+        let lock_charging = charge && reason == Reason::LockHolder;
+        let repay = match base_nice {
+            Some(base) if lock_debt && v.status.on_cpu() => locks::repay_permille(base, params.nice),
+            _ => 0,
+        };
+        if lock_charging != v.lock_charging || repay != v.repay_permille {
+            let charging = self.locks.charging() - u32::from(v.lock_charging) + u32::from(lock_charging);
+            let repaying = self.locks.repaying_permille() - v.repay_permille + repay;
+            self.locks.set_rates(charging, repaying);
+            v.lock_charging = lock_charging;
+            v.repay_permille = repay;
+        }
         // The critical-section budget is charged by the reason in force, which may change
         // under the same params (a guest RT task taking over from a critical section).
         let cs_charge = charge && matches!(reason, Reason::CriticalSection(_));
@@ -762,6 +974,8 @@ impl VmState {
             self.stats.over_budget_total += 1;
         }
         let changed = params != v.target.params || !reason.same_kind(&v.target.reason);
+        // Either debt may raise an unboosted vCPU's nice to debt_nice.
+        let in_debt = in_debt || lock_debt;
         v.target.reason = reason;
         v.target.throttled = throttled;
         v.target.in_debt = in_debt;
@@ -954,6 +1168,10 @@ fn best_boost(limits: &VmLimits, v: &Vcpu, cs_ok: bool) -> Option<Candidate> {
         && (v.status != RunStatus::Running
             || matches!(v.target.reason, Reason::CriticalSection(_)));
     let mut best = best_guest(limits, &v.guest, allow_cs);
+    if limits.honor_lock_holders && v.lock_ext.is_some() {
+        let params = rt_params(limits, limits.boost_policy, limits.boost_priority);
+        offer(&mut best, params, Reason::LockHolder);
+    }
     if let Some(p) = v.proactive {
         let enabled = match p.reason {
             Reason::ProactiveWake => limits.proactive_wake,

@@ -1656,3 +1656,218 @@ fn by_default_a_guest_spinning_rt_on_every_vcpu_gets_its_share_divided_by_demote
     assert!(boosted <= most, "boosted {} ms", boosted / MS);
     assert!(boosted >= least, "boosted {} ms", boosted / MS);
 }
+
+// ---- lock holders: extensions and the lock debt ----
+
+/// vCPU `waiter`'s half publishing a wait for a lock held on vCPU `holder`.
+fn waits_for(seq: u32, holder: u32) -> GuestHalf {
+    GuestHalf {
+        lock_holder: holder + 1,
+        lock_flags: abi::LOCK_F_WRITE,
+        ..half(seq)
+    }
+}
+
+fn waits_for_any(seq: u32) -> GuestHalf {
+    GuestHalf {
+        lock_holder: abi::LOCK_ANY,
+        lock_flags: abi::LOCK_F_SPIN,
+        ..half(seq)
+    }
+}
+
+/// Two vCPUs, both running; vCPU 0's guest waits for a lock vCPU 1 holds.
+fn holder_and_waiter(limits: VmLimits) -> VmState {
+    let mut vm = vm(limits, 2);
+    step(&mut vm, 0, Event::Running { vcpu: 0 });
+    step(&mut vm, 0, Event::Running { vcpu: 1 });
+    step(&mut vm, 0, upd(1, half(2)));
+    step(&mut vm, MS, upd(0, waits_for(2, 1)));
+    vm
+}
+
+#[test]
+fn a_preempted_lock_holder_is_extended_for_lock_extension_ns() {
+    let mut vm = holder_and_waiter(base());
+
+    let at_preemption = step(&mut vm, 2 * MS, Event::Preempted { vcpu: 1 });
+    let after = tick_until(&mut vm, 10 * MS);
+
+    assert_eq!(at_preemption.len(), 1);
+    assert_eq!(at_preemption[0].vcpu, 1);
+    assert_eq!(at_preemption[0].params, rt(HostPolicy::Rr, 8));
+    assert_eq!(at_preemption[0].reason, Reason::LockHolder);
+    // It ended at 2 ms + lock_extension_ns (1 ms).
+    let end = after.iter().find(|(_, d)| d.vcpu == 1 && !d.params.is_rt());
+    assert_eq!(end.map(|(t, _)| *t), Some(3 * MS));
+    assert_eq!(vm.vm_stats().lock_extensions, 1);
+}
+
+#[test]
+fn a_running_or_unwaited_vcpu_is_not_extended() {
+    let mut vm = holder_and_waiter(base());
+
+    // vCPU 0 (the waiter, named by nobody) is preempted: nothing.
+    let waiter_preempted = step(&mut vm, 2 * MS, Event::Preempted { vcpu: 0 });
+    // The holder runs: nothing either.
+    let holder_runs = step(&mut vm, 2 * MS, Event::Running { vcpu: 1 });
+
+    assert!(waiter_preempted.iter().all(|d| !d.params.is_rt()));
+    assert!(holder_runs.is_empty());
+    assert_eq!(vm.vm_stats().lock_extensions, 0);
+}
+
+#[test]
+fn the_extension_ends_when_no_waiter_names_the_holder_any_more() {
+    let mut vm = holder_and_waiter(base());
+    step(&mut vm, 2 * MS, Event::Preempted { vcpu: 1 });
+
+    let released = step(&mut vm, 2 * MS + 200_000, upd(0, half(4)));
+
+    assert_eq!(released.len(), 1);
+    assert_eq!(released[0].vcpu, 1);
+    assert!(!released[0].params.is_rt());
+}
+
+#[test]
+fn a_waiter_read_after_the_holders_preemption_extends_it() {
+    let mut vm = vm(base(), 2);
+    step(&mut vm, 0, Event::Running { vcpu: 0 });
+    step(&mut vm, 0, Event::Preempted { vcpu: 1 });
+
+    let read = step(&mut vm, MS, upd(0, waits_for(2, 1)));
+
+    let holder: Vec<_> = read.iter().filter(|d| d.vcpu == 1).collect();
+    assert_eq!(holder.len(), 1);
+    assert_eq!(holder[0].reason, Reason::LockHolder);
+}
+
+#[test]
+fn a_waiter_with_the_holder_unknown_extends_the_other_preempted_vcpus_only() {
+    let mut vm = vm(base(), 3);
+    for vcpu in 0..3 {
+        step(&mut vm, 0, Event::Running { vcpu });
+    }
+    step(&mut vm, 0, upd(0, waits_for_any(2)));
+
+    let other = step(&mut vm, MS, Event::Preempted { vcpu: 1 });
+    let itself = step(&mut vm, MS, Event::Preempted { vcpu: 0 });
+
+    assert_eq!(other.len(), 1);
+    assert_eq!((other[0].vcpu, other[0].reason), (1, Reason::LockHolder));
+    assert!(itself.iter().all(|d| !d.params.is_rt()));
+    assert_eq!(target(&vm, 2).1, Reason::None);
+}
+
+#[test]
+fn a_wait_naming_itself_or_a_vcpu_the_vm_lacks_is_ignored() {
+    let mut vm = vm(base(), 2);
+    step(&mut vm, 0, Event::Preempted { vcpu: 1 });
+
+    let own = step(&mut vm, MS, upd(1, waits_for(2, 1)));
+    let beyond = step(&mut vm, MS, upd(0, waits_for(2, 7)));
+
+    assert!(own.iter().chain(beyond.iter()).all(|d| !d.params.is_rt()));
+    assert_eq!(vm.vm_stats().lock_extensions, 0);
+}
+
+#[test]
+fn extension_time_on_a_cpu_is_lock_debt_repaid_at_debt_nice() {
+    let mut vm = holder_and_waiter(base());
+    step(&mut vm, 2 * MS, Event::Preempted { vcpu: 1 });
+    // Back on a CPU 0.1 ms later; the extension ends at 3 ms: 0.9 ms of debt.
+    step(&mut vm, 2 * MS + 100_000, Event::Running { vcpu: 1 });
+    let ended = tick_until(&mut vm, 3 * MS);
+    let s = vm.vm_stats();
+
+    // At 3 ms the extension ends into the debt: both vCPUs run at debt_nice (5) and repay
+    // 1024/335 - 1 = 2.056 ns per ns each: 900,000 / (2 x 2.056) = 218,872 ns.
+    let at_end: Vec<_> = ended.iter().map(|(t, d)| (*t, d.vcpu, d.params, d.reason)).collect();
+    assert_eq!(
+        at_end,
+        vec![
+            (3 * MS, 0, cfs(HostPolicy::Other, 5), Reason::LockDebt),
+            (3 * MS, 1, cfs(HostPolicy::Other, 5), Reason::LockDebt),
+        ]
+    );
+    assert_eq!((s.lock_extended_ns, s.lock_debt_ns), (900_000, 900_000));
+    assert_eq!(s.lock_preemptions_avoided, 1);
+    assert_eq!(vm.next_deadline(), Some(3 * MS + 218_872));
+    let repaid = tick_until(&mut vm, 4 * MS);
+
+    let back: Vec<_> = repaid.iter().map(|(t, d)| (*t, d.vcpu, d.params)).collect();
+    assert_eq!(
+        back,
+        vec![
+            (3 * MS + 218_872, 0, cfs(HostPolicy::Other, 0)),
+            (3 * MS + 218_872, 1, cfs(HostPolicy::Other, 0))
+        ]
+    );
+    let s = vm.vm_stats();
+    assert_eq!((s.lock_debt_ns, s.lock_repaid_ns), (0, 900_000));
+}
+
+#[test]
+fn only_vcpus_on_a_cpu_repay_the_lock_debt() {
+    let mut vm = holder_and_waiter(base());
+    step(&mut vm, 2 * MS, Event::Preempted { vcpu: 1 });
+    step(&mut vm, 2 * MS, Event::Running { vcpu: 1 });
+    tick_until(&mut vm, 3 * MS);
+    // vCPU 0 halts, vCPU 1 waits for a CPU: nobody repays.
+    step(&mut vm, 3 * MS, Event::Blocked { vcpu: 0 });
+    step(&mut vm, 3 * MS, Event::Preempted { vcpu: 1 });
+
+    step(&mut vm, 13 * MS, Event::Tick);
+
+    assert_eq!(vm.vm_stats().lock_debt_ns, MS);
+    assert_eq!(target(&vm, 1), (cfs(HostPolicy::Other, 5), Reason::LockDebt));
+}
+
+#[test]
+fn extensions_are_refused_while_the_lock_debt_is_at_its_cap() {
+    let limits = VmLimits {
+        lock_debt_max_ns: MS / 2,
+        ..base()
+    };
+    let mut vm = holder_and_waiter(limits);
+    step(&mut vm, 2 * MS, Event::Preempted { vcpu: 1 });
+    step(&mut vm, 2 * MS, Event::Running { vcpu: 1 });
+    tick_until(&mut vm, 3 * MS);
+    step(&mut vm, 3 * MS, Event::Blocked { vcpu: 0 });
+
+    let again = step(&mut vm, 3 * MS, Event::Preempted { vcpu: 1 });
+
+    assert!(again.iter().all(|d| !d.params.is_rt()));
+    let s = vm.vm_stats();
+    assert_eq!((s.lock_extensions, s.lock_extensions_refused), (1, 1));
+}
+
+#[test]
+fn lock_holders_are_not_extended_when_not_honored() {
+    let limits = VmLimits {
+        honor_lock_holders: false,
+        ..base()
+    };
+    let mut vm = holder_and_waiter(limits);
+
+    let preempted = step(&mut vm, 2 * MS, Event::Preempted { vcpu: 1 });
+
+    assert!(preempted.iter().all(|d| !d.params.is_rt()));
+    assert!(!vm.reads_waiters_on(&Event::Preempted { vcpu: 1 }));
+}
+
+#[test]
+fn the_guests_lock_counters_are_summed_over_its_vcpus() {
+    let mut vm = vm(base(), 2);
+    let counted = |seq, c, p| GuestHalf {
+        lock_contended_count: c,
+        lock_preempted_count: p,
+        ..half(seq)
+    };
+
+    step(&mut vm, 0, upd(0, counted(2, 10, 3)));
+    step(&mut vm, 0, upd(1, counted(2, 5, 1)));
+
+    let s = vm.vm_stats();
+    assert_eq!((s.lock_contentions, s.lock_holder_preempted), (15, 4));
+}

@@ -21,15 +21,19 @@ pub fn arb_half() -> impl Strategy<Value = GuestHalf> {
             .prop_map(|(pol, prio)| abi::PENDING_VALID | (pol << abi::PENDING_POLICY_SHIFT) | prio),
         any::<u64>(),
     ];
+    let lock_holder = prop_oneof![0u32..=5, Just(abi::LOCK_ANY), any::<u32>()];
+    let lock_flags = prop_oneof![0..=abi::LOCK_F_ALL, any::<u32>()];
     (
         (seq, flags, cs, arb_u32_biased(7), arb_u32_biased(120), nice),
         (any::<u64>(), any::<[u64; 4]>(), pending, any::<u64>()),
-        any::<[u64; 6]>(),
+        (lock_holder, lock_flags, any::<[u64; 2]>()),
+        any::<[u64; 3]>(),
     )
         .prop_map(
             |(
                 (seq, flags, cs_flags, policy, rt_priority, nice),
                 (update_ns, counts, guest_pending, boost_req_count),
+                (lock_holder, lock_flags, lock_counts),
                 guest_reserved,
             )| GuestHalf {
                 seq,
@@ -45,6 +49,10 @@ pub fn arb_half() -> impl Strategy<Value = GuestHalf> {
                 switch_count: counts[3],
                 guest_pending,
                 boost_req_count,
+                lock_holder,
+                lock_flags,
+                lock_contended_count: lock_counts[0],
+                lock_preempted_count: lock_counts[1],
                 guest_reserved,
             },
         )
@@ -132,6 +140,10 @@ pub fn arb_limits() -> impl Strategy<Value = VmLimits> {
                     debt_nice,
                     cs_budget_ns: cs_pick.index(cs_window as usize) as u64 + 1,
                     cs_window_ns: cs_window,
+                    // From flags already drawn (the tuple is at its size limit).
+                    honor_lock_holders: !h[1],
+                    lock_extension_ns: pb,
+                    lock_debt_max_ns: th,
                 }
             },
         )
@@ -151,7 +163,10 @@ pub fn check_params(limits: &VmLimits, d: &Decision) -> Result<(), TestCaseError
     }
     prop_assert!((-20..=19).contains(&p.nice), "nice out of range: {d:?}");
     let in_range = (limits.nice_min..=limits.nice_max).contains(&p.nice);
-    let debt = d.in_debt && !p.is_rt() && p.nice == limits.debt_nice;
+    // Repaying a debt (boost budget latched, or lock-holder extensions) may go above
+    // nice_max, to debt_nice exactly.
+    let repaying = d.in_debt || d.reason == Reason::LockDebt;
+    let debt = repaying && !p.is_rt() && p.nice == limits.debt_nice;
     prop_assert!(in_range || debt, "nice outside the limits: {d:?}");
     Ok(())
 }
