@@ -46,6 +46,23 @@ fn budgets(vm: &VmStatus) -> String {
     )
 }
 
+/// The VM's lock waits (guest counts) and the extensions given to lock holders.
+fn locks(vm: &VmStatus) -> String {
+    let l = &vm.locks;
+    format!(
+        "  lock contentions {} (holder preempted {})  |  extensions {} (refused {}, \
+         preemptions cut short {}), {:.2} ms  |  lock debt {:.2} ms (repaid {:.2} ms)",
+        l.contentions,
+        l.holder_preempted,
+        l.extensions,
+        l.extensions_refused,
+        l.preemptions_avoided,
+        l.extended_ms,
+        l.debt_ms,
+        l.repaid_ms
+    )
+}
+
 /// A vCPU's critical-section budget: ms left, or ms owed while latched.
 fn cs_cell(v: &VcpuStatus) -> String {
     if v.cs_latched {
@@ -83,6 +100,7 @@ pub fn render(s: &Status) -> String {
             vm.boosts, vm.throttles, vm.clamped_inputs, vm.boosted_s,
         );
         let _ = writeln!(out, "{}", budgets(vm));
+        let _ = writeln!(out, "{}", locks(vm));
         let _ = writeln!(
             out,
             "  {:>4} {:>8} {:<14} {:<24} {:<10} {:<12} {:>7} {:>9} {:>11} {:>10}",
@@ -167,6 +185,16 @@ mod tests {
             cs_debt_ms: if cs_latched { 1.5 } else { 0.0 },
             cs_latched_vcpus: u32::from(cs_latched),
             over_budget: 7,
+            locks: pvsched_control::LockStatus {
+                contentions: 120,
+                holder_preempted: 9,
+                extensions: 8,
+                extensions_refused: 1,
+                preemptions_avoided: 7,
+                extended_ms: 4.5,
+                repaid_ms: 4.0,
+                debt_ms: 0.5,
+            },
             vcpus: vec![VcpuStatus {
                 index: 0,
                 tid: 42,
@@ -220,5 +248,17 @@ mod tests {
         );
         assert!(spent.contains("over_budget (throttled)"), "{spent}");
         assert!(spent.contains("owes 1.50"), "{spent}");
+        assert!(
+            fine.contains("lock contentions 120 (holder preempted 9)"),
+            "{fine}"
+        );
+        assert!(
+            fine.contains("extensions 8 (refused 1, preemptions cut short 7), 4.50 ms"),
+            "{fine}"
+        );
+        assert!(
+            fine.contains("lock debt 0.50 ms (repaid 4.00 ms)"),
+            "{fine}"
+        );
     }
 }

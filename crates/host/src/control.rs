@@ -16,7 +16,7 @@ use nix::sys::eventfd::EventFd;
 use pvsched_abi::{HS_HALTED, HS_PREEMPTED, HS_RUNNING};
 use pvsched_base::clock::monotonic_ns;
 use pvsched_control::{
-    Recording, Request, Response, Status, ThreadStatus, TrackInfo, VcpuStatus, VmStatus,
+    LockStatus, Recording, Request, Response, Status, ThreadStatus, TrackInfo, VcpuStatus, VmStatus,
 };
 use pvsched_policy::VmLimits;
 use tracing::info;
@@ -309,6 +309,16 @@ impl Daemon {
                     cs_debt_ms: stats.cs_debt_ns as f64 * 1e-6,
                     cs_latched_vcpus: stats.cs_latched_vcpus,
                     over_budget: stats.over_budget_total,
+                    locks: LockStatus {
+                        contentions: stats.lock_contentions,
+                        holder_preempted: stats.lock_holder_preempted,
+                        extensions: stats.lock_extensions,
+                        extensions_refused: stats.lock_extensions_refused,
+                        preemptions_avoided: stats.lock_preemptions_avoided,
+                        extended_ms: stats.lock_extended_ns as f64 * 1e-6,
+                        repaid_ms: stats.lock_repaid_ns as f64 * 1e-6,
+                        debt_ms: stats.lock_debt_ns as f64 * 1e-6,
+                    },
                     vcpus,
                     latency_path: vm
                         .latency_path

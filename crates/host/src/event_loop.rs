@@ -350,6 +350,17 @@ impl Daemon {
         if meaning.slot_may_matter {
             vm.guest_update(now, vcpu, scratch, &mut acc);
         }
+        // A preempted vCPU may hold a lock another vCPU's guest waits for: the waits are
+        // in the other slots.
+        if meaning
+            .event
+            .is_some_and(|e| vm.policy.reads_waiters_on(&e))
+        {
+            for w in (0..vm.policy.nr_vcpus()).filter(|&w| w != vcpu) {
+                vm.guest_update(now, w, scratch, &mut acc);
+            }
+        }
+        let status_before = vm.policy.vcpu_stats(vcpu).map(|s| s.status);
         let (event, trace) = (meaning.event, meaning.trace);
         if let Some(event) = event {
             self.metrics
@@ -368,6 +379,18 @@ impl Daemon {
                 reason: None,
                 params: None,
             });
+        }
+        // The host half shows the vCPU's status to its guest (lock waiters look at their
+        // holder's): a change no decision publishes is published here, for an unboosted
+        // vCPU or one a waiter names (a boosted one's seq is what its doorbell rings
+        // against: no extra updates).
+        let status_changed = vm.policy.vcpu_stats(vcpu).map(|s| s.status) != status_before;
+        let decided = acc.iter().any(|d| d.vcpu == vcpu);
+        if status_changed && !decided {
+            let boosted = vm.vcpus.get(vcpu as usize).is_some_and(|m| m.boosted());
+            if !boosted || vm.policy.lock_waited_on(vcpu) {
+                vm.publish(wall, vcpu);
+            }
         }
         self.decisions = acc;
         // Timers and the host half are set from the present.

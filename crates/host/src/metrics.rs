@@ -31,6 +31,23 @@ pub struct CauseLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VmKindLabel {
+    pub vm: String,
+    pub kind: &'static str,
+}
+
+/// The lock counts of a VM (`pvsched_lock_events{kind}`), in [`LockMetrics::counts`] order.
+pub const LOCK_COUNT_KINDS: [&str; 5] = [
+    "contentions",
+    "holder_preempted",
+    "extensions",
+    "extensions_refused",
+    "preemptions_avoided",
+];
+/// The lock times of a VM (`pvsched_lock_seconds{kind}`), in [`LockMetrics::seconds`] order.
+pub const LOCK_TIME_KINDS: [&str; 3] = ["extended", "repaid", "debt"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabel {
     pub vm: String,
     pub reason: &'static str,
@@ -58,6 +75,8 @@ pub struct Metrics {
     throttles: Family<VmLabel, Counter>,
     clamped: Family<VmLabel, Counter>,
     boosted_seconds: Family<VmLabel, Gauge<f64, AtomicU64>>,
+    lock_events: Family<VmKindLabel, Gauge>,
+    lock_seconds: Family<VmKindLabel, Gauge<f64, AtomicU64>>,
     decisions: Family<ReasonLabel, Counter>,
     pub events: Family<KindLabel, Counter>,
     /// Event-thread wakeups for host records / for its timer (each one a
@@ -92,7 +111,17 @@ pub struct VmMetrics {
     pub boosted_seconds: Gauge<f64, AtomicU64>,
     pub halt_seconds: Histogram,
     pub wake_seconds: Histogram,
+    pub locks: LockMetrics,
     label: VmLabel,
+}
+
+/// A VM's lock counts and times, as totals since it was served (set from the policy's).
+#[derive(Clone)]
+pub struct LockMetrics {
+    /// [`LOCK_COUNT_KINDS`].
+    pub counts: [Gauge; 5],
+    /// [`LOCK_TIME_KINDS`], seconds.
+    pub seconds: [Gauge<f64, AtomicU64>; 3],
 }
 
 impl Default for Metrics {
@@ -122,6 +151,8 @@ impl Metrics {
             throttles: Family::default(),
             clamped: Family::default(),
             boosted_seconds: Family::default(),
+            lock_events: Family::default(),
+            lock_seconds: Family::default(),
             decisions: Family::default(),
             events: Family::default(),
             wakeups_records,
@@ -155,6 +186,19 @@ impl Metrics {
             "boosted_seconds",
             "Total time vCPU threads of the VM ran boosted",
             m.boosted_seconds.clone(),
+        );
+        registry.register(
+            "lock_events",
+            "Lock waits of the VM since it was served: contentions and those whose holder's \
+             vCPU was preempted (counted by the guest), extensions granted and refused, \
+             preemptions cut short",
+            m.lock_events.clone(),
+        );
+        registry.register(
+            "lock_seconds",
+            "Lock-holder extension time on a CPU since the VM was served, of it repaid, and \
+             the debt left",
+            m.lock_seconds.clone(),
         );
         registry.register(
             "decisions",
@@ -237,6 +281,24 @@ impl Metrics {
             boosted_seconds: self.boosted_seconds.get_or_create(&label).clone(),
             halt_seconds: self.halt_seconds.get_or_create(&label).clone(),
             wake_seconds: self.wake_seconds.get_or_create(&label).clone(),
+            locks: LockMetrics {
+                counts: LOCK_COUNT_KINDS.map(|kind| {
+                    self.lock_events
+                        .get_or_create(&VmKindLabel {
+                            vm: name.to_string(),
+                            kind,
+                        })
+                        .clone()
+                }),
+                seconds: LOCK_TIME_KINDS.map(|kind| {
+                    self.lock_seconds
+                        .get_or_create(&VmKindLabel {
+                            vm: name.to_string(),
+                            kind,
+                        })
+                        .clone()
+                }),
+            },
             label,
         }
     }

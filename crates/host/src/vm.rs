@@ -262,7 +262,7 @@ impl ServedVm {
     /// Which records of vCPU `v` need not wake the daemon now.
     pub fn quiet(&self, v: u32) -> Quiet {
         let boosted = self.vcpus.get(v as usize).is_some_and(Managed::boosted);
-        Quiet::for_vcpu(boosted, self.policy.limits())
+        Quiet::for_vcpu(boosted, self.policy.limits(), self.policy.lock_waited_on(v))
     }
 
     /// Whether any vCPU of this VM is boosted (halted or not).
@@ -289,6 +289,24 @@ impl ServedVm {
         self.metrics
             .boosted_seconds
             .set(stats.boosted_ns_total as f64 * 1e-9);
+        let counts = [
+            stats.lock_contentions,
+            stats.lock_holder_preempted,
+            stats.lock_extensions,
+            stats.lock_extensions_refused,
+            stats.lock_preemptions_avoided,
+        ];
+        for (gauge, n) in self.metrics.locks.counts.iter().zip(counts) {
+            gauge.set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+        let times = [
+            stats.lock_extended_ns,
+            stats.lock_repaid_ns,
+            stats.lock_debt_ns,
+        ];
+        for (gauge, ns) in self.metrics.locks.seconds.iter().zip(times) {
+            gauge.set(ns as f64 * 1e-9);
+        }
         if stats.clamped_inputs_total > self.reported_clamped {
             self.metrics
                 .clamped

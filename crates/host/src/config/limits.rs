@@ -77,6 +77,9 @@ limits_config! {
     debt_nice: i8,
     cs_budget_ns: u64,
     cs_window_ns: u64,
+    honor_lock_holders: bool,
+    lock_extension_ns: u64,
+    lock_debt_max_ns: u64,
 }
 
 fn parse_policy(name: &str, key: &str) -> Result<HostPolicy, ConfigError> {

@@ -41,7 +41,12 @@ impl Quiet {
     /// follows a wakeup, a preemption, an interrupt or a slot read), and its
     /// wakeups or preemptions do not either when the limits make nothing of
     /// them.
-    pub fn for_vcpu(boosted: bool, limits: &VmLimits) -> Quiet {
+    pub fn for_vcpu(boosted: bool, limits: &VmLimits, waited_on: bool) -> Quiet {
+        if waited_on && limits.honor_lock_holders {
+            // Another vCPU's guest waits on this one (a lock it holds): its preemption
+            // starts an extension, its switch-in ends the preemption for the waiters.
+            return Quiet(PVS_LAZY_BLOCKED | PVS_LAZY_KVM_WAKEUP);
+        }
         if boosted {
             return Quiet::ALL;
         }
@@ -218,7 +223,7 @@ mod tests {
 
     #[test]
     fn a_boosted_vcpu_wakes_the_daemon_for_nothing() {
-        let q = Quiet::for_vcpu(true, &VmLimits::default());
+        let q = Quiet::for_vcpu(true, &VmLimits::default(), false);
 
         assert!(q.covers(&ev(EventKind::SwitchOut { runnable: true })));
         assert!(q.covers(&ev(EventKind::Waking {
@@ -230,7 +235,7 @@ mod tests {
 
     #[test]
     fn an_unboosted_vcpu_wakes_it_for_preemptions_and_wakeups_that_may_start_a_boost() {
-        let q = Quiet::for_vcpu(false, &VmLimits::default());
+        let q = Quiet::for_vcpu(false, &VmLimits::default(), false);
 
         assert!(q.covers(&ev(EventKind::SwitchIn { cpu: 0 })));
         assert!(q.covers(&ev(EventKind::SwitchOut { runnable: false })));
@@ -248,12 +253,28 @@ mod tests {
             ..VmLimits::default()
         };
 
-        let q = Quiet::for_vcpu(false, &limits);
+        let q = Quiet::for_vcpu(false, &limits, false);
 
         assert!(q.covers(&ev(EventKind::SwitchOut { runnable: true })));
         assert!(q.covers(&ev(EventKind::Waking {
             source: super::super::WakeSource::Vcpu,
             cpu_idle: false,
         })));
+    }
+
+    #[test]
+    fn a_vcpu_a_lock_waiter_names_wakes_it_when_it_runs_or_is_preempted_even_boosted() {
+        for boosted in [false, true] {
+            let q = Quiet::for_vcpu(boosted, &VmLimits::default(), true);
+
+            assert!(!q.covers(&ev(EventKind::SwitchIn { cpu: 0 })));
+            assert!(!q.covers(&ev(EventKind::SwitchOut { runnable: true })));
+            assert!(q.covers(&ev(EventKind::SwitchOut { runnable: false })));
+        }
+        let off = VmLimits {
+            honor_lock_holders: false,
+            ..VmLimits::default()
+        };
+        assert!(Quiet::for_vcpu(true, &off, true).covers(&ev(EventKind::SwitchIn { cpu: 0 })));
     }
 }
