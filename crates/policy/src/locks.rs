@@ -17,9 +17,9 @@
 
 /// The kernel's CFS weight of each nice value, -20..=19 (`sched_prio_to_weight`).
 const NICE_WEIGHT: [u32; 40] = [
-    88761, 71755, 56483, 46273, 36291, 29154, 23254, 18705, 14949, 11916, 9548, 7620, 6100,
-    4904, 3906, 3121, 2501, 1991, 1586, 1277, 1024, 820, 655, 526, 423, 335, 272, 215, 172, 137,
-    110, 87, 70, 56, 45, 36, 29, 23, 18, 15,
+    88761, 71755, 56483, 46273, 36291, 29154, 23254, 18705, 14949, 11916, 9548, 7620, 6100, 4904,
+    3906, 3121, 2501, 1991, 1586, 1277, 1024, 820, 655, 526, 423, 335, 272, 215, 172, 137, 110, 87,
+    70, 56, 45, 36, 29, 23, 18, 15,
 ];
 
 /// CFS weight of `nice` (clamped into -20..=19).
@@ -76,12 +76,17 @@ impl LockLedger {
         let added = dt.saturating_mul(u64::from(self.charging));
         self.extended_ns = self.extended_ns.saturating_add(added);
         let owed = self.debt_ns.saturating_add(added);
-        let repay_milli = u128::from(dt) * u128::from(self.repaying_permille) + u128::from(self.frac);
+        let repay_milli =
+            u128::from(dt) * u128::from(self.repaying_permille) + u128::from(self.frac);
         let repay = u64::try_from(repay_milli / 1000).unwrap_or(u64::MAX);
         let left = owed.saturating_sub(repay);
         self.repaid_ns = self.repaid_ns.saturating_add(owed - left);
         self.debt_ns = left;
-        self.frac = if left == 0 { 0 } else { (repay_milli % 1000) as u64 };
+        self.frac = if left == 0 {
+            0
+        } else {
+            (repay_milli % 1000) as u64
+        };
     }
 
     /// Changes the rates: `charging` vCPUs extended on a CPU, repaying at `permille` in all.

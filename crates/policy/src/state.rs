@@ -568,7 +568,9 @@ impl VmState {
         }
         for v in &self.vcpus {
             s.lock_contentions = s.lock_contentions.saturating_add(v.guest.lock_contended);
-            s.lock_holder_preempted = s.lock_holder_preempted.saturating_add(v.guest.lock_preempted);
+            s.lock_holder_preempted = s
+                .lock_holder_preempted
+                .saturating_add(v.guest.lock_preempted);
         }
         s.lock_extensions = self.locks.extensions;
         s.lock_extensions_refused = self.locks.refused;
@@ -947,11 +949,14 @@ impl VmState {
         // nice while the VM owes repays it (crate::locks).
         let lock_charging = charge && reason == Reason::LockHolder;
         let repay = match base_nice {
-            Some(base) if lock_debt && v.status.on_cpu() => locks::repay_permille(base, params.nice),
+            Some(base) if lock_debt && v.status.on_cpu() => {
+                locks::repay_permille(base, params.nice)
+            }
             _ => 0,
         };
         if lock_charging != v.lock_charging || repay != v.repay_permille {
-            let charging = self.locks.charging() - u32::from(v.lock_charging) + u32::from(lock_charging);
+            let charging =
+                self.locks.charging() - u32::from(v.lock_charging) + u32::from(lock_charging);
             let repaying = self.locks.repaying_permille() - v.repay_permille + repay;
             self.locks.set_rates(charging, repaying);
             v.lock_charging = lock_charging;

@@ -1782,7 +1782,10 @@ fn extension_time_on_a_cpu_is_lock_debt_repaid_at_debt_nice() {
 
     // At 3 ms the extension ends into the debt: both vCPUs run at debt_nice (5) and repay
     // 1024/335 - 1 = 2.056 ns per ns each: 900,000 / (2 x 2.056) = 218,872 ns.
-    let at_end: Vec<_> = ended.iter().map(|(t, d)| (*t, d.vcpu, d.params, d.reason)).collect();
+    let at_end: Vec<_> = ended
+        .iter()
+        .map(|(t, d)| (*t, d.vcpu, d.params, d.reason))
+        .collect();
     assert_eq!(
         at_end,
         vec![
@@ -1820,7 +1823,10 @@ fn only_vcpus_on_a_cpu_repay_the_lock_debt() {
     step(&mut vm, 13 * MS, Event::Tick);
 
     assert_eq!(vm.vm_stats().lock_debt_ns, MS);
-    assert_eq!(target(&vm, 1), (cfs(HostPolicy::Other, 5), Reason::LockDebt));
+    assert_eq!(
+        target(&vm, 1),
+        (cfs(HostPolicy::Other, 5), Reason::LockDebt)
+    );
 }
 
 #[test]
