@@ -560,6 +560,7 @@ mod tests {
                 cs_debt_ms: 0.0,
                 cs_latched_vcpus: 0,
                 over_budget: 0,
+                locks: Default::default(),
                 vcpus: tids.iter().enumerate().map(vcpu).collect(),
                 latency_path: vec![],
             }],

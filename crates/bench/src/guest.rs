@@ -13,6 +13,7 @@ use crate::host::cyclictest_args;
 /// The guest programs, compiled static at run time (`cc -O2 -static`).
 pub const PROGRAMS: &[(&str, &str)] = &[
     ("audiosim", include_str!("../guest-progs/audiosim.c")),
+    ("lockstress", include_str!("../guest-progs/lockstress.c")),
     ("pingpong", include_str!("../guest-progs/pingpong.c")),
     ("prodcons", include_str!("../guest-progs/prodcons.c")),
 ];

@@ -3,8 +3,9 @@
 //! pvsched), an idle and a loaded host; guest and host cyclictest at once,
 //! an audio-like task, a ping-pong and host throughput; a Markdown table,
 //! JSON in the simulator's shape and latency plots. Also the rogue-guest
-//! scenario (`rogue`) and the message-passing one (`msgpass`: the guest's
-//! idle modes under wakeup-bound programs).
+//! scenario (`rogue`), the message-passing one (`msgpass`: the guest's
+//! idle modes under wakeup-bound programs) and the lock-holder one (`locks`:
+//! two overcommitted guests contending on kernel locks).
 //!
 //! See README.md for what is measured and how to read it.
 
@@ -16,6 +17,8 @@ pub mod guest;
 pub mod host;
 pub mod interrupts;
 pub mod ipi_sources;
+pub mod locks;
+pub mod locks_report;
 pub mod modcost;
 pub mod model;
 pub mod msgpass;

@@ -6,6 +6,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use pvsched_bench::accel::AccelChoice;
+use pvsched_bench::locks::{self, LockSettings};
+use pvsched_bench::locks_report::{LockCase, LockMode, Workload};
 use pvsched_bench::modcost::ModCostSettings;
 use pvsched_bench::model::{Load, Mode};
 use pvsched_bench::msgpass::{self, MsgSettings};
@@ -26,6 +28,10 @@ enum Scenario {
     /// One guest (2 vCPUs) passing messages between its vCPUs under each
     /// guest idle mode of pvsched.ko; pvschedd serves it throughout.
     MessagePassing,
+    /// Two guests (2 vCPUs each) running a lock-heavy workload at once on
+    /// the host's CPUs, and one alone; vanilla, pvschedd without and with
+    /// lock-holder handling.
+    Locks,
 }
 
 #[derive(Parser, Debug)]
@@ -45,6 +51,9 @@ struct Cli {
     /// message-passing: pipe ping-pong and a producer/consumer queue across
     /// two vCPUs per guest idle mode (--cases); defaults to --duration 5
     /// (seconds per workload) --smp 2.
+    /// locks: two guests running a lock-heavy workload (lockstress) at once,
+    /// overcommitting the host, and one alone, per --lock-modes; defaults to
+    /// --repeat 5 --duration 10 --smp 2 (--quick: --repeat 2 --duration 5).
     #[arg(long, value_enum, default_value = "standard")]
     scenario: Scenario,
     /// Message-passing scenario: the guest idle modes, interleaved: default
@@ -68,6 +77,28 @@ struct Cli {
         default_value = "pvsched-quiet,pvsched-rogue,vanilla-rogue"
     )]
     rogue_cases: Vec<Case>,
+    /// Lock scenario: the cases, interleaved: overcommitted (both guests run
+    /// the workload), alone (the first guest runs it, the second idles).
+    #[arg(long, value_delimiter = ',', default_value = "overcommitted,alone")]
+    lock_cases: Vec<LockCase>,
+    /// Lock scenario: the modes, interleaved: vanilla (no daemon),
+    /// pvsched-nolock (pvschedd, honor_lock_holders = false), pvsched-lock
+    /// (pvschedd, honor_lock_holders = true).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "vanilla,pvsched-nolock,pvsched-lock"
+    )]
+    lock_modes: Vec<LockMode>,
+    /// Lock scenario: the guest workload: rename (a file renamed between two
+    /// directories: the rename mutex and two directory rwsems), files
+    /// (create + unlink in one directory: its rwsem), write (4 KiB writes
+    /// into one file: its rwsem), mmap (mmap/fault/munmap: mmap_lock).
+    #[arg(long, default_value = "rename")]
+    lock_workload: Workload,
+    /// Lock scenario: workload threads per guest [default: 2 per vCPU].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
+    lock_threads: Option<u32>,
     /// Rogue scenario: SCHED_FIFO priority of the rogue's rtspin in its guest.
     #[arg(long, default_value_t = 99, value_parser = clap::value_parser!(u32).range(1..=99))]
     rogue_priority: u32,
@@ -232,6 +263,60 @@ fn msgpass_settings(mut cli: Cli) -> Result<MsgSettings> {
     })
 }
 
+/// The lock scenario's settings: the standard ones with this scenario's
+/// defaults (5 x 10 s per case and mode, 2 vCPUs per guest; --quick 2 x 5 s).
+fn locks_settings(mut cli: Cli) -> Result<LockSettings> {
+    let q = cli.quick;
+    if cli.out.is_none() {
+        cli.out = Some(if q {
+            PathBuf::from("bench-results/demo-locks")
+        } else {
+            PathBuf::from(format!("{}-locks", run::default_out().display()))
+        });
+    }
+    cli.repeat.get_or_insert(if q { 2 } else { 5 });
+    cli.duration.get_or_insert(if q { 5 } else { 10 });
+    cli.smp.get_or_insert(2);
+    let cases = cli.lock_cases.clone();
+    let modes = cli.lock_modes.clone();
+    let workload = cli.lock_workload;
+    let threads = cli.lock_threads.unwrap_or(0);
+    let base = settings(cli)?;
+    let mut seen = std::collections::BTreeSet::new();
+    if cases.is_empty() || !cases.iter().all(|c| seen.insert(*c)) {
+        return Err(BenchError::Usage(
+            "--lock-cases: give each case once, at least one".into(),
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    if modes.is_empty() || !modes.iter().all(|m| seen.insert(*m)) {
+        return Err(BenchError::Usage(
+            "--lock-modes: give each mode once, at least one".into(),
+        ));
+    }
+    Ok(LockSettings {
+        base,
+        cases,
+        modes,
+        workload,
+        threads,
+    })
+}
+
+fn locks_main(cli: Cli) -> ExitCode {
+    scenario_main(
+        cli,
+        ScenarioFns {
+            rerender: locks::rerender,
+            settings: locks_settings,
+            run: locks::run,
+            out: |s| &s.base.out,
+            markdown: pvsched_bench::locks_report::markdown,
+            plots: |r| &r.plots,
+        },
+    )
+}
+
 fn msgpass_main(cli: Cli) -> ExitCode {
     scenario_main(
         cli,
@@ -327,7 +412,7 @@ fn rogue_main(cli: Cli) -> ExitCode {
     )
 }
 
-/// What the rogue and message-passing scenarios plug into [`scenario_main`].
+/// What the rogue, message-passing and lock scenarios plug into [`scenario_main`].
 struct ScenarioFns<S, R> {
     rerender: fn(&Path) -> Result<(R, PathBuf)>,
     settings: fn(Cli) -> Result<S>,
@@ -393,6 +478,9 @@ fn main() -> ExitCode {
     }
     if cli.scenario == Scenario::MessagePassing {
         return msgpass_main(cli);
+    }
+    if cli.scenario == Scenario::Locks {
+        return locks_main(cli);
     }
     if let Some(raw) = &cli.from_raw {
         return match run::rerender(raw) {

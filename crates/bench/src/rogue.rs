@@ -90,17 +90,18 @@ pub fn count_ready(out: &str) -> u32 {
     out.lines().filter(|l| l.contains("rtspin: ready")).count() as u32
 }
 
-/// One of the two guests, with what the bench knows of it.
-struct Guest {
-    vm: Vm,
-    vcpus: Vec<(u32, i32)>,
-    cpus: u32,
-    module: String,
-    baseline: ThreadBaseline,
+/// One of the two guests, with what the bench knows of it (also the lock
+/// scenario's).
+pub(crate) struct Guest {
+    pub(crate) vm: Vm,
+    pub(crate) vcpus: Vec<(u32, i32)>,
+    pub(crate) cpus: u32,
+    pub(crate) module: String,
+    pub(crate) baseline: ThreadBaseline,
 }
 
 impl Guest {
-    fn new(vm: Vm, needs_module: bool) -> Result<Guest> {
+    pub(crate) fn new(vm: Vm, needs_module: bool) -> Result<Guest> {
         let cpus = vm.guest_cpus().max(1);
         let (rc, out) = vm
             .insmod("")
@@ -124,7 +125,7 @@ impl Guest {
         })
     }
 
-    fn entry(&self, name: &str, by_pid: bool) -> Result<VmEntry> {
+    pub(crate) fn entry(&self, name: &str, by_pid: bool) -> Result<VmEntry> {
         let region = self
             .vm
             .region_path()
@@ -679,24 +680,36 @@ impl Bench<'_> {
 /// `--accel`'s choice and its KVM fallback, the rogue with the accelerator
 /// the neighbour ended up with.
 fn boot_both(s: &Settings, image: GuestImage) -> Result<(Vm, Vm, String, Accel)> {
+    boot_two(s, image, NEIGHBOUR, ROGUE)
+}
+
+/// Boots the VMs `first` and `second` at once: `first` with `--accel`'s
+/// choice and its KVM fallback, `second` with the accelerator `first` ended
+/// up with (booted again if it differs).
+pub(crate) fn boot_two(
+    s: &Settings,
+    image: GuestImage,
+    first: &str,
+    second: &str,
+) -> Result<(Vm, Vm, String, Accel)> {
     let decision = accel::decide(s.accel, &KvmFacts::probe());
-    let (neighbour, rogue) = std::thread::scope(|sc| {
-        let rogue = sc.spawn(|| Vm::boot(run::vm_config(s, &image, ROGUE, decision.accel)));
-        let neighbour = run::boot(s, image.clone(), NEIGHBOUR);
-        (neighbour, rogue.join())
+    let (one, two) = std::thread::scope(|sc| {
+        let two = sc.spawn(|| Vm::boot(run::vm_config(s, &image, second, decision.accel)));
+        let one = run::boot(s, image.clone(), first);
+        (one, two.join())
     });
-    let (neighbour, reason, accel) = neighbour?;
-    let rogue = match rogue {
+    let (one, reason, accel) = one?;
+    let two = match two {
         Ok(Ok(vm)) if decision.accel == accel => vm,
-        _ => Vm::boot(run::vm_config(s, &image, ROGUE, accel))
-            .map_err(guest("booting the rogue VM"))?,
+        _ => Vm::boot(run::vm_config(s, &image, second, accel))
+            .map_err(guest(format!("booting the VM {second}")))?,
     };
-    Ok((neighbour, rogue, reason, accel))
+    Ok((one, two, reason, accel))
 }
 
 /// Copies pvschedd into the run directory: the run then uses one binary
 /// from start to end, even if someone rebuilds target/release meanwhile.
-fn pin_daemon(bins: Binaries, run_dir: &Path) -> Result<(Binaries, String)> {
+pub(crate) fn pin_daemon(bins: Binaries, run_dir: &Path) -> Result<(Binaries, String)> {
     let copy = run_dir.join("pvschedd");
     std::fs::copy(&bins.pvschedd, &copy).map_err(io(format!(
         "copying {} to {}",

@@ -72,6 +72,9 @@ pub fn mode_color(mode: &str) -> RGBColor {
         "haltpoll" => RGBColor(255, 127, 14),
         "hinted" => RGBColor(44, 160, 44),
         "advisor" => RGBColor(31, 119, 180),
+        // The lock-holder scenario's modes.
+        "pvsched-nolock" => RGBColor(255, 127, 14),
+        "pvsched-lock" => RGBColor(44, 160, 44),
         _ => RGBColor(90, 90, 90),
     }
 }
