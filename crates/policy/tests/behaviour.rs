@@ -1743,20 +1743,25 @@ fn a_waiter_read_after_the_holders_preemption_extends_it() {
 }
 
 #[test]
-fn a_waiter_with_the_holder_unknown_extends_the_other_preempted_vcpus_only() {
+fn a_new_wait_with_the_holder_unknown_extends_the_siblings_preempted_then_only() {
     let mut vm = vm(base(), 3);
     for vcpu in 0..3 {
         step(&mut vm, 0, Event::Running { vcpu });
     }
-    step(&mut vm, 0, upd(0, waits_for_any(2)));
+    step(&mut vm, 0, Event::Preempted { vcpu: 1 });
+    step(&mut vm, 0, Event::Preempted { vcpu: 0 });
 
-    let other = step(&mut vm, MS, Event::Preempted { vcpu: 1 });
-    let itself = step(&mut vm, MS, Event::Preempted { vcpu: 0 });
+    // vCPU 0 (itself preempted a moment ago, now back) publishes a wait, holder unknown.
+    step(&mut vm, MS, Event::Running { vcpu: 0 });
+    let read = step(&mut vm, MS, upd(0, waits_for_any(2)));
+    // Later preemptions are not extended for the same wait.
+    let later = step(&mut vm, 2 * MS, Event::Preempted { vcpu: 2 });
+    let reread = step(&mut vm, 2 * MS, upd(0, waits_for_any(2)));
 
-    assert_eq!(other.len(), 1);
-    assert_eq!((other[0].vcpu, other[0].reason), (1, Reason::LockHolder));
-    assert!(itself.iter().all(|d| !d.params.is_rt()));
-    assert_eq!(target(&vm, 2).1, Reason::None);
+    let extended: Vec<_> = read.iter().map(|d| (d.vcpu, d.reason)).collect();
+    assert_eq!(extended, vec![(1, Reason::LockHolder)]);
+    assert!(later.iter().chain(reread.iter()).all(|d| !d.params.is_rt()));
+    assert_eq!(target(&vm, 0).1, Reason::None);
 }
 
 #[test]

@@ -1,13 +1,17 @@
 //! pvschedd as the simulator runs it: the real policy engine (`pvsched-policy`), one
 //! [`VmState`] per VM, fed the events the daemon's BPF programs would deliver and the guest
 //! halves it would read (at a preemption, a halt, a wakeup, and on its recheck timer for
-//! boosted vCPUs), its decisions taking effect `reaction_ns` later. Every discovery round it
-//! tells the policy whether the host is overloaded (CPU pressure, as pvschedd's discovery
-//! thread decides it) when a guest reads the flag (the hinted idle driver). What it leaves
-//! out: the daemon's own CPU time, lost events, and lazy records (the sim delivers every
-//! record at once; the daemon reads a boosted vCPU's records up to one recheck period late);
-//! the host halves are read as the policy has them at that moment (the daemon publishes
-//! them at its 10 ms scan and at each decision).
+//! boosted vCPUs; at a preemption also every other vCPU's, where lock waits naming the
+//! preempted vCPU are, when the policy asks: [`VmState::reads_waiters_on`]), its decisions
+//! taking effect `reaction_ns` later. Every discovery round it tells the policy whether the
+//! host is overloaded (CPU pressure, as pvschedd's discovery thread decides it) when a guest
+//! reads the flag (the hinted idle driver). What it leaves out: the daemon's own CPU time
+//! (slot reads are free), lost events, and lazy records (the sim delivers every record at
+//! once; the daemon reads a boosted vCPU's records up to one recheck period late, except a
+//! waited-on vCPU's switch-ins and preemptions, which wake it as here); the host halves
+//! are read as the policy has them at that moment (the daemon publishes them at its 10 ms
+//! scan and at each decision, and a status change at once for a vCPU unboosted or waited
+//! on: a lock waiter may see a boosted vCPU's status up to 10 ms later than here).
 
 use pvsched_abi::{GuestHalf, HostHalf};
 use pvsched_policy::{
@@ -101,12 +105,12 @@ impl Daemon {
         }
     }
 
-    /// One read of a guest half (if any) then one event (if any), as the daemon handles a
+    /// Reads of guest halves, in order, then one event (if any), as the daemon handles a
     /// host event of the VM.
-    pub fn handle(&mut self, vm: u32, now: u64, read: Option<(u32, GuestHalf)>, ev: Option<Event>) {
+    pub fn handle(&mut self, vm: u32, now: u64, reads: &[(u32, GuestHalf)], ev: Option<Event>) {
         let reaction = self.reaction_ns;
         let dv = &mut self.vms[vm as usize];
-        if let Some((vcpu, guest)) = read {
+        for &(vcpu, guest) in reads {
             dv.state.handle(
                 now,
                 &Event::GuestUpdate {
@@ -122,6 +126,21 @@ impl Daemon {
             dv.state.handle(now, &ev, &mut self.out);
             dv.take(&self.out, now + reaction);
         }
+    }
+
+    /// Whether `ev` (about a vCPU of `vm`) comes with reads of the VM's other slots, where
+    /// lock waits that may name it are ([`VmState::reads_waiters_on`]).
+    pub fn reads_waiters_on(&self, vm: u32, ev: &Event) -> bool {
+        self.vms[vm as usize].state.reads_waiters_on(ev)
+    }
+
+    /// Whether `vcpu` of `vm` is preempted as its host half shows it (`HS_PREEMPTED`): the
+    /// policy's status of it now.
+    pub fn vcpu_preempted(&self, vm: u32, vcpu: u32) -> bool {
+        self.vms[vm as usize]
+            .state
+            .vcpu_stats(vcpu)
+            .is_some_and(|s| s.status.abi() == pvsched_abi::HS_PREEMPTED)
     }
 
     /// Whether the tick queued for `vm` at `now` is the current one.

@@ -378,6 +378,17 @@ impl Task {
             }
         )
     }
+
+    /// Spinning or sleeping for a lock.
+    pub fn waits_for_lock(&self) -> bool {
+        matches!(
+            self.behaviour,
+            Behaviour::Lock {
+                phase: LockPhase::Spinning | LockPhase::Blocked,
+                ..
+            }
+        )
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -385,6 +396,22 @@ pub struct Lock {
     pub owner: Option<TaskId>,
     /// Waiters in arrival order (spinners and sleepers alike: FIFO hand-over).
     pub waiters: VecDeque<TaskId>,
+}
+
+/// The lock wait a vCPU's slot shows (`PVSCHED_F_LOCK_WAIT`), as the guest module keeps it
+/// per CPU (guest/pvsched_locks.c: `lock_task`, `lock_target`, `lock_kind`,
+/// `lock_sleeping`): set at the waiter's contention, in the waiter's own slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LockWait {
+    /// The waiting task.
+    pub task: TaskId,
+    /// What the slot names: `LOCK_NONE` (nothing to ask of the host), the holder's vCPU
+    /// + 1, or `LOCK_ANY`; looked up once, at the contention.
+    pub target: u32,
+    /// `LOCK_F_*` of the lock (`LOCK_F_MUTEX`, `LOCK_F_SPIN`).
+    pub kind: u32,
+    /// The waiter sleeps and its vCPU idles (`LOCK_F_SLEEP`).
+    pub sleeping: bool,
 }
 
 /// An interrupt pending or being handled on a vCPU.
@@ -460,6 +487,12 @@ pub struct Vcpu {
     pub hardirqs: u64,
     /// The `seq` at which the doorbell last rang (one ring per published change).
     pub rung_seq: u32,
+    /// The lock wait in progress here (pvsched-locks).
+    pub lock_wait: Option<LockWait>,
+    /// The module's counters: contentions seen here, and of those the ones whose holder's
+    /// vCPU (for an unknown holder: another vCPU) the host half said was preempted.
+    pub lock_contended: u64,
+    pub lock_preempted: u64,
 }
 
 impl Vcpu {
@@ -486,6 +519,9 @@ impl Vcpu {
             switches: 0,
             hardirqs: 0,
             rung_seq: u32::MAX,
+            lock_wait: None,
+            lock_contended: 0,
+            lock_preempted: 0,
         }
     }
 }
@@ -500,8 +536,8 @@ pub struct GuestVm {
     pub main_loop: u32,
     /// Timer expiries waiting for the main loop: (vcpu, irq).
     pub main_loop_queue: VecDeque<(u32, Irq)>,
-    /// Whether the guest module publishes lock holders (`CS_LOCK`).
-    pub publish_locks: bool,
+    /// Whether the guest module publishes lock waits (`F_LOCK_WAIT`, pvsched-locks).
+    pub publish_lock_waits: bool,
 }
 
 impl GuestVm {
@@ -599,9 +635,6 @@ impl GuestVm {
                 };
                 rt_priority = u32::from(prio);
             }
-            if self.publish_locks && task.holds_lock() {
-                cs_flags |= abi::CS_LOCK;
-            }
         }
         // The pending hint: the best RT task woken here and not yet running.
         let mut guest_pending = 0;
@@ -620,6 +653,16 @@ impl GuestVm {
                 }
             }
         }
+        let (mut lock_holder, mut lock_flags) = (abi::LOCK_NONE, 0);
+        let (mut lock_contended_count, mut lock_preempted_count) = (0, 0);
+        if self.publish_lock_waits {
+            // pvsched_lock_show(): a wait whose lookup named nothing shows nothing.
+            if let Some(w) = vc.lock_wait.filter(|w| w.target != abi::LOCK_NONE) {
+                lock_holder = w.target;
+                lock_flags = w.kind | if w.sleeping { abi::LOCK_F_SLEEP } else { 0 };
+            }
+            (lock_contended_count, lock_preempted_count) = (vc.lock_contended, vc.lock_preempted);
+        }
         abi::GuestHalf {
             seq: vc.seq.wrapping_mul(2),
             flags,
@@ -631,7 +674,113 @@ impl GuestVm {
             hardirq_count: vc.hardirqs,
             switch_count: vc.switches,
             guest_pending,
+            lock_holder,
+            lock_flags,
+            lock_contended_count,
+            lock_preempted_count,
             ..Default::default()
+        }
+    }
+
+    /// lock:contention_begin, as `pvsched_lock_begin()` handles it: task `t`, running on
+    /// its vCPU, finds lock `li` (of `kind`) held and waits for it. The wait goes into the
+    /// waiter's own slot, looked up once, now (`pvsched_lock_holder()`):
+    ///
+    /// - a mutex names its owner: if the owner task is on a vCPU (the current task of
+    ///   another vCPU, whether the host runs that vCPU or not) the slot names that vCPU,
+    ///   and the contention counts as preempted if its host half says so; an owner not on a
+    ///   vCPU (asleep, or waiting for its vCPU in the guest) is counted and named by
+    ///   nothing; an owner on the waiter's own vCPU is not a contention to count;
+    /// - a spinlock does not record its owner: the slot says `LOCK_ANY` only if another
+    ///   vCPU's host half says preempted (then the contention counts as preempted), else
+    ///   nothing.
+    ///
+    /// `preempted(v)`: vCPU `v`'s host half says `HS_PREEMPTED` (never without a host half).
+    /// Without the module's lock waits (every mode but pvsched-locks) nothing happens.
+    /// Returns whether the slot changed.
+    pub fn lock_contention(
+        &mut self,
+        t: TaskId,
+        li: usize,
+        kind: LockKind,
+        preempted: impl Fn(u32) -> bool,
+    ) -> bool {
+        if !self.publish_lock_waits {
+            return false;
+        }
+        let v = self.tasks[t as usize].vcpu;
+        let (target, pre, flags) = match kind {
+            LockKind::Mutex => {
+                let Some(h) = self.locks[li].owner.filter(|&h| h != t) else {
+                    return false;
+                };
+                let hv = self.tasks[h as usize].vcpu;
+                if self.vcpus[hv as usize].cur != Some(h) {
+                    (abi::LOCK_NONE, false, abi::LOCK_F_MUTEX)
+                } else if hv == v {
+                    return false;
+                } else {
+                    (hv + 1, preempted(hv), abi::LOCK_F_MUTEX)
+                }
+            }
+            LockKind::Spin => {
+                let n = self.vcpus.len() as u32;
+                let pre = (0..n).any(|s| s != v && preempted(s));
+                let target = if pre { abi::LOCK_ANY } else { abi::LOCK_NONE };
+                (target, pre, abi::LOCK_F_SPIN)
+            }
+        };
+        let vc = &mut self.vcpus[v as usize];
+        vc.lock_contended += 1;
+        vc.lock_preempted += u64::from(pre);
+        if vc.lock_wait.is_some_and(|w| w.task != t) {
+            // Another task's wait is shown (cannot happen here: a switch to another task
+            // ends it); the module counts this one and keeps showing that one.
+            return true;
+        }
+        vc.lock_wait = Some(LockWait {
+            task: t,
+            target,
+            kind: flags,
+            sleeping: false,
+        });
+        vc.seq += 1;
+        true
+    }
+
+    /// vCPU `v` switches to task `next` (`None`: its idle loop), as `pvsched_lock_switch()`:
+    /// a wait in progress lasts while its task runs and while the vCPU idles after the
+    /// waiter slept (`LOCK_F_SLEEP`); any other task ends it. A spinlock waiter that halts
+    /// (paravirt qspinlock's `pv_wait`) halts inside its wait, without a switch: no
+    /// `LOCK_F_SLEEP`.
+    pub fn lock_wait_switch(&mut self, v: u32, next: Option<TaskId>) {
+        let vc = &mut self.vcpus[v as usize];
+        let Some(w) = vc.lock_wait.as_mut() else {
+            return;
+        };
+        let sleeping = match next {
+            Some(t) if t == w.task => false,
+            None if w.kind & abi::LOCK_F_MUTEX != 0 => true,
+            None => w.sleeping,
+            Some(_) => {
+                vc.lock_wait = None;
+                vc.seq += 1;
+                return;
+            }
+        };
+        if sleeping != w.sleeping {
+            w.sleeping = sleeping;
+            vc.seq += 1;
+        }
+    }
+
+    /// Task `t` runs on vCPU `v` with its lock (lock:contention_end): its wait, if shown,
+    /// ends.
+    pub fn lock_wait_end(&mut self, v: u32, t: TaskId) {
+        let vc = &mut self.vcpus[v as usize];
+        if vc.lock_wait.is_some_and(|w| w.task == t) {
+            vc.lock_wait = None;
+            vc.seq += 1;
         }
     }
 }
@@ -660,7 +809,7 @@ mod tests {
             locks: Vec::new(),
             main_loop: 1,
             main_loop_queue: VecDeque::new(),
-            publish_locks: true,
+            publish_lock_waits: true,
         }
     }
 
@@ -837,6 +986,150 @@ mod tests {
         assert_eq!(over.tokens_at, 0, "no budget counted");
         assert_eq!(unhinted.enter(S), IdleChoice::HaltUnhinted);
         assert_eq!(none.enter(S), IdleChoice::HaltUnhinted);
+    }
+
+    /// vCPUs 0..n, each running a task of its own (task i on vCPU i), and lock 0 held by
+    /// task 1 (on vCPU 1).
+    fn lock_vm(n: u32, publish: bool) -> GuestVm {
+        let lock_task = |vcpu| Task {
+            vcpu,
+            class: GClass::Fair,
+            state: TState::Runnable,
+            remaining: 10,
+            behaviour: Behaviour::Lock {
+                lock_base: 0,
+                locks: 1,
+                kind: LockKind::Mutex,
+                spin_limit: 0,
+                outside: 10,
+                hold: 10,
+                phase: LockPhase::Outside,
+                which: 0,
+            },
+            expiry: None,
+            timer_gen: 0,
+        };
+        let mut vm = GuestVm {
+            name: "t".into(),
+            vcpus: (0..n).map(Vcpu::new).collect(),
+            tasks: (0..n).map(lock_task).collect(),
+            locks: vec![Lock {
+                owner: Some(1),
+                waiters: VecDeque::new(),
+            }],
+            main_loop: n,
+            main_loop_queue: VecDeque::new(),
+            publish_lock_waits: publish,
+        };
+        for v in 0..n {
+            vm.enqueue(v);
+            vm.vcpus[v as usize].cur = Some(v);
+            vm.vcpus[v as usize].work = VWork::Task(v);
+        }
+        vm
+    }
+
+    /// (lock_holder, lock_flags, lock_contended_count, lock_preempted_count) of vCPU `v`.
+    fn lock_words(vm: &GuestVm, v: u32) -> (u32, u32, u64, u64) {
+        let h = vm.guest_half(v, 1);
+        (
+            h.lock_holder,
+            h.lock_flags,
+            h.lock_contended_count,
+            h.lock_preempted_count,
+        )
+    }
+
+    #[test]
+    fn a_mutex_wait_names_the_holders_vcpu_in_the_waiters_slot_until_another_task_runs() {
+        let mut vm = lock_vm(2, true);
+
+        // Task 0 (vCPU 0) contends; the holder, task 1, is vCPU 1's current task and the
+        // host half of vCPU 1 says preempted.
+        assert!(vm.lock_contention(0, 0, LockKind::Mutex, |v| v == 1));
+        let spinning = lock_words(&vm, 0);
+        // It sleeps: vCPU 0 goes idle, the wait stays, now with SLEEP.
+        vm.dequeue(0, TState::Waiting);
+        vm.lock_wait_switch(0, None);
+        let sleeping = lock_words(&vm, 0);
+        // vCPU 0 runs another task: the wait is gone, the counters stay.
+        vm.lock_wait_switch(0, Some(7));
+        let other = lock_words(&vm, 0);
+
+        assert_eq!(spinning, (2, abi::LOCK_F_MUTEX, 1, 1));
+        assert_eq!(sleeping, (2, abi::LOCK_F_MUTEX | abi::LOCK_F_SLEEP, 1, 1));
+        assert_eq!(other, (abi::LOCK_NONE, 0, 1, 1));
+        assert_eq!(
+            lock_words(&vm, 1),
+            (abi::LOCK_NONE, 0, 0, 0),
+            "not the holder's slot"
+        );
+        assert_eq!(vm.guest_half(1, 1).cs_flags & abi::CS_LOCK, 0);
+    }
+
+    #[test]
+    fn a_mutex_wait_ends_when_its_task_runs_with_the_lock() {
+        let mut vm = lock_vm(2, true);
+        vm.lock_contention(0, 0, LockKind::Mutex, |_| false);
+        vm.dequeue(0, TState::Waiting);
+        vm.lock_wait_switch(0, None);
+
+        // Handed the lock and switched back in: shown (no SLEEP) until it runs.
+        vm.lock_wait_switch(0, Some(0));
+        let back = lock_words(&vm, 0);
+        vm.lock_wait_end(0, 0);
+
+        assert_eq!(back, (2, abi::LOCK_F_MUTEX, 1, 0));
+        assert_eq!(lock_words(&vm, 0), (abi::LOCK_NONE, 0, 1, 0));
+    }
+
+    #[test]
+    fn a_mutex_holder_not_on_a_vcpu_is_counted_and_named_by_nothing() {
+        let mut vm = lock_vm(2, true);
+        // vCPU 1 runs another task; the holder waits for it in the guest.
+        vm.vcpus[1].cur = Some(9);
+
+        assert!(vm.lock_contention(0, 0, LockKind::Mutex, |_| true));
+        assert_eq!(lock_words(&vm, 0), (abi::LOCK_NONE, 0, 1, 0));
+
+        // A holder on the waiter's own vCPU is no contention to count (the module's
+        // "running on this CPU").
+        let mut same = lock_vm(2, true);
+        same.tasks[1].vcpu = 0;
+        same.vcpus[0].cur = Some(1);
+        assert!(!same.lock_contention(0, 0, LockKind::Mutex, |_| true));
+        assert_eq!(lock_words(&same, 0), (abi::LOCK_NONE, 0, 0, 0));
+    }
+
+    #[test]
+    fn a_spin_wait_shows_any_only_while_another_vcpu_is_preempted() {
+        let mut none = lock_vm(3, true);
+        let mut own = lock_vm(3, true);
+        let mut sibling = lock_vm(3, true);
+
+        none.lock_contention(0, 0, LockKind::Spin, |_| false);
+        // Its own vCPU does not count (it runs: the host half is stale).
+        own.lock_contention(0, 0, LockKind::Spin, |v| v == 0);
+        sibling.lock_contention(0, 0, LockKind::Spin, |v| v == 2);
+        // A halted spinner (pv_wait) halts inside its wait: no SLEEP.
+        sibling.dequeue(0, TState::Waiting);
+        sibling.lock_wait_switch(0, None);
+
+        assert_eq!(lock_words(&none, 0), (abi::LOCK_NONE, 0, 1, 0));
+        assert_eq!(lock_words(&own, 0), (abi::LOCK_NONE, 0, 1, 0));
+        assert_eq!(
+            lock_words(&sibling, 0),
+            (abi::LOCK_ANY, abi::LOCK_F_SPIN, 1, 1)
+        );
+    }
+
+    #[test]
+    fn without_lock_waits_the_slot_shows_none_and_counts_none() {
+        let mut vm = lock_vm(2, false);
+
+        assert!(!vm.lock_contention(0, 0, LockKind::Mutex, |_| true));
+        assert!(!vm.lock_contention(0, 0, LockKind::Spin, |_| true));
+        assert_eq!(lock_words(&vm, 0), (abi::LOCK_NONE, 0, 0, 0));
     }
 
     #[test]

@@ -290,6 +290,9 @@ pub fn markdown(sc: &Scenario, rs: &[ModeResult], targets: &[Target]) -> String 
         if sc.sets_guest_idle() {
             idle_table(&mut s, rs.iter().filter(|r| r.variant.as_deref() == var));
         }
+        if has_locks(sc) {
+            lock_table(&mut s, rs.iter().filter(|r| r.variant.as_deref() == var));
+        }
         let _ = writeln!(s);
     }
     if sc.sets_guest_idle() && rs.iter().any(|r| r.variant.is_some()) {
@@ -341,6 +344,45 @@ fn idle_table<'a>(s: &mut String, these: impl Iterator<Item = &'a ModeResult>) {
                 i.unhinted_halts,
                 i.budget_halts,
                 pressure(r)
+            );
+        }
+    }
+}
+
+/// Whether a VM of the scenario runs a lock workload.
+fn has_locks(sc: &Scenario) -> bool {
+    sc.vms
+        .iter()
+        .flat_map(|v| v.tasks.iter())
+        .any(|t| matches!(t, crate::scenario::GuestTaskSpec::Lock { .. }))
+}
+
+/// Lock throughput and CPU beside the policy's lock counters, per mode and VM.
+fn lock_table<'a>(s: &mut String, these: impl Iterator<Item = &'a ModeResult>) {
+    let _ = writeln!(
+        s,
+        "\nLocks (simulated; holder preemptions: host preemptions of a vCPU whose current task held a lock, counted by the sim; the rest: the policy's counters over the measured window, as `pvschedctl status` has them: contentions and holder preempted are the guests' counters as last read, pvsched-locks only; avoided: the vCPU ran again before its extension ended; extended: extension time on a CPU, the lock debt incurred; debt: owed at the end):\n\n| mode | VM | lock acq/s | CPU % of machine | at RT % | holder preemptions | contentions | holder preempted | extensions | refused | avoided | extended ms | repaid ms | debt ms |\n|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"
+    );
+    for r in these {
+        for vm in r.vms.iter().take(8) {
+            let l = &vm.locks;
+            let _ = writeln!(
+                s,
+                "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.2} |",
+                r.mode,
+                vm.name,
+                vm.lock_acquisitions_per_s,
+                pct(vm.cpu_share),
+                pct(vm.rt_share),
+                vm.holder_preemptions,
+                l.contentions,
+                l.holder_preempted,
+                l.extensions,
+                l.refused,
+                l.avoided,
+                l.extended_ms,
+                l.repaid_ms,
+                l.debt_ms
             );
         }
     }

@@ -36,6 +36,52 @@ pub struct VmResult {
     /// Its idle vCPUs: the guest idle driver's and KVM's polling.
     #[serde(default)]
     pub idle: IdleCounters,
+    /// Lock waits and lock-holder extensions, as the policy counts them (pvsched modes).
+    #[serde(default)]
+    pub locks: LockCounters,
+}
+
+/// A VM's lock counters from the policy's `VmStats`, over the measured window (what
+/// `pvschedctl status` shows, as differences), the debt as of the end.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LockCounters {
+    /// Contentions the guest counted, and of those the ones whose holder's vCPU was
+    /// preempted (for an unknown holder: another vCPU): its counters as last read.
+    pub contentions: u64,
+    pub holder_preempted: u64,
+    /// Lock-holder extensions granted, refused (lock debt at its cap), and cut short (the
+    /// vCPU ran before the extension ended).
+    pub extensions: u64,
+    pub refused: u64,
+    pub avoided: u64,
+    /// Extension time on a CPU (lock debt incurred), and debt repaid, ms.
+    pub extended_ms: f64,
+    pub repaid_ms: f64,
+    /// Debt owed at the end, ms.
+    pub debt_ms: f64,
+}
+
+impl LockCounters {
+    /// `end`'s counters less `start`'s (the window's).
+    pub fn between(start: &VmStats, end: &VmStats) -> LockCounters {
+        let ms = |a: u64, b: u64| a.saturating_sub(b) as f64 * 1e-6;
+        LockCounters {
+            contentions: end.lock_contentions.saturating_sub(start.lock_contentions),
+            holder_preempted: end
+                .lock_holder_preempted
+                .saturating_sub(start.lock_holder_preempted),
+            extensions: end.lock_extensions.saturating_sub(start.lock_extensions),
+            refused: end
+                .lock_extensions_refused
+                .saturating_sub(start.lock_extensions_refused),
+            avoided: end
+                .lock_preemptions_avoided
+                .saturating_sub(start.lock_preemptions_avoided),
+            extended_ms: ms(end.lock_extended_ns, start.lock_extended_ns),
+            repaid_ms: ms(end.lock_repaid_ns, start.lock_repaid_ns),
+            debt_ms: end.lock_debt_ns as f64 * 1e-6,
+        }
+    }
 }
 
 /// What a VM's idle vCPUs did over the window.
@@ -255,7 +301,7 @@ impl Recorder {
         end_times: Vec<(u64, u64)>,
         vm_threads: &[Vec<u32>],
         hog_threads: &[u32],
-        policy: Option<Vec<VmStats>>,
+        policy: Option<(Vec<VmStats>, Vec<VmStats>)>,
         advice: Option<Vec<Option<(PollPrice, f64)>>>,
         idle: (&str, Option<f64>),
         events: u64,
@@ -276,7 +322,11 @@ impl Recorder {
                 .map(|&t| delta(t))
                 .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
             guest_hist.merge(&c.latency);
-            let stats = policy.as_ref().and_then(|p| p.get(i));
+            let stats = policy.as_ref().and_then(|p| p.0.get(i));
+            let at_start = policy
+                .as_ref()
+                .and_then(|p| p.1.get(i).copied())
+                .unwrap_or_default();
             vms.push(VmResult {
                 name: c.name,
                 latency: (c.latency.samples > 0).then(|| c.latency.summary()),
@@ -305,6 +355,9 @@ impl Recorder {
                     host_poll_share: c.host_poll_ns as f64 / machine_ns,
                     ..c.idle
                 },
+                locks: stats.map_or_else(LockCounters::default, |s| {
+                    LockCounters::between(&at_start, s)
+                }),
             });
         }
         ModeResult {

@@ -39,8 +39,8 @@ pub struct Scenario {
     #[serde(default)]
     pub cost_overrides: CostOverrides,
     /// Modes compared, in order: vanilla, static-rt, pvsched, pvsched-doorbell (the guest
-    /// rings when a boost's reason clears: the host-cost issue's design), pvsched-locks
-    /// (that, and lock holders published as critical sections: the lock-holder issue's).
+    /// rings when a boost's reason clears), pvsched-locks (that, and the guest publishes
+    /// its lock waits: ABI 1.3's `F_LOCK_WAIT`, lock-holder extensions).
     pub modes: Vec<String>,
     /// The guest's idle driver [default: `fixed` if `guest_halt_poll_ns` > 0, else `halt`].
     #[serde(default, skip_serializing_if = "Option::is_none")]

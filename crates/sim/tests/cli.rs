@@ -53,6 +53,28 @@ fn the_same_seed_gives_byte_identical_json_and_another_seed_does_not() {
     );
     assert_eq!(ta, tb);
     assert_ne!(ta, tc);
+
+    // Lock waits, slot reads at preemptions, extensions and lock debt too.
+    let (d, e) = (tmp("d.json"), tmp("e.json"));
+    for path in [&d, &e] {
+        ok(&sim(&[
+            "--scenario",
+            "lock-holder",
+            "--modes",
+            "pvsched-locks",
+            "--duration",
+            "0.3",
+            "--seed",
+            "7",
+            "--quiet",
+            "--json",
+            path.to_str().unwrap(),
+        ]));
+    }
+    let td = std::fs::read(&d).unwrap();
+    assert_eq!(td, std::fs::read(&e).unwrap());
+    let doc = json(&d);
+    assert!(doc["results"][0]["vms"][0]["locks"]["extensions"].as_u64() > Some(0));
 }
 
 #[test]

@@ -8,17 +8,34 @@ use crate::daemon::{overloaded, DISCOVERY_INTERVAL_NS};
 use crate::host::ThreadState;
 
 impl Sim {
-    /// Feeds the daemon a host event of vCPU `v`, reading its guest half first when the
-    /// daemon would ([`Event::reads_slot_first`], the rule pvschedd follows).
+    /// Feeds the daemon a host event of vCPU `v` as pvschedd's `on_host_event` does: its
+    /// guest half read first when the daemon would ([`Event::reads_slot_first`]), then, when
+    /// the policy asks ([`VmState::reads_waiters_on`]: a preemption, lock holders honoured),
+    /// every other vCPU's (the lock waits that may name `v`), then the event. Reads cost
+    /// nothing here: the daemon's own CPU time is not modelled.
+    ///
+    /// [`VmState::reads_waiters_on`]: pvsched_policy::VmState::reads_waiters_on
     pub(super) fn feed(&mut self, vm: u32, v: u32, ev: Event) {
         let Some(d) = self.daemon.as_mut() else {
             return;
         };
         let now = self.now;
-        let half = ev
-            .reads_slot_first()
-            .then(|| self.vms[vm as usize].guest_half(v, now));
-        d.handle(vm, now, half.map(|h| (v, h)), Some(ev));
+        let g = &self.vms[vm as usize];
+        let mut reads = std::mem::take(&mut self.reads);
+        reads.clear();
+        if ev.reads_slot_first() {
+            reads.push((v, g.guest_half(v, now)));
+        }
+        if d.reads_waiters_on(vm, &ev) {
+            let n = g.vcpus.len() as u32;
+            reads.extend(
+                (0..n)
+                    .filter(|&w| w != v)
+                    .map(|w| (w, g.guest_half(w, now))),
+            );
+        }
+        d.handle(vm, now, &reads, Some(ev));
+        self.reads = reads;
         self.daemon_after(vm);
     }
 
@@ -41,12 +58,12 @@ impl Sim {
             if matches!(self.host.state(tid), ThreadState::Running(_)) {
                 let half = self.vms[vm as usize].guest_half(v, now);
                 if let Some(d) = self.daemon.as_mut() {
-                    d.handle(vm, now, Some((v, half)), None);
+                    d.handle(vm, now, &[(v, half)], None);
                 }
             }
         }
         if let Some(d) = self.daemon.as_mut() {
-            d.handle(vm, now, None, Some(Event::Tick));
+            d.handle(vm, now, &[], Some(Event::Tick));
         }
         self.daemon_after(vm);
         true
@@ -65,7 +82,7 @@ impl Sim {
         };
         for vm in 0..self.vms.len() as u32 {
             if let Some(d) = self.daemon.as_mut() {
-                d.handle(vm, now, None, Some(ev));
+                d.handle(vm, now, &[], Some(ev));
             }
             self.daemon_after(vm);
         }

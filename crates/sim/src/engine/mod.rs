@@ -11,6 +11,8 @@
 //! pvschedd's inputs.
 
 mod feed;
+#[cfg(test)]
+mod lock_tests;
 mod tasks;
 #[cfg(test)]
 mod tests;
@@ -36,13 +38,19 @@ use crate::scenario::{HostTaskSpec, PolicyName, Scenario};
 pub enum Mode {
     Vanilla,
     StaticRt,
+    /// pvschedd and the guest module, without the doorbell and lock waits (a guest that
+    /// does not publish them; the daemon still reads the other slots at each preemption,
+    /// as pvschedd does while `honor_lock_holders` is on).
     Pvsched,
     /// pvsched, and the guest rings a doorbell when a boosted vCPU's reason clears (it
     /// leaves a critical section, its RT task stops): the daemon re-reads the slot at once
-    /// instead of at its next recheck (the host-cost issue's design; not in the module yet).
+    /// instead of at its next recheck (the host-cost issue's design, built since; pvschedd
+    /// re-reads every boosted vCPU of the VM at a ring).
     PvschedDoorbell,
-    /// pvsched with the doorbell, and the guest publishes its lock holders as critical
-    /// sections (the lock-holder issue's design; not in the module yet).
+    /// pvsched with the doorbell, and the guest publishes its lock waits (ABI 1.3's
+    /// `F_LOCK_WAIT`, as the module builds them: in the waiter's slot, a mutex's holder's
+    /// vCPU or "any other vCPU" for a spinlock while one is preempted), which the policy
+    /// answers with lock-holder extensions and lock debt.
     PvschedLocks,
 }
 
@@ -186,6 +194,10 @@ pub struct Sim {
     events: u64,
     /// Scratch for the daemon's decisions.
     applies: Vec<(u64, u32, Class)>,
+    /// Scratch for the slots the daemon reads for one event.
+    reads: Vec<(u32, pvsched_abi::GuestHalf)>,
+    /// The policy's counters when the measured window opened (pvsched modes).
+    policy_at_start: Option<Vec<pvsched_policy::VmStats>>,
     /// The guest rings when a boost's reason clears (pvsched-doorbell, pvsched-locks).
     doorbell: bool,
     /// The guests' idle driver.
@@ -262,6 +274,8 @@ impl Sim {
             end,
             events: 0,
             applies: Vec::new(),
+            reads: Vec::new(),
+            policy_at_start: None,
             doorbell: matches!(mode, Mode::PvschedDoorbell | Mode::PvschedLocks),
             guest_idle: sc.guest_idle_for(variant),
             cpu_pressure: None,
@@ -362,7 +376,7 @@ impl Sim {
                     locks: Vec::new(),
                     main_loop,
                     main_loop_queue: Default::default(),
-                    publish_locks: mode == Mode::PvschedLocks,
+                    publish_lock_waits: mode == Mode::PvschedLocks,
                 };
                 sim.rec.add_vm(&vm.name);
                 add_guest_tasks(&mut vm, spec, &sim.costs, &mut rng);
@@ -551,6 +565,7 @@ impl Sim {
                     .map(|t| (self.host.cpu_time(t, now), self.host.rt_time(t, now)))
                     .collect();
                 self.rec.start(times);
+                self.policy_at_start = self.daemon.as_ref().map(|d| d.stats());
             }
             Ev::Progress => {
                 if let Some((_, started)) = self.progress {
@@ -832,7 +847,10 @@ impl Sim {
                 }
             }
         }
-        let stats = self.daemon.as_ref().map(|d| d.stats());
+        let stats = self
+            .daemon
+            .as_ref()
+            .map(|d| (d.stats(), self.policy_at_start.take().unwrap_or_default()));
         let advice = self.daemon.as_ref().map(|d| d.advice(now, 50));
         self.rec.finish(
             sc,

@@ -69,6 +69,11 @@ impl Sim {
                             (LockPhase::Holding, hold)
                         } else {
                             lock.waiters.push_back(t);
+                            // lock:contention_begin: the module looks the holder up.
+                            let d = self.daemon.as_ref();
+                            g.lock_contention(t, li, kind, |s| {
+                                d.is_some_and(|d| d.vcpu_preempted(vm, s))
+                            });
                             match kind {
                                 LockKind::Spin if spin_limit > 0 => {
                                     let gen = g.tasks[t as usize].arm_timer();

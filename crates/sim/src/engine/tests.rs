@@ -149,7 +149,7 @@ fn hinted_halts_at_once_while_the_host_half_says_overloaded() {
 
     let now = s.now;
     if let Some(d) = s.daemon.as_mut() {
-        d.handle(0, now, None, Some(Event::OverloadHint { overloaded: true }));
+        d.handle(0, now, &[], Some(Event::OverloadHint { overloaded: true }));
     }
     s.daemon_after(0);
     // From when the vCPU has read its host half again (at most 10 ms later) to just before

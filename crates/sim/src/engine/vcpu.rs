@@ -176,6 +176,10 @@ impl Sim {
                     Some((VWork::Switch(t), costs.guest(costs.guest_switch_ns)))
                 }
                 Some(t) => {
+                    if !g.tasks[t as usize].waits_for_lock() {
+                        // It runs with its lock: lock:contention_end.
+                        g.lock_wait_end(v, t);
+                    }
                     let vc = &g.vcpus[v as usize];
                     let r = g.tasks[t as usize].remaining;
                     let r = if g.tasks[t as usize].class == GClass::Fair && vc.fair.len() > 1 {
@@ -190,6 +194,7 @@ impl Sim {
                     if vc.cur.take().is_some() {
                         vc.seq += 1;
                     }
+                    g.lock_wait_switch(v, None);
                     None
                 }
             }
@@ -309,7 +314,7 @@ impl Sim {
         }
         self.vms[vm as usize].vcpus[v as usize].rung_seq =
             self.vms[vm as usize].vcpus[v as usize].seq;
-        d.handle(vm, now, Some((v, half)), None);
+        d.handle(vm, now, &[(v, half)], None);
         self.daemon_after(vm);
     }
 
@@ -333,6 +338,7 @@ impl Sim {
                 vc.switches += 1;
                 vc.seq += 1;
                 vc.slice_used = 0;
+                g.lock_wait_switch(v, Some(t));
                 let task = &mut g.tasks[t as usize];
                 if let (Some(e), Behaviour::Periodic { .. }) = (task.expiry, &task.behaviour) {
                     task.expiry = None;
