@@ -23,7 +23,7 @@
  * The slot is a copy of this state as of its last publish: pvsched_publish()
  * writes it with the seqcount protocol of pvsched_abi.h, whenever an update
  * changes a field the host acts on (flags, cs_flags, policy, rt_priority,
- * nice); the counters go along then.
+ * nice, lock_holder, lock_flags); the counters go along then.
  */
 struct pvsched_cpu {
 	struct pvsched_slot *slot;	/* NULL: this CPU has no slot */
@@ -61,6 +61,34 @@ struct pvsched_cpu {
 	/* PVSCHED_F_DOORBELL: host-half seq this CPU last rang for, and rings. */
 	u32 rung_host_seq;
 	u64 doorbell_rings;
+	/*
+	 * PVSCHED_F_LOCK_WAIT (pvsched_locks.c): the lock wait in progress on
+	 * this CPU. @lock_task waits for @lock_addr (NULL: no wait); the slot
+	 * shows @lock_holder/@lock_flags (PVSCHED_LOCK_NONE/0: nothing to
+	 * show). @lock_last_task/@lock_last_addr: the wait a context switch
+	 * last ended here, so that it is not counted again when it resumes.
+	 */
+	struct task_struct *lock_task;
+	void *lock_addr;
+	struct task_struct *lock_last_task;
+	void *lock_last_addr;
+	u32 lock_kind;			/* PVSCHED_LOCK_F_* but SLEEP */
+	u32 lock_target;		/* holder to show while it waits */
+	bool lock_sleeping;		/* the waiter blocked, the CPU idles */
+	bool lock_preempted_seen;	/* this wait is in lock_preempted_count */
+	u32 lock_holder;
+	u32 lock_flags;
+	u32 shown_lock_holder;
+	u32 shown_lock_flags;
+	u64 lock_contended_count;
+	u64 lock_preempted_count;
+	/* Seen in debugfs only. */
+	u64 lock_spins_stopped;		/* mutex spins ended: holder preempted */
+	u64 lock_requests;		/* waits whose holder the slot showed */
+	u64 lock_doorbell_rings;
+	/* Slot index + 1 and its host-half seq this CPU last rang for. */
+	u32 lock_rung_slot;
+	u32 lock_rung_seq;
 };
 
 DECLARE_PER_CPU(struct pvsched_cpu, pvsched_cpu);
@@ -123,6 +151,21 @@ void pvsched_idle_stop(void);
 static inline void pvsched_idle_start(struct pci_dev *pdev) { }
 static inline void pvsched_idle_stop(void) { }
 #endif
+
+/*
+ * pvsched_locks.c: lock waits (PVSCHED_F_LOCK_WAIT) and the host's
+ * preempted/overloaded hints. The lock_* calls run inside an update of
+ * @pc's state (pvsched_probes.c: interrupts off, @pc busy); the probe
+ * publishes after them, then rings for the slot pvsched_lock_begin()
+ * returned (index + 1; 0: do not ring).
+ */
+u32 pvsched_lock_begin(struct pvsched_cpu *pc, void *lock, unsigned int lcb);
+void pvsched_lock_end(struct pvsched_cpu *pc, void *lock);
+void pvsched_lock_switch(struct pvsched_cpu *pc, struct task_struct *next);
+void pvsched_lock_reset(struct pvsched_cpu *pc);
+void pvsched_lock_ring(struct pvsched_cpu *pc, u32 ring);
+void pvsched_hints_start(void);
+void pvsched_hints_stop(void);
 
 /* pvsched_user.c */
 int pvsched_misc_register(void);

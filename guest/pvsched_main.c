@@ -26,7 +26,9 @@
 static ulong features = PVSCHED_SUPPORTED_FEATURES;
 module_param(features, ulong, 0444);
 MODULE_PARM_DESC(features,
-		 "PVSCHED_F_* bits the module may accept (default: all it supports)");
+		 "PVSCHED_F_* bits the module may accept (default 0x3f: all it supports)");
+/* The text above says what the default is. */
+static_assert(PVSCHED_SUPPORTED_FEATURES == 0x3f);
 
 struct pvsched_region pvsched_region;
 
@@ -81,13 +83,16 @@ static void pvsched_clear_slot(struct pvsched_slot *s)
 
 	if (READ_ONCE(g->guest_pending))
 		WRITE_ONCE(g->guest_pending, 0);
-	if (!(seq & 1) && !READ_ONCE(g->flags) && !READ_ONCE(g->cs_flags))
+	if (!(seq & 1) && !READ_ONCE(g->flags) && !READ_ONCE(g->cs_flags) &&
+	    !READ_ONCE(g->lock_holder) && !READ_ONCE(g->lock_flags))
 		return;
 	seq |= 1;
 	WRITE_ONCE(g->seq, seq);
 	smp_wmb();	/* odd seq before the fields */
 	WRITE_ONCE(g->flags, 0);
 	WRITE_ONCE(g->cs_flags, 0);
+	WRITE_ONCE(g->lock_holder, PVSCHED_LOCK_NONE);
+	WRITE_ONCE(g->lock_flags, 0);
 	smp_wmb();	/* fields before the even seq */
 	WRITE_ONCE(g->seq, seq + 1);
 }
@@ -144,6 +149,8 @@ static void pvsched_unbind(void)
 	struct pvsched_region *r = &pvsched_region;
 	unsigned int cpu;
 
+	/* No other module may read the region once this returns. */
+	pvsched_hints_stop();
 	/* No CPU may be in the idle driver reading slots once this returns. */
 	pvsched_idle_stop();
 	pvsched_debugfs_remove();
@@ -214,6 +221,7 @@ static int pvsched_bind(struct pci_dev *pdev, const struct pvsched_header *h)
 	pvsched_debugfs_create();
 
 	pvsched_write_guest_line(r->features, r->generation, nr_cpus);
+	pvsched_hints_start();
 	dev_info(&pdev->dev,
 		 "bound: ABI %u.%u, generation %llu, %u slots for %u CPUs, features 0x%llx of 0x%llx offered\n",
 		 PVSCHED_ABI_MAJOR, h->abi_minor, r->generation, r->slot_count,

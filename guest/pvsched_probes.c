@@ -25,6 +25,7 @@
 #include <linux/tracepoint.h>
 
 #include <trace/events/irq.h>
+#include <trace/events/lock.h>
 #include <trace/events/sched.h>
 #ifdef CONFIG_X86
 #include <asm/hardirq.h>
@@ -81,6 +82,10 @@ static void pvsched_write(struct pvsched_cpu *pc, u32 flags, u32 cs)
 	WRITE_ONCE(g->nmi_count, pvsched_nmi_count());
 	WRITE_ONCE(g->switch_count, pc->switch_count);
 	WRITE_ONCE(g->boost_req_count, pc->boost_req_count);
+	WRITE_ONCE(g->lock_holder, pc->lock_holder);
+	WRITE_ONCE(g->lock_flags, pc->lock_flags);
+	WRITE_ONCE(g->lock_contended_count, pc->lock_contended_count);
+	WRITE_ONCE(g->lock_preempted_count, pc->lock_preempted_count);
 	smp_wmb();	/* fields before the even seq */
 	pc->seq += 2;
 	WRITE_ONCE(g->seq, pc->seq);
@@ -89,6 +94,8 @@ static void pvsched_write(struct pvsched_cpu *pc, u32 flags, u32 cs)
 	pc->shown_policy = pc->policy;
 	pc->shown_rt_priority = pc->rt_priority;
 	pc->shown_nice = pc->nice;
+	pc->shown_lock_holder = pc->lock_holder;
+	pc->shown_lock_flags = pc->lock_flags;
 }
 
 /* Publish the private state of this CPU, whether it changed or not. */
@@ -115,7 +122,9 @@ static __always_inline bool pvsched_publish_changed(struct pvsched_cpu *pc)
 	if (flags == pc->shown_flags && cs == pc->shown_cs &&
 	    pc->policy == pc->shown_policy &&
 	    pc->rt_priority == pc->shown_rt_priority &&
-	    pc->nice == pc->shown_nice)
+	    pc->nice == pc->shown_nice &&
+	    pc->lock_holder == pc->shown_lock_holder &&
+	    pc->lock_flags == pc->shown_lock_flags)
 		return false;
 	pvsched_write(pc, flags, cs);
 	return true;
@@ -170,15 +179,22 @@ static __always_inline void pvsched_doorbell(struct pvsched_cpu *pc)
 	       pvsched_region.regs + PVSCHED_IVSHMEM_DOORBELL_REG);
 }
 
+/* End an update without publishing it. */
+static __always_inline void pvsched_release(struct pvsched_cpu *pc,
+					    unsigned long irqfl)
+{
+	barrier();
+	WRITE_ONCE(pc->busy, false);
+	local_irq_restore(irqfl);
+}
+
 /* End an update: publish it if the host would see a difference. */
 static __always_inline void pvsched_end(struct pvsched_cpu *pc,
 					unsigned long irqfl)
 {
 	if (pvsched_publish_changed(pc))
 		pvsched_doorbell(pc);
-	barrier();
-	WRITE_ONCE(pc->busy, false);
-	local_irq_restore(irqfl);
+	pvsched_release(pc, irqfl);
 }
 
 static u32 pvsched_task_policy(const struct task_struct *p)
@@ -261,15 +277,16 @@ static __always_inline void pvsched_pending_switch(struct pvsched_cpu *pc,
 
 /*
  * The common switch, between two tasks of one class: no boost request to end,
- * no idle task on either side, no handler depth to heal, no pending hint to
- * look at, and @next shows what the slot shows. The full update would change
- * nothing but the switch counter and publish nothing. The scheduler calls
- * this tracepoint with interrupts off, so no probe of this CPU interleaves.
+ * no lock wait to end, no idle task on either side, no handler depth to heal,
+ * no pending hint to look at, and @next shows what the slot shows. The full
+ * update would change nothing but the switch counter and publish nothing. The
+ * scheduler calls this tracepoint with interrupts off, so no probe of this
+ * CPU interleaves.
  */
 static __always_inline bool pvsched_switch_unchanged(const struct pvsched_cpu *pc,
 						     const struct task_struct *next)
 {
-	return pc->active && !pc->flags && !pc->boost_task &&
+	return pc->active && !pc->flags && !pc->boost_task && !pc->lock_task &&
 	       !pc->hardirq_depth && !pc->softirq_depth &&
 	       !READ_ONCE(pc->hint_raised) && !is_idle_task(next) &&
 	       pc->policy == pc->shown_policy &&
@@ -307,6 +324,7 @@ static void pvsched_probe_sched_switch(void *data, bool preempt,
 	pc->hardirq_depth = 0;
 	pc->softirq_depth = 0;
 	pvsched_pending_switch(pc, next);
+	pvsched_lock_switch(pc, next);
 	pvsched_end(pc, irqfl);
 }
 
@@ -428,6 +446,53 @@ static void pvsched_probe_softirq_exit(void *data, unsigned int vec_nr)
 }
 
 /*
+ * lock:contention_begin/end (PVSCHED_F_LOCK_WAIT): a task on this CPU waits
+ * for a lock; pvsched_locks.c decides what the slot shows of it. Contentions
+ * of hardirq and NMI handlers are left out: they are short, and they would
+ * interleave with the wait of the task they interrupted.
+ */
+static void pvsched_probe_contention_begin(void *data, void *lock,
+					   unsigned int flags)
+{
+	struct pvsched_cpu *pc;
+	unsigned long irqfl;
+	u32 ring;
+
+	if (in_nmi() || in_hardirq())
+		return;
+	pc = pvsched_begin(&irqfl);
+	if (!pc)
+		return;
+	ring = pvsched_lock_begin(pc, lock, flags);
+	if (pvsched_publish_changed(pc))
+		pvsched_doorbell(pc);
+	/* After the publish: the host finds the wait when it looks. */
+	pvsched_lock_ring(pc, ring);
+	pvsched_release(pc, irqfl);
+}
+
+static void pvsched_probe_contention_end(void *data, void *lock, int ret)
+{
+	struct pvsched_cpu *pc = this_cpu_ptr(&pvsched_cpu);
+	unsigned long irqfl;
+
+	if (in_nmi() || in_hardirq())
+		return;
+	/*
+	 * Most contentions end with nothing recorded for them. No hardirq
+	 * changes these, and preemption is off: no switch either.
+	 */
+	if (likely(READ_ONCE(pc->lock_task) != current &&
+		   READ_ONCE(pc->lock_last_task) != current))
+		return;
+	pc = pvsched_begin(&irqfl);
+	if (!pc)
+		return;
+	pvsched_lock_end(pc, lock);
+	pvsched_end(pc, irqfl);
+}
+
+/*
  * nmi:nmi_handler fires after each NMI handler ran; there is no NMI entry or
  * exit tracepoint, so PVSCHED_CS_NMI stays clear. Publish the NMI count,
  * unless the NMI interrupted an update of this CPU's state.
@@ -452,7 +517,8 @@ static void pvsched_probe_nmi(void *data, void *handler, s64 delta_ns,
  * symbols) and registered through void pointers. Exits come before entries:
  * a handler running while the probes are registered then shows up as an exit
  * without an entry, which the depth counters ignore, never as an entry that
- * no exit ends.
+ * no exit ends. The same for lock contentions: a wait in progress at that
+ * moment ends unseen, none stays shown.
  */
 struct pvsched_tp {
 	const char *name;
@@ -473,6 +539,8 @@ struct pvsched_tp {
 static struct pvsched_tp pvsched_tps[] = {
 	PVSCHED_TP("irq_handler_exit", pvsched_probe_irq_exit, 0),
 	PVSCHED_TP("softirq_exit", pvsched_probe_softirq_exit, 0),
+	PVSCHED_TP("contention_end", pvsched_probe_contention_end,
+		   PVSCHED_F_LOCK_WAIT),
 #ifdef CONFIG_X86
 	PVSCHED_TP_VECTOR_EXIT(local_timer),
 	PVSCHED_TP_VECTOR_EXIT(reschedule),
@@ -488,6 +556,8 @@ static struct pvsched_tp pvsched_tps[] = {
 #endif
 	PVSCHED_TP("irq_handler_entry", pvsched_probe_irq_entry, 0),
 	PVSCHED_TP("softirq_entry", pvsched_probe_softirq_entry, 0),
+	PVSCHED_TP("contention_begin", pvsched_probe_contention_begin,
+		   PVSCHED_F_LOCK_WAIT),
 #ifdef CONFIG_X86
 	PVSCHED_TP_VECTOR_ENTRY(local_timer),
 	PVSCHED_TP_VECTOR_ENTRY(reschedule),
@@ -523,6 +593,8 @@ static void __maybe_unused pvsched_check_probe_types(void)
 	register_trace_irq_handler_exit(pvsched_probe_irq_exit, NULL);
 	register_trace_softirq_entry(pvsched_probe_softirq_entry, NULL);
 	register_trace_softirq_exit(pvsched_probe_softirq_exit, NULL);
+	register_trace_contention_begin(pvsched_probe_contention_begin, NULL);
+	register_trace_contention_end(pvsched_probe_contention_end, NULL);
 #ifdef CONFIG_X86
 	register_trace_local_timer_entry(pvsched_probe_vector_entry, NULL);
 	register_trace_local_timer_exit(pvsched_probe_vector_exit, NULL);
@@ -619,6 +691,7 @@ int pvsched_cpu_online(unsigned int cpu)
 	pc->hardirq_depth = 0;
 	pc->softirq_depth = 0;
 	pc->boost_task = NULL;
+	pvsched_lock_reset(pc);
 	pvsched_set_task(pc, current);
 	WRITE_ONCE(pc->slot->guest.guest_pending, 0);
 	WRITE_ONCE(pc->hint_raised, false);
@@ -645,6 +718,7 @@ int pvsched_cpu_offline(unsigned int cpu)
 	pc->hardirq_depth = 0;
 	pc->softirq_depth = 0;
 	pc->boost_task = NULL;
+	pvsched_lock_reset(pc);
 	pvsched_publish(pc);
 	WRITE_ONCE(pc->slot->guest.guest_pending, 0);
 	barrier();

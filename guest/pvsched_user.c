@@ -125,11 +125,12 @@ static int pvsched_status_show(struct seq_file *m, void *unused)
 		s = pvsched_slot(cpu);
 		seq_printf(m, "cpu%u", cpu);
 		if (pvsched_read_guest(s, &g))
-			seq_printf(m, " flags=0x%x cs=0x%x policy=%u prio=%u nice=%d switches=%llu hardirqs=%llu softirqs=%llu nmis=%llu boost_reqs=%llu",
+			seq_printf(m, " flags=0x%x cs=0x%x policy=%u prio=%u nice=%d switches=%llu hardirqs=%llu softirqs=%llu nmis=%llu boost_reqs=%llu lock_holder=0x%x lock_flags=0x%x",
 				   g.flags, g.cs_flags, g.policy, g.rt_priority,
 				   g.nice, g.switch_count, g.hardirq_count,
 				   g.softirq_count, g.nmi_count,
-				   g.boost_req_count);
+				   g.boost_req_count, g.lock_holder,
+				   g.lock_flags);
 		else
 			seq_puts(m, " guest=inconsistent");
 		pc = per_cpu_ptr(&pvsched_cpu, cpu);
@@ -138,6 +139,12 @@ static int pvsched_status_show(struct seq_file *m, void *unused)
 			   READ_ONCE(pc->hints_raised),
 			   READ_ONCE(pc->hints_cleared),
 			   READ_ONCE(pc->doorbell_rings));
+		seq_printf(m, " lock_contended=%llu lock_preempted=%llu lock_spins_stopped=%llu lock_requests=%llu lock_doorbell_rings=%llu",
+			   READ_ONCE(pc->lock_contended_count),
+			   READ_ONCE(pc->lock_preempted_count),
+			   READ_ONCE(pc->lock_spins_stopped),
+			   READ_ONCE(pc->lock_requests),
+			   READ_ONCE(pc->lock_doorbell_rings));
 		pvsched_show_host(m, s);
 		seq_putc(m, '\n');
 	}

@@ -635,6 +635,227 @@ fn host_reinitialization_is_followed_by_a_new_binding() {
     );
 }
 
+// ---------------------------------------------------------------- lock waits
+
+fn debugfs_status(vm: &Vm) -> String {
+    vm.exec_ok("cat /sys/kernel/debug/pvsched/status", T)
+        .unwrap()
+}
+
+/// Writes slot `i`'s host half as a host would: `status`, the rest zero (a
+/// new host-half seq each time).
+fn write_status(vm: &Vm, i: u32, status: u32) {
+    let host = HostHalf {
+        status,
+        ..HostHalf::default()
+    };
+    region(vm).write_host(i, &host).unwrap();
+}
+
+/// Zeroes both host halves when dropped, also when a check fails.
+struct ClearHosts<'a>(&'a Vm);
+
+impl Drop for ClearHosts<'_> {
+    fn drop(&mut self) {
+        for i in 0..2 {
+            let _ = region(self.0).write_host(i, &HostHalf::default());
+        }
+    }
+}
+
+/// Both host halves say "running", and no wait shows "any other vCPU" (one
+/// an earlier test left while it said "preempted" ends with its wait).
+fn nobody_preempted(vm: &Vm) {
+    for i in 0..2 {
+        write_status(vm, i, abi::HS_RUNNING);
+    }
+    for i in 0..2 {
+        wait_slot(vm, i, "no LOCK_ANY wait", WAIT, |s| {
+            s.lock_holder != abi::LOCK_ANY
+        });
+    }
+}
+
+/// `lockpair` (a guest program) ended with SIGKILL: nothing shown as waited
+/// for afterwards, on either slot, and no kernel complaint.
+fn end_lockpair(vm: &Vm, pid: u32) {
+    vm.exec_ok(&format!("kill -9 {pid}"), T).unwrap();
+    assert!(vm.wait_gone(pid, WAIT).unwrap(), "lockpair did not end");
+    for i in 0..2 {
+        wait_slot(vm, i, "no lock wait after lockpair ended", WAIT, |s| {
+            s.lock_holder == abi::LOCK_NONE && s.lock_flags == 0
+        });
+    }
+    let log = vm.kernel_log();
+    let trouble = kernel_trouble(&log);
+    assert!(
+        trouble.is_empty(),
+        "kernel complained:\n{}",
+        trouble.join("\n")
+    );
+}
+
+/// ABI 1.3 lock waits, with a known holder. `lockpair -m mmap`: a thread on
+/// CPU 1 holds its process's mmap_lock (an rwsem) for writing while it runs
+/// mprotect() over 128 MiB; a thread on CPU 0 faults pages in and waits to
+/// read it. The test, as the host, reads slot 0: it names slot 1 (lock_holder
+/// 2, LOCK_F_READ), the contention count rises, and nothing is counted as
+/// preempted or shown as "any other vCPU" while no host half says preempted.
+/// Then slot 1's host half says PREEMPTED: slot 0 counts preempted holders,
+/// and rings the doorbell register once per host-half update. After the
+/// program is killed both slots show no wait.
+#[test]
+fn a_wait_for_an_rwsem_writer_on_another_vcpu_names_its_slot() {
+    let g = live();
+    let vm = g.vm();
+    let h = region(vm).header();
+    assert_eq!(h.guest_features, abi::F_ALL, "lock waits, doorbell: {h:?}");
+    let _clear = ClearHosts(vm);
+    nobody_preempted(vm);
+    let before = slot(vm, 0);
+    let p = vm
+        .spawn("lockpair -m mmap -s 128 -H 1 -W 0 -t 300")
+        .unwrap();
+    let _reap_p = reap(vm, p.pid);
+
+    let named = wait_slot(vm, 0, "lock_holder 2 with LOCK_F_READ", WAIT, |s| {
+        s.lock_holder == 2 && s.lock_flags & abi::LOCK_F_READ != 0
+    });
+    assert_eq!(
+        named.lock_flags & !(abi::LOCK_F_READ | abi::LOCK_F_SLEEP),
+        0,
+        "a read wait for an rwsem: {named:?}"
+    );
+    assert!(
+        named.lock_contended_count > before.lock_contended_count,
+        "{before:?} -> {named:?}"
+    );
+    // Two seconds of contention with nobody preempted.
+    let (mut samples, mut shown) = (0u32, 0u32);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        for i in 0..2 {
+            let Ok(s) = region(vm).read_guest(i) else {
+                continue;
+            };
+            assert_ne!(
+                s.lock_holder,
+                abi::LOCK_ANY,
+                "slot {i}: 'any other vCPU' while no host half says preempted: {s:?}"
+            );
+            assert_eq!(s.lock_flags & !abi::LOCK_F_ALL, 0, "slot {i}: {s:?}");
+            if i == 0 {
+                samples += 1;
+                shown += u32::from(s.lock_holder == 2);
+            }
+        }
+        std::thread::sleep(POLL);
+    }
+    let quiet = slot(vm, 0);
+    eprintln!(
+        "slot 0 named slot 1 in {shown} of {samples} samples (first: lock_flags {:#x}); \
+         contentions {} -> {}",
+        named.lock_flags, before.lock_contended_count, quiet.lock_contended_count
+    );
+    assert_eq!(
+        quiet.lock_preempted_count, before.lock_preempted_count,
+        "counted as preempted while no host half said so: {quiet:?}"
+    );
+    assert!(
+        quiet.lock_contended_count > named.lock_contended_count,
+        "{named:?} -> {quiet:?}"
+    );
+
+    // The host says vCPU 1 is preempted: CPU 0's waits count it, and a
+    // wait shown with its holder preempted rings the host.
+    let rings = |vm: &Vm, want: u64, what: &str| {
+        let mut last = String::new();
+        wait_until(WAIT, Duration::from_millis(50), || {
+            last = debugfs_status(vm);
+            (status_field(&last, 0, "lock_doorbell_rings") >= want).then_some(())
+        })
+        .unwrap_or_else(|| panic!("{what}:\n{last}"));
+    };
+    let rings0 = status_field(&debugfs_status(vm), 0, "lock_doorbell_rings");
+    write_status(vm, 1, abi::HS_PREEMPTED);
+    let pre = wait_slot(vm, 0, "lock_preempted_count rises", WAIT, |s| {
+        s.lock_preempted_count > quiet.lock_preempted_count
+    });
+    wait_slot(vm, 0, "slot 1 named while it is preempted", WAIT, |s| {
+        s.lock_holder == 2
+    });
+    rings(vm, rings0 + 1, "no ring for a wait on a preempted holder");
+    // More waits find slot 1 preempted, but its host half did not change:
+    // no ring more.
+    let more = slot(vm, 0).lock_preempted_count;
+    wait_slot(vm, 0, "lock_preempted_count rises again", WAIT, |s| {
+        s.lock_preempted_count > more
+    });
+    let status = debugfs_status(vm);
+    assert_eq!(
+        status_field(&status, 0, "lock_doorbell_rings"),
+        rings0 + 1,
+        "one ring per host-half update:\n{status}"
+    );
+    assert!(
+        status_field(&status, 0, "lock_preempted") > pre.lock_preempted_count,
+        "{status}"
+    );
+    // A new update of slot 1's host half (a new seq): one ring more.
+    write_status(vm, 1, abi::HS_PREEMPTED);
+    rings(vm, rings0 + 2, "no ring after a new host-half update");
+
+    end_lockpair(vm, p.pid);
+}
+
+/// Mutexes, and a hint used the other way. `lockpair -m seqfile`: threads on
+/// CPUs 0 and 1 read /proc/kallsyms through one file, each holding its
+/// position mutex and the seq_file's mutex while it reads. Slot 0 names slot
+/// 1 with LOCK_F_MUTEX; while no host half says preempted, no spin is
+/// stopped; once slot 1's says PREEMPTED, CPU 0's optimistic spins on the
+/// holder are stopped (need_resched) and counted in debugfs.
+#[test]
+fn a_mutex_spin_on_a_holder_whose_vcpu_is_preempted_is_stopped() {
+    let g = live();
+    let vm = g.vm();
+    let _clear = ClearHosts(vm);
+    nobody_preempted(vm);
+    let stopped0 = status_field(&debugfs_status(vm), 0, "lock_spins_stopped");
+    let p = vm.spawn("lockpair -m seqfile -H 1 -W 0 -t 300").unwrap();
+    let _reap_p = reap(vm, p.pid);
+
+    let named = wait_slot(vm, 0, "lock_holder 2 with LOCK_F_MUTEX", WAIT, |s| {
+        s.lock_holder == 2 && s.lock_flags & abi::LOCK_F_MUTEX != 0
+    });
+    assert_eq!(
+        named.lock_flags & (abi::LOCK_F_READ | abi::LOCK_F_WRITE),
+        0,
+        "a mutex wait: {named:?}"
+    );
+    let log = vm.exec_ok(&format!("sleep 1; cat {}", p.log), T).unwrap();
+    assert!(log.contains("lockpair: ready mode=seqfile"), "{log}");
+    let status = debugfs_status(vm);
+    assert_eq!(
+        status_field(&status, 0, "lock_spins_stopped"),
+        stopped0,
+        "a spin stopped while no host half said preempted:\n{status}"
+    );
+
+    write_status(vm, 1, abi::HS_PREEMPTED);
+    let mut last = String::new();
+    wait_until(WAIT, Duration::from_millis(50), || {
+        last = debugfs_status(vm);
+        (status_field(&last, 0, "lock_spins_stopped") > stopped0).then_some(())
+    })
+    .unwrap_or_else(|| panic!("no mutex spin stopped on CPU 0:\n{last}"));
+    eprintln!(
+        "CPU 0 spins stopped: {}",
+        status_field(&last, 0, "lock_spins_stopped") - stopped0
+    );
+
+    end_lockpair(vm, p.pid);
+}
+
 // ---------------------------------------------------------------- scratch guest
 
 /// Writes `header` (host line) raw, zeroes the rest; insmod must refuse with
@@ -804,6 +1025,140 @@ fn poweroff_leaves_every_slot_inactive() {
     if std::env::var_os("PVSCHED_VMTEST_KEEP").is_none() {
         assert!(!path.exists(), "the VM's region file outlived it");
     }
+}
+
+/// tests/hintprobe, a module that calls pvsched's exported hints, built
+/// against the Module.symvers of `image`'s pvsched (W=1, no warning). Kept in
+/// the cache under a hash of what goes in, so that the image holding it is
+/// reused on reruns.
+fn hintprobe_ko(image: &GuestImage) -> PathBuf {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/hintprobe");
+    let guest = workspace_root().join("guest");
+    let symvers = image.dir.join("module-src/Module.symvers");
+    let mut h = DefaultHasher::new();
+    for f in [
+        src.join("Kbuild"),
+        src.join("pvsched_hintprobe.c"),
+        guest.join("pvsched_hints.h"),
+        symvers.clone(),
+    ] {
+        std::fs::read(&f)
+            .unwrap_or_else(|e| panic!("{}: {e}", f.display()))
+            .hash(&mut h);
+    }
+    image.kernel_release.hash(&mut h);
+    let name = format!("hintprobe-{:016x}", h.finish());
+    let cache = pvsched_vmtest::cache_root();
+    let dir = cache.join(&name);
+    let ko = dir.join("pvsched_hintprobe.ko");
+    if ko.exists() {
+        return ko;
+    }
+    let tmp = cache.join(format!("{name}.tmp-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).unwrap();
+    for f in ["Kbuild", "pvsched_hintprobe.c"] {
+        std::fs::copy(src.join(f), tmp.join(f)).unwrap();
+    }
+    let out = Command::new("make")
+        .arg("-C")
+        .arg(format!("/usr/src/linux-headers-{}", image.kernel_release))
+        .arg(format!("M={}", tmp.display()))
+        .arg("W=1")
+        .arg(format!("PVSCHED_GUEST_DIR={}", guest.display()))
+        .arg(format!("KBUILD_EXTRA_SYMBOLS={}", symvers.display()))
+        .arg("modules")
+        .output()
+        .expect("running make");
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "building the hint probe:\n{log}");
+    assert!(
+        !log.to_lowercase().contains("warning"),
+        "the hint probe's W=1 build warns:\n{log}"
+    );
+    // Older builds of the probe are of no use any more.
+    if let Ok(entries) = std::fs::read_dir(&cache) {
+        for e in entries.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.starts_with("hintprobe-") && !n.contains(".tmp-") {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    if std::fs::rename(&tmp, &dir).is_err() {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    ko
+}
+
+/// The hints pvsched exports (pvsched_hints.h) as another guest module sees
+/// them: tests/hintprobe, loaded on CPU 0 and then on CPU 1, prints what
+/// pvsched_vcpu_preempted() (CPUs 0, 1, 2 and -1) and
+/// pvsched_host_overloaded() return for host halves the test wrote; both say
+/// false once the host no longer offers host halves.
+#[test]
+fn another_module_reads_the_hosts_hints_through_the_exports() {
+    let base = image();
+    let mut cfg = pvsched_vmtest::ImageConfig::default();
+    cfg.files.push((
+        hintprobe_ko(&base),
+        "/lib/modules/pvsched_hintprobe.ko".to_string(),
+    ));
+    let img = GuestImage::build(&cfg).expect("image with the hint probe");
+    let mut vcfg = VmConfig::new(img).name("hints").smp(2);
+    vcfg.qemu = Some(single_thread_tcg());
+    let vm = Vm::boot(vcfg).expect("boot");
+    let (rc, out) = vm.insmod("").unwrap();
+    assert_eq!(rc, 0, "insmod: {out}");
+    let write_hosts = |vm: &Vm| {
+        let running_overloaded = HostHalf {
+            status: abi::HS_RUNNING,
+            flags: abi::HF_OVERLOADED,
+            ..HostHalf::default()
+        };
+        region(vm).write_host(0, &running_overloaded).unwrap();
+        write_status(vm, 1, abi::HS_PREEMPTED);
+    };
+    let probe = |vm: &Vm, cpu: u32| -> String {
+        new_dmesg(vm);
+        vm.exec_ok(
+            &format!(
+                "taskset -c {cpu} insmod /lib/modules/pvsched_hintprobe.ko && \
+                 rmmod pvsched_hintprobe"
+            ),
+            T,
+        )
+        .unwrap();
+        let log = new_dmesg(vm);
+        log.lines()
+            .find_map(|l| l.split_once("pvsched_hintprobe: ").map(|(_, r)| r))
+            .unwrap_or_else(|| panic!("no line of the hint probe in dmesg:\n{log}"))
+            .trim()
+            .to_string()
+    };
+
+    write_hosts(&vm);
+    assert_eq!(probe(&vm, 0), "cpu=0 preempted=0,1,0,0 overloaded=1");
+    assert_eq!(probe(&vm, 1), "cpu=1 preempted=0,1,0,0 overloaded=0");
+
+    // The host re-initializes without host halves: the module binds again,
+    // and what host halves say no longer counts.
+    reinit_region(&vm, abi::F_ALL & !abi::F_HOST_HALF);
+    write_hosts(&vm);
+    assert_eq!(probe(&vm, 0), "cpu=0 preempted=0,0,0,0 overloaded=0");
+
+    let trouble_log = vm.kernel_log();
+    let trouble = kernel_trouble(&trouble_log);
+    assert!(
+        trouble.is_empty(),
+        "kernel complained:\n{}",
+        trouble.join("\n")
+    );
 }
 
 // ---------------------------------------------------------------- idle driver
