@@ -262,7 +262,17 @@ impl ServedVm {
     /// Which records of vCPU `v` need not wake the daemon now.
     pub fn quiet(&self, v: u32) -> Quiet {
         let boosted = self.vcpus.get(v as usize).is_some_and(Managed::boosted);
-        Quiet::for_vcpu(boosted, self.policy.limits(), self.policy.lock_waited_on(v))
+        let shows_preempted = self.policy.lock_guest()
+            && self
+                .policy
+                .vcpu_stats(v)
+                .is_some_and(|s| s.status == pvsched_policy::RunStatus::Preempted);
+        Quiet::for_vcpu(
+            boosted,
+            self.policy.limits(),
+            self.policy.lock_waited_on(v),
+            shows_preempted,
+        )
     }
 
     /// Whether any vCPU of this VM is boosted (halted or not).

@@ -275,6 +275,9 @@ pub struct VmLimits {
     /// Lock debt (on-CPU extension time not yet repaid) at which further extensions are
     /// refused until it is repaid below, > 0. Default 10 ms.
     pub lock_debt_max_ns: u64,
+    /// Also extend a vCPU a wait names as the holder while it runs (not only once it is
+    /// preempted): the boost keeps the host's fair class from preempting it. Default false.
+    pub lock_extend_running: bool,
 }
 
 /// Largest `demoted_charge`.
@@ -317,6 +320,7 @@ impl Default for VmLimits {
             honor_lock_holders: true,
             lock_extension_ns: 1_000_000,
             lock_debt_max_ns: 10_000_000,
+            lock_extend_running: false,
         }
     }
 }

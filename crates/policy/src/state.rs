@@ -280,6 +280,9 @@ pub struct VmState {
     /// vCPUs to evaluate at this event besides the one it names (extensions started or
     /// ended by another vCPU's read).
     extra_eval: Vec<usize>,
+    /// The guest has shown a lock wait or counted a contention (`F_LOCK_WAIT`): its code
+    /// reads the host halves' status.
+    lock_guest: bool,
     stats: VmStats,
 }
 
@@ -311,6 +314,7 @@ impl VmState {
             lock_named: vec![0; nr_vcpus as usize],
             lock_any: 0,
             extra_eval: Vec::new(),
+            lock_guest: false,
             stats: VmStats {
                 nr_vcpus,
                 ..VmStats::default()
@@ -469,6 +473,13 @@ impl VmState {
     /// once.
     pub fn lock_waited_on(&self, vcpu: u32) -> bool {
         self.lock_named.get(vcpu as usize).is_some_and(|&n| n > 0)
+    }
+
+    /// Whether the guest publishes lock waits (it has shown one, or counted a contention):
+    /// its waiters act on the status in the host halves, which must then follow the
+    /// vCPUs' switches closely.
+    pub fn lock_guest(&self) -> bool {
+        self.lock_guest
     }
 
     /// The VM's lock ledger (debt, counters).
@@ -778,7 +789,9 @@ impl VmState {
     /// preempted holders the new wait names.
     fn lock_wait_changed(&mut self, i: usize, old: &GuestView, now: u64) {
         let before = self.lock_wait_of(i, old);
-        let after = self.lock_wait_of(i, &self.vcpus[i].guest);
+        let view = &self.vcpus[i].guest;
+        self.lock_guest |= view.lock_holder != LockHolder::None || view.lock_contended > 0;
+        let after = self.lock_wait_of(i, view);
         if before != after {
             match before {
                 LockHolder::Vcpu(h) => {
@@ -824,8 +837,14 @@ impl VmState {
         if !self.limits.honor_lock_holders || !self.wanted_by_waiters(h) {
             return;
         }
+        // A running holder a wait names is extended too with `lock_extend_running`: its
+        // boost keeps the host from preempting it (eCS's extension) instead of taking a
+        // CPU back after the preemption.
+        let running_ok = self.limits.lock_extend_running && self.lock_waited_on(h as u32);
         let v = &mut self.vcpus[h];
-        if v.status != RunStatus::Preempted || v.lock_ext.is_some() {
+        let preempted = v.status == RunStatus::Preempted;
+        let running = v.status == RunStatus::Running && running_ok;
+        if !(preempted || running) || v.lock_ext.is_some() {
             return;
         }
         if self.locks.debt_ns() >= self.limits.lock_debt_max_ns {
@@ -834,7 +853,8 @@ impl VmState {
         }
         v.lock_ext = Some(Extension {
             until: now.saturating_add(self.limits.lock_extension_ns),
-            ran: false,
+            // A running holder's extension cuts no preemption short.
+            ran: running,
         });
         self.locks.extensions += 1;
         self.extra_eval.push(h);

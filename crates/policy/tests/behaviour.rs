@@ -1882,3 +1882,23 @@ fn the_guests_lock_counters_are_summed_over_its_vcpus() {
     let s = vm.vm_stats();
     assert_eq!((s.lock_contentions, s.lock_holder_preempted), (15, 4));
 }
+
+#[test]
+fn with_lock_extend_running_a_running_holder_is_extended_before_any_preemption() {
+    let limits = VmLimits {
+        lock_extend_running: true,
+        ..base()
+    };
+    let mut vm = vm(limits, 2);
+    step(&mut vm, 0, Event::Running { vcpu: 0 });
+    step(&mut vm, 0, Event::Running { vcpu: 1 });
+
+    let read = step(&mut vm, MS, upd(0, waits_for(2, 1)));
+    let any = step(&mut vm, MS, upd(0, waits_for_any(4)));
+
+    let extended: Vec<_> = read.iter().map(|d| (d.vcpu, d.reason)).collect();
+    assert_eq!(extended, vec![(1, Reason::LockHolder)]);
+    // It cut no preemption short; a wait with the holder unknown extends no running vCPU.
+    assert_eq!(vm.vm_stats().lock_preemptions_avoided, 0);
+    assert!(any.iter().all(|d| d.vcpu != 1 || !d.params.is_rt()));
+}

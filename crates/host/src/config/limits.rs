@@ -80,6 +80,7 @@ limits_config! {
     honor_lock_holders: bool,
     lock_extension_ns: u64,
     lock_debt_max_ns: u64,
+    lock_extend_running: bool,
 }
 
 fn parse_policy(name: &str, key: &str) -> Result<HostPolicy, ConfigError> {

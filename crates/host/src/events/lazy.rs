@@ -41,16 +41,27 @@ impl Quiet {
     /// follows a wakeup, a preemption, an interrupt or a slot read), and its
     /// wakeups or preemptions do not either when the limits make nothing of
     /// them.
-    pub fn for_vcpu(boosted: bool, limits: &VmLimits, waited_on: bool) -> Quiet {
+    ///
+    /// `waited_on`: another vCPU's guest waits for a lock this one holds: its preemption
+    /// starts an extension, its switch-in ends the preemption the waiters see.
+    /// `shows_preempted`: its host half says preempted to a guest whose lock waiters act on
+    /// that (they stop spinning): the switch-in that ends it must be published at once.
+    pub fn for_vcpu(
+        boosted: bool,
+        limits: &VmLimits,
+        waited_on: bool,
+        shows_preempted: bool,
+    ) -> Quiet {
         if waited_on && limits.honor_lock_holders {
-            // Another vCPU's guest waits on this one (a lock it holds): its preemption
-            // starts an extension, its switch-in ends the preemption for the waiters.
             return Quiet(PVS_LAZY_BLOCKED | PVS_LAZY_KVM_WAKEUP);
         }
         if boosted {
             return Quiet::ALL;
         }
-        let mut bits = PVS_LAZY_SWITCH_IN | PVS_LAZY_BLOCKED | PVS_LAZY_KVM_WAKEUP;
+        let mut bits = PVS_LAZY_BLOCKED | PVS_LAZY_KVM_WAKEUP;
+        if !shows_preempted {
+            bits |= PVS_LAZY_SWITCH_IN;
+        }
         // A wakeup matters for a proactive boost, or for the guest's pending
         // hint, read then.
         if !limits.proactive_wake && !limits.honor_pending_hint {
@@ -223,7 +234,7 @@ mod tests {
 
     #[test]
     fn a_boosted_vcpu_wakes_the_daemon_for_nothing() {
-        let q = Quiet::for_vcpu(true, &VmLimits::default(), false);
+        let q = Quiet::for_vcpu(true, &VmLimits::default(), false, false);
 
         assert!(q.covers(&ev(EventKind::SwitchOut { runnable: true })));
         assert!(q.covers(&ev(EventKind::Waking {
@@ -235,7 +246,7 @@ mod tests {
 
     #[test]
     fn an_unboosted_vcpu_wakes_it_for_preemptions_and_wakeups_that_may_start_a_boost() {
-        let q = Quiet::for_vcpu(false, &VmLimits::default(), false);
+        let q = Quiet::for_vcpu(false, &VmLimits::default(), false, false);
 
         assert!(q.covers(&ev(EventKind::SwitchIn { cpu: 0 })));
         assert!(q.covers(&ev(EventKind::SwitchOut { runnable: false })));
@@ -253,7 +264,7 @@ mod tests {
             ..VmLimits::default()
         };
 
-        let q = Quiet::for_vcpu(false, &limits, false);
+        let q = Quiet::for_vcpu(false, &limits, false, false);
 
         assert!(q.covers(&ev(EventKind::SwitchOut { runnable: true })));
         assert!(q.covers(&ev(EventKind::Waking {
@@ -265,7 +276,7 @@ mod tests {
     #[test]
     fn a_vcpu_a_lock_waiter_names_wakes_it_when_it_runs_or_is_preempted_even_boosted() {
         for boosted in [false, true] {
-            let q = Quiet::for_vcpu(boosted, &VmLimits::default(), true);
+            let q = Quiet::for_vcpu(boosted, &VmLimits::default(), true, false);
 
             assert!(!q.covers(&ev(EventKind::SwitchIn { cpu: 0 })));
             assert!(!q.covers(&ev(EventKind::SwitchOut { runnable: true })));
@@ -275,6 +286,16 @@ mod tests {
             honor_lock_holders: false,
             ..VmLimits::default()
         };
-        assert!(Quiet::for_vcpu(true, &off, true).covers(&ev(EventKind::SwitchIn { cpu: 0 })));
+        assert!(
+            Quiet::for_vcpu(true, &off, true, false).covers(&ev(EventKind::SwitchIn { cpu: 0 }))
+        );
+    }
+
+    #[test]
+    fn the_switch_in_of_a_vcpu_shown_preempted_to_a_lock_waiting_guest_wakes_it() {
+        let q = Quiet::for_vcpu(false, &VmLimits::default(), false, true);
+
+        assert!(!q.covers(&ev(EventKind::SwitchIn { cpu: 0 })));
+        assert!(q.covers(&ev(EventKind::SwitchOut { runnable: false })));
     }
 }
