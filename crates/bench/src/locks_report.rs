@@ -64,7 +64,7 @@ pub enum LockMode {
     Vanilla,
     /// pvschedd serving both VMs, `honor_lock_holders = false`.
     PvschedNolock,
-    /// pvschedd serving both VMs, `honor_lock_holders = true` (the default).
+    /// pvschedd serving both VMs, `honor_lock_holders = true`.
     PvschedLock,
 }
 
@@ -99,7 +99,7 @@ impl LockMode {
                 "pvschedd serving both VMs, `honor_lock_holders = false` (no lock-holder handling)"
             }
             LockMode::PvschedLock => {
-                "pvschedd serving both VMs, `honor_lock_holders = true` (its default: preempted \
+                "pvschedd serving both VMs, `honor_lock_holders = true` (preempted \
                  lock holders extended)"
             }
         }

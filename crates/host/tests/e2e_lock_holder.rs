@@ -59,7 +59,7 @@ fn a_preempted_lock_holder_is_extended_and_the_vm_repays_the_time() {
     let (vmm, entry) = qmp_vm(&dir, &name, cfg);
     let toml = format!(
         "[daemon]\nstate_file = \"{d}/state.json\"\ncontrol_socket = \"{d}/control.sock\"\n\
-         metrics = \"off\"\n{entry}",
+         metrics = \"off\"\n[defaults]\nhonor_lock_holders = true\n{entry}",
         d = dir.display(),
     );
     let d = Daemon::start_with_config(&dir, &toml);

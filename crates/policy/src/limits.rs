@@ -267,7 +267,9 @@ pub struct VmLimits {
     /// Extend lock holders (`F_LOCK_WAIT`): when a vCPU that another vCPU's guest waits on
     /// (the holder of the lock it waits for, or any vCPU for a waiter whose holder is
     /// unknown) is preempted, boost it for `lock_extension_ns`, charge the time it runs to
-    /// the VM's lock debt, and repay the debt at `debt_nice`. Default true.
+    /// the VM's lock debt, and repay the debt at `debt_nice`. Default false: measured on
+    /// this project's TCG machine it won no throughput and, on by default, cost the
+    /// latency benchmark a collapsed repeat at 500 µs (BENCHMARKS.md, "Lock holders").
     pub honor_lock_holders: bool,
     /// Longest extension of a preempted lock holder, > 0. Default 1 ms, about one host tick
     /// (what eCS grants). It ends earlier when no waiter names the vCPU any more or it halts.
@@ -317,7 +319,7 @@ impl Default for VmLimits {
             debt_nice: 5,
             cs_budget_ns: 2_000_000,
             cs_window_ns: 4_000_000,
-            honor_lock_holders: true,
+            honor_lock_holders: false,
             lock_extension_ns: 1_000_000,
             lock_debt_max_ns: 10_000_000,
             lock_extend_running: false,

@@ -1676,6 +1676,14 @@ fn waits_for_any(seq: u32) -> GuestHalf {
     }
 }
 
+/// The rule-test limits with lock holders honoured (off by default).
+fn locks() -> VmLimits {
+    VmLimits {
+        honor_lock_holders: true,
+        ..base()
+    }
+}
+
 /// Two vCPUs, both running; vCPU 0's guest waits for a lock vCPU 1 holds.
 fn holder_and_waiter(limits: VmLimits) -> VmState {
     let mut vm = vm(limits, 2);
@@ -1688,7 +1696,7 @@ fn holder_and_waiter(limits: VmLimits) -> VmState {
 
 #[test]
 fn a_preempted_lock_holder_is_extended_for_lock_extension_ns() {
-    let mut vm = holder_and_waiter(base());
+    let mut vm = holder_and_waiter(locks());
 
     let at_preemption = step(&mut vm, 2 * MS, Event::Preempted { vcpu: 1 });
     let after = tick_until(&mut vm, 10 * MS);
@@ -1705,7 +1713,7 @@ fn a_preempted_lock_holder_is_extended_for_lock_extension_ns() {
 
 #[test]
 fn a_running_or_unwaited_vcpu_is_not_extended() {
-    let mut vm = holder_and_waiter(base());
+    let mut vm = holder_and_waiter(locks());
 
     // vCPU 0 (the waiter, named by nobody) is preempted: nothing.
     let waiter_preempted = step(&mut vm, 2 * MS, Event::Preempted { vcpu: 0 });
@@ -1719,7 +1727,7 @@ fn a_running_or_unwaited_vcpu_is_not_extended() {
 
 #[test]
 fn the_extension_ends_when_no_waiter_names_the_holder_any_more() {
-    let mut vm = holder_and_waiter(base());
+    let mut vm = holder_and_waiter(locks());
     step(&mut vm, 2 * MS, Event::Preempted { vcpu: 1 });
 
     let released = step(&mut vm, 2 * MS + 200_000, upd(0, half(4)));
@@ -1731,7 +1739,7 @@ fn the_extension_ends_when_no_waiter_names_the_holder_any_more() {
 
 #[test]
 fn a_waiter_read_after_the_holders_preemption_extends_it() {
-    let mut vm = vm(base(), 2);
+    let mut vm = vm(locks(), 2);
     step(&mut vm, 0, Event::Running { vcpu: 0 });
     step(&mut vm, 0, Event::Preempted { vcpu: 1 });
 
@@ -1744,7 +1752,7 @@ fn a_waiter_read_after_the_holders_preemption_extends_it() {
 
 #[test]
 fn a_new_wait_with_the_holder_unknown_extends_the_siblings_preempted_then_only() {
-    let mut vm = vm(base(), 3);
+    let mut vm = vm(locks(), 3);
     for vcpu in 0..3 {
         step(&mut vm, 0, Event::Running { vcpu });
     }
@@ -1766,7 +1774,7 @@ fn a_new_wait_with_the_holder_unknown_extends_the_siblings_preempted_then_only()
 
 #[test]
 fn a_wait_naming_itself_or_a_vcpu_the_vm_lacks_is_ignored() {
-    let mut vm = vm(base(), 2);
+    let mut vm = vm(locks(), 2);
     step(&mut vm, 0, Event::Preempted { vcpu: 1 });
 
     let own = step(&mut vm, MS, upd(1, waits_for(2, 1)));
@@ -1778,7 +1786,7 @@ fn a_wait_naming_itself_or_a_vcpu_the_vm_lacks_is_ignored() {
 
 #[test]
 fn extension_time_on_a_cpu_is_lock_debt_repaid_at_debt_nice() {
-    let mut vm = holder_and_waiter(base());
+    let mut vm = holder_and_waiter(locks());
     step(&mut vm, 2 * MS, Event::Preempted { vcpu: 1 });
     // Back on a CPU 0.1 ms later; the extension ends at 3 ms: 0.9 ms of debt.
     step(&mut vm, 2 * MS + 100_000, Event::Running { vcpu: 1 });
@@ -1817,7 +1825,7 @@ fn extension_time_on_a_cpu_is_lock_debt_repaid_at_debt_nice() {
 
 #[test]
 fn only_vcpus_on_a_cpu_repay_the_lock_debt() {
-    let mut vm = holder_and_waiter(base());
+    let mut vm = holder_and_waiter(locks());
     step(&mut vm, 2 * MS, Event::Preempted { vcpu: 1 });
     step(&mut vm, 2 * MS, Event::Running { vcpu: 1 });
     tick_until(&mut vm, 3 * MS);
@@ -1838,7 +1846,7 @@ fn only_vcpus_on_a_cpu_repay_the_lock_debt() {
 fn extensions_are_refused_while_the_lock_debt_is_at_its_cap() {
     let limits = VmLimits {
         lock_debt_max_ns: MS / 2,
-        ..base()
+        ..locks()
     };
     let mut vm = holder_and_waiter(limits);
     step(&mut vm, 2 * MS, Event::Preempted { vcpu: 1 });
@@ -1887,7 +1895,7 @@ fn the_guests_lock_counters_are_summed_over_its_vcpus() {
 fn with_lock_extend_running_a_running_holder_is_extended_before_any_preemption() {
     let limits = VmLimits {
         lock_extend_running: true,
-        ..base()
+        ..locks()
     };
     let mut vm = vm(limits, 2);
     step(&mut vm, 0, Event::Running { vcpu: 0 });

@@ -275,8 +275,12 @@ mod tests {
 
     #[test]
     fn a_vcpu_a_lock_waiter_names_wakes_it_when_it_runs_or_is_preempted_even_boosted() {
+        let on = VmLimits {
+            honor_lock_holders: true,
+            ..VmLimits::default()
+        };
         for boosted in [false, true] {
-            let q = Quiet::for_vcpu(boosted, &VmLimits::default(), true, false);
+            let q = Quiet::for_vcpu(boosted, &on, true, false);
 
             assert!(!q.covers(&ev(EventKind::SwitchIn { cpu: 0 })));
             assert!(!q.covers(&ev(EventKind::SwitchOut { runnable: true })));

@@ -38,9 +38,8 @@ use crate::scenario::{HostTaskSpec, PolicyName, Scenario};
 pub enum Mode {
     Vanilla,
     StaticRt,
-    /// pvschedd and the guest module, without the doorbell and lock waits (a guest that
-    /// does not publish them; the daemon still reads the other slots at each preemption,
-    /// as pvschedd does while `honor_lock_holders` is on).
+    /// pvschedd and the guest module, without the doorbell and lock waits (pvschedd's
+    /// defaults: `honor_lock_holders` off, no reads of the other slots at a preemption).
     Pvsched,
     /// pvsched, and the guest rings a doorbell when a boosted vCPU's reason clears (it
     /// leaves a critical section, its RT task stops): the daemon re-reads the slot at once
@@ -248,6 +247,11 @@ impl Sim {
         seed: u64,
         progress: bool,
     ) -> Sim {
+        // Lock holders are honoured in the lock-wait mode only (pvschedd's default is off).
+        let limits = pvsched_policy::VmLimits {
+            honor_lock_holders: mode == Mode::PvschedLocks,
+            ..limits
+        };
         let mut rng = Rng::new(seed);
         let host = Host::new(HostParams {
             cpus: sc.host.cpus,
