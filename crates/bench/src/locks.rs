@@ -31,7 +31,7 @@ use crate::model::mode_order;
 use crate::plot;
 use crate::progress::{human, Progress};
 use crate::report::Meta;
-use crate::rogue::{boot_two, pin_daemon, Guest};
+use crate::rogue::{boot_pair, pin_daemon, Guest};
 use crate::run::{self, first_line, json, Settings, DISTURBED};
 
 /// The standard settings plus what only this scenario has.
@@ -594,15 +594,7 @@ fn run_in(
     let b = &s.base;
     let (phases, nominal) = plan(s);
     let machine = Machine::probe(&pvsched_vmtest::workspace_root());
-    eprintln!("pvsched-bench: building the guest image (cached after the first run)");
-    let cache = pvsched_vmtest::cache_root().with_file_name("pvsched-bench");
-    let image = gp::build_image(&cache)?;
-    eprintln!(
-        "pvsched-bench: booting two guests ({} vCPUs each): {VM_A} and {VM_B}",
-        b.smp
-    );
-    let (avm, bvm, accel_reason, accel) = boot_two(b, image, VM_A, VM_B)?;
-    eprintln!("pvsched-bench: accelerator: {accel_reason}");
+    let (avm, bvm, accel_reason, accel) = boot_pair(b, VM_A, VM_B)?;
     let guests = vec![
         (VM_A, Guest::new(avm, pvsched)?),
         (VM_B, Guest::new(bvm, pvsched)?),
@@ -768,10 +760,7 @@ fn run_in(
 
 /// Writes raw.json, report.json, the plot and report.md into `out`.
 pub fn render(out: &Path, raw: &LocksRaw) -> Result<LocksReport> {
-    let write = |name: &str, text: &str| {
-        let p = out.join(name);
-        std::fs::write(&p, text).map_err(io(format!("writing {}", p.display())))
-    };
+    let write = |name: &str, text: &str| run::write_into(out, name, text);
     write("raw.json", &json(raw))?;
     let mut report = locks_report::build(raw);
     let mut panels = Vec::new();

@@ -834,10 +834,7 @@ pub const DEFINITIONS: [&str; 4] = [
 
 /// Writes raw.json, report.json, the plot and report.md into `out`.
 pub fn render(out: &Path, raw: &MsgRaw) -> Result<MsgReport> {
-    let write = |name: &str, text: &str| {
-        let p = out.join(name);
-        std::fs::write(&p, text).map_err(io(format!("writing {}", p.display())))
-    };
+    let write = |name: &str, text: &str| run::write_into(out, name, text);
     write("raw.json", &json(raw))?;
     let mut report = msgpass_report::build(raw);
     let mut panels = Vec::new();

@@ -679,14 +679,30 @@ impl Bench<'_> {
 /// as one after the other, but the wait is not added): the neighbour with
 /// `--accel`'s choice and its KVM fallback, the rogue with the accelerator
 /// the neighbour ended up with.
-fn boot_both(s: &Settings, image: GuestImage) -> Result<(Vm, Vm, String, Accel)> {
-    boot_two(s, image, NEIGHBOUR, ROGUE)
+/// The two-guest scenarios' start: builds (or takes from the cache) the
+/// guest image and boots `first` and `second` with it ([`boot_two`]),
+/// saying so; returns the VMs, the accelerator's reason and the accelerator.
+pub(crate) fn boot_pair(
+    s: &Settings,
+    first: &str,
+    second: &str,
+) -> Result<(Vm, Vm, String, Accel)> {
+    eprintln!("pvsched-bench: building the guest image (cached after the first run)");
+    let cache = pvsched_vmtest::cache_root().with_file_name("pvsched-bench");
+    let image = gp::build_image(&cache)?;
+    eprintln!(
+        "pvsched-bench: booting two guests ({} vCPUs each): {first} and {second}",
+        s.smp
+    );
+    let booted = boot_two(s, image, first, second)?;
+    eprintln!("pvsched-bench: accelerator: {}", booted.2);
+    Ok(booted)
 }
 
 /// Boots the VMs `first` and `second` at once: `first` with `--accel`'s
 /// choice and its KVM fallback, `second` with the accelerator `first` ended
 /// up with (booted again if it differs).
-pub(crate) fn boot_two(
+fn boot_two(
     s: &Settings,
     image: GuestImage,
     first: &str,
@@ -801,15 +817,7 @@ fn run_in(
     let b = &s.base;
     let (phases, nominal) = plan(s);
     let machine = Machine::probe(&pvsched_vmtest::workspace_root());
-    eprintln!("pvsched-bench: building the guest image (cached after the first run)");
-    let cache = pvsched_vmtest::cache_root().with_file_name("pvsched-bench");
-    let image = gp::build_image(&cache)?;
-    eprintln!(
-        "pvsched-bench: booting two guests ({} vCPUs each): {NEIGHBOUR} and {ROGUE}",
-        b.smp
-    );
-    let (nvm, rvm, accel_reason, accel) = boot_both(b, image)?;
-    eprintln!("pvsched-bench: accelerator: {accel_reason}");
+    let (nvm, rvm, accel_reason, accel) = boot_pair(b, NEIGHBOUR, ROGUE)?;
     let neighbour = Guest::new(nvm, pvsched)?;
     let rogue = Guest::new(rvm, pvsched)?;
     let rt_throttle = rogue
@@ -949,10 +957,7 @@ fn loops_notes(bench: &mut Bench<'_>) {
 
 /// Writes raw.json, report.json, the plots and report.md into `out`.
 pub fn render(out: &Path, raw: &RogueRaw) -> Result<RogueReport> {
-    let write = |name: &str, text: &str| {
-        let p = out.join(name);
-        std::fs::write(&p, text).map_err(io(format!("writing {}", p.display())))
-    };
+    let write = |name: &str, text: &str| run::write_into(out, name, text);
     write("raw.json", &json(raw))?;
     let mut report = rogue_report::build(raw);
     for &load in &raw.loads {

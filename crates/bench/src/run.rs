@@ -991,13 +991,16 @@ fn run_in(
     Ok((report, ok))
 }
 
+/// Writes file `name` of a report directory `out`.
+pub fn write_into(out: &Path, name: &str, text: &str) -> Result<()> {
+    let p = out.join(name);
+    std::fs::write(&p, text).map_err(io(format!("writing {}", p.display())))
+}
+
 /// Writes raw.json, report.json, one JSON per scenario, the plots and
 /// report.md into `out`.
 pub fn render(out: &Path, raw: &RawFile) -> Result<Report> {
-    let write = |name: &str, text: &str| {
-        let p = out.join(name);
-        std::fs::write(&p, text).map_err(io(format!("writing {}", p.display())))
-    };
+    let write = |name: &str, text: &str| write_into(out, name, text);
     write("raw.json", &json(raw))?;
     let mut report = report::build(
         &raw.results,

@@ -360,7 +360,7 @@ impl Daemon {
                 vm.guest_update(now, w, scratch, &mut acc);
             }
         }
-        let status_before = vm.policy.vcpu_stats(vcpu).map(|s| s.status);
+        let status_before = vm.policy.status(vcpu);
         let (event, trace) = (meaning.event, meaning.trace);
         if let Some(event) = event {
             self.metrics
@@ -384,7 +384,7 @@ impl Daemon {
         // holder's): a change no decision publishes is published here, for an unboosted
         // vCPU or one a waiter names (a boosted one's seq is what its doorbell rings
         // against: no extra updates).
-        let status_changed = vm.policy.vcpu_stats(vcpu).map(|s| s.status) != status_before;
+        let status_changed = vm.policy.status(vcpu) != status_before;
         let decided = acc.iter().any(|d| d.vcpu == vcpu);
         if status_changed && !decided {
             let boosted = vm.vcpus.get(vcpu as usize).is_some_and(|m| m.boosted());

@@ -252,10 +252,7 @@ impl ServedVm {
     /// vCPU `v` is boosted by us and not halted (its guest may change its slot).
     pub fn boosted_on_cpu(&self, v: u32) -> bool {
         let boosted = self.vcpus.get(v as usize).is_some_and(Managed::boosted);
-        let halted = self
-            .policy
-            .vcpu_stats(v)
-            .is_some_and(|s| s.status == pvsched_policy::RunStatus::Halted);
+        let halted = self.policy.status(v) == Some(pvsched_policy::RunStatus::Halted);
         boosted && !halted
     }
 
@@ -263,10 +260,7 @@ impl ServedVm {
     pub fn quiet(&self, v: u32) -> Quiet {
         let boosted = self.vcpus.get(v as usize).is_some_and(Managed::boosted);
         let shows_preempted = self.policy.lock_guest()
-            && self
-                .policy
-                .vcpu_stats(v)
-                .is_some_and(|s| s.status == pvsched_policy::RunStatus::Preempted);
+            && self.policy.status(v) == Some(pvsched_policy::RunStatus::Preempted);
         Quiet::for_vcpu(
             boosted,
             self.policy.limits(),

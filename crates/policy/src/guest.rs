@@ -81,16 +81,6 @@ impl LockHolder {
             _ => (LockHolder::None, true),
         }
     }
-
-    /// Whether a waiter on vCPU `waiter` with this holder asks for vCPU `vcpu` to run.
-    pub const fn names(self, waiter: u32, vcpu: u32) -> bool {
-        waiter != vcpu
-            && match self {
-                LockHolder::None => false,
-                LockHolder::Vcpu(h) => h == vcpu,
-                LockHolder::Any => true,
-            }
-    }
 }
 
 /// The sanitized guest half of one vCPU slot: every field is in range.

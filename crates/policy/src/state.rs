@@ -441,16 +441,18 @@ impl VmState {
             if let Some(i) = touched {
                 self.evaluate(i, now, out);
             }
-            let mut extra = std::mem::take(&mut self.extra_eval);
-            extra.sort_unstable();
-            extra.dedup();
-            for &i in &extra {
-                if Some(i) != touched {
-                    self.evaluate(i, now, out);
+            if !self.extra_eval.is_empty() {
+                let mut extra = std::mem::take(&mut self.extra_eval);
+                extra.sort_unstable();
+                extra.dedup();
+                for &i in &extra {
+                    if Some(i) != touched {
+                        self.evaluate(i, now, out);
+                    }
                 }
+                self.extra_eval = extra;
+                out.sort_by_vcpu();
             }
-            self.extra_eval = extra;
-            out.sort_by_vcpu();
         }
         // Extensions started or ended move the lock debt's rates; a debt that appeared
         // re-evaluates the others at the next event (their nice).
@@ -545,6 +547,12 @@ impl VmState {
     /// Idle transitions of `vcpu` measured so far (halt -> wake, wake -> running).
     pub fn idle_meter(&self, vcpu: u32) -> Option<&IdleMeter> {
         self.idle.get(vcpu as usize)
+    }
+
+    /// What the host last saw `vcpu`'s thread do; `None` for an index the VM does not have.
+    /// (The cheap part of [`VmState::vcpu_stats`], for the event path.)
+    pub fn status(&self, vcpu: u32) -> Option<RunStatus> {
+        self.vcpus.get(vcpu as usize).map(|v| v.status)
     }
 
     /// Counters of `vcpu` as of the last event.
