@@ -2,6 +2,7 @@
 //! line, one JSON response line, over the daemon's Unix socket.
 //! The types live here so that clients need neither the daemon nor libbpf.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -181,6 +182,18 @@ pub struct VmStatus {
     /// Lock waits and the extensions given to lock holders.
     #[serde(default)]
     pub locks: LockStatus,
+    /// `boosted_s` split by the reason of the boost in force, ms, by reason
+    /// name (kinds with no boosted time left out): where the boost budget went.
+    #[serde(default)]
+    pub boosted_ms_by_reason: BTreeMap<String, f64>,
+    /// Of `boosted_s`, ms of demoted vCPUs (charged `demoted_charge` times).
+    #[serde(default)]
+    pub demoted_ms: f64,
+    /// Times the boost budget latched, and ms it stayed latched.
+    #[serde(default)]
+    pub budget_latches: u64,
+    #[serde(default)]
+    pub budget_latched_ms: f64,
     pub vcpus: Vec<VcpuStatus>,
     pub latency_path: Vec<ThreadStatus>,
 }

@@ -41,9 +41,21 @@ fn budgets(vm: &VmStatus) -> String {
         format!("critical-section budget {:.2} ms left", vm.cs_budget_ms)
     };
     format!(
-        "  {boost}  |  {cs}  |  boosts refused for budget {}",
-        vm.over_budget
+        "  {boost}  |  {cs}  |  boosts refused for budget {}  |  latched {} time(s), {:.1} ms  \
+         |  demoted {:.1} ms",
+        vm.over_budget, vm.budget_latches, vm.budget_latched_ms, vm.demoted_ms
     )
+}
+
+/// Where the VM's boosted time went: ms per reason, largest first.
+fn boosted_by_reason(vm: &VmStatus) -> String {
+    let mut by: Vec<(&String, &f64)> = vm.boosted_ms_by_reason.iter().collect();
+    by.sort_by(|a, b| b.1.total_cmp(a.1).then(a.0.cmp(b.0)));
+    let cells: Vec<String> = by
+        .iter()
+        .map(|(reason, ms)| format!("{reason} {ms:.1}"))
+        .collect();
+    format!("  boosted ms by reason: {}", cells.join(", "))
 }
 
 /// The VM's lock waits (guest counts) and the extensions given to lock holders.
@@ -100,6 +112,9 @@ pub fn render(s: &Status) -> String {
             vm.boosts, vm.throttles, vm.clamped_inputs, vm.boosted_s,
         );
         let _ = writeln!(out, "{}", budgets(vm));
+        if !vm.boosted_ms_by_reason.is_empty() {
+            let _ = writeln!(out, "{}", boosted_by_reason(vm));
+        }
         let _ = writeln!(out, "{}", locks(vm));
         let _ = writeln!(
             out,
@@ -195,6 +210,13 @@ mod tests {
                 repaid_ms: 4.0,
                 debt_ms: 0.5,
             },
+            demoted_ms: 12.5,
+            budget_latches: 2,
+            budget_latched_ms: 250.0,
+            boosted_ms_by_reason: [("guest_rt", 900.0), ("proactive_wake", 600.0)]
+                .into_iter()
+                .map(|(r, ms)| (r.to_string(), ms))
+                .collect(),
             vcpus: vec![VcpuStatus {
                 index: 0,
                 tid: 42,
@@ -238,6 +260,14 @@ mod tests {
             "{fine}"
         );
         assert!(fine.contains("boosts refused for budget 7"), "{fine}");
+        assert!(
+            fine.contains("latched 2 time(s), 250.0 ms  |  demoted 12.5 ms"),
+            "{fine}"
+        );
+        assert!(
+            fine.contains("boosted ms by reason: guest_rt 900.0, proactive_wake 600.0"),
+            "{fine}"
+        );
         assert!(
             spent.contains("boost budget SPENT: no boost until 250.0 ms is earned back"),
             "{spent}"

@@ -309,6 +309,16 @@ impl Daemon {
                     cs_debt_ms: stats.cs_debt_ns as f64 * 1e-6,
                     cs_latched_vcpus: stats.cs_latched_vcpus,
                     over_budget: stats.over_budget_total,
+                    boosted_ms_by_reason: stats
+                        .boosted_ns_by_reason
+                        .iter()
+                        .zip(pvsched_policy::Reason::NAMES)
+                        .filter(|(ns, _)| **ns > 0)
+                        .map(|(ns, name)| (name.to_string(), *ns as f64 * 1e-6))
+                        .collect(),
+                    demoted_ms: stats.demoted_ns_total as f64 * 1e-6,
+                    budget_latches: stats.budget_latches,
+                    budget_latched_ms: stats.budget_latched_ns as f64 * 1e-6,
                     locks: LockStatus {
                         contentions: stats.lock_contentions,
                         holder_preempted: stats.lock_holder_preempted,

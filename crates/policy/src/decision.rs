@@ -94,6 +94,49 @@ impl Reason {
         }
     }
 
+    /// Number of kinds of reason ([`Reason::index`]).
+    pub const COUNT: usize = 15;
+
+    /// Every kind's [`Reason::name`], by [`Reason::index`].
+    pub const NAMES: [&'static str; Reason::COUNT] = [
+        "none",
+        "critical_section",
+        "guest_rt",
+        "guest_deadline",
+        "boost_request",
+        "pending_hint",
+        "proactive_wake",
+        "proactive_irq",
+        "proactive_halt",
+        "lock_holder",
+        "throttled",
+        "over_budget",
+        "debt",
+        "lock_debt",
+        "guest_nice",
+    ];
+
+    /// Dense index of the kind (payload ignored), `< COUNT`: for per-reason counters.
+    pub const fn index(&self) -> usize {
+        match self {
+            Reason::None => 0,
+            Reason::CriticalSection(_) => 1,
+            Reason::GuestRt { .. } => 2,
+            Reason::GuestDeadline => 3,
+            Reason::BoostRequest => 4,
+            Reason::PendingHint => 5,
+            Reason::ProactiveWake => 6,
+            Reason::ProactiveIrq => 7,
+            Reason::ProactiveHalt => 8,
+            Reason::LockHolder => 9,
+            Reason::Throttled => 10,
+            Reason::OverBudget => 11,
+            Reason::Debt => 12,
+            Reason::LockDebt => 13,
+            Reason::GuestNice => 14,
+        }
+    }
+
     /// Same reason ignoring its payload. Decisions are emitted when the kind changes, not
     /// when e.g. only the set of critical-section flags does (that would be a syscall for
     /// nothing on every guest irq entry).
@@ -220,6 +263,35 @@ mod tests {
         );
         assert_eq!(Reason::ProactiveIrq.to_string(), "proactive_irq");
         assert_eq!(Reason::OverBudget.to_string(), "over_budget");
+    }
+
+    #[test]
+    fn every_reason_kind_has_its_own_index_and_name() {
+        let all = [
+            Reason::None,
+            Reason::CriticalSection(1),
+            Reason::GuestRt {
+                policy: 1,
+                priority: 2,
+            },
+            Reason::GuestDeadline,
+            Reason::BoostRequest,
+            Reason::PendingHint,
+            Reason::ProactiveWake,
+            Reason::ProactiveIrq,
+            Reason::ProactiveHalt,
+            Reason::LockHolder,
+            Reason::Throttled,
+            Reason::OverBudget,
+            Reason::Debt,
+            Reason::LockDebt,
+            Reason::GuestNice,
+        ];
+        assert_eq!(all.len(), Reason::COUNT);
+        for (i, r) in all.iter().enumerate() {
+            assert_eq!(r.index(), i, "{r}");
+            assert_eq!(Reason::NAMES[i], r.name());
+        }
         assert_eq!(Reason::None.to_string(), "none");
     }
 

@@ -17,12 +17,15 @@
 //!
 //! **The latch.** The bucket latches at the first instant it is empty while it is being
 //! drained (or overdrawn: the caller reacted late); from then on the caller refuses boosts of
-//! its class. It clears at the first instant the debt is repaid, the debt being the whole
-//! capacity plus any overdraft: a VM that spent its window's budget earns all of it back, 1:1
-//! at the window's rate, before it is boosted again. So a VM that asks all the time gets
-//! exactly its budget per window (a bucket of budget `B` per window `W` at 100 % demand: `W`
-//! boosted, `W` not, for `B = W / 2`), and the hysteresis keeps the latch from flapping. A
-//! bucket of capacity 0 is latched for good.
+//! its class. It clears at the first instant the debt is repaid, the debt being `resume`
+//! units (by default the whole capacity) plus any overdraft: a VM that spent its window's
+//! budget earns that much back, 1:1 at the window's rate, before it is boosted again. With
+//! `resume` = capacity a VM that asks all the time gets exactly its budget per window (a
+//! bucket of budget `B` per window `W` at 100 % demand: `W` boosted, `W` not, for
+//! `B = W / 2`); a smaller `resume` gives the same share in shorter turns (the tokens are the
+//! same, only the latch clears sooner), so that a VM that overdrew in one burst is refused for
+//! a fraction of a window, not a whole one. Either way the hysteresis keeps the latch from
+//! flapping. A bucket of capacity 0 is latched for good.
 //!
 //! Between two events the number of charged vCPUs is constant, so the rates are constant and
 //! one step computes the exact result at any `dt`: no clock, no rounding (all `u128`,
@@ -37,6 +40,9 @@ pub struct BudgetParams {
     pub cost: u128,
     /// Most units banked: one window's budget.
     pub capacity: u128,
+    /// Units a latched bucket earns back before the latch clears, 1..=`capacity` (0 only
+    /// with a capacity of 0).
+    pub resume: u128,
 }
 
 impl BudgetParams {
@@ -44,10 +50,12 @@ impl BudgetParams {
     /// Units: milli-ns (1 vCPU-ns = 1000 units), so earn = `S x N`, capacity = `S x N x W`.
     pub const fn share(share_permille: u32, nr_vcpus: u32, window_ns: u64) -> BudgetParams {
         let earn = share_permille as u128 * nr_vcpus as u128;
+        let capacity = earn.saturating_mul(window_ns as u128);
         BudgetParams {
             earn,
             cost: 1000,
-            capacity: earn.saturating_mul(window_ns as u128),
+            capacity,
+            resume: capacity,
         }
     }
 
@@ -55,11 +63,27 @@ impl BudgetParams {
     /// Units: 1 vCPU-ns = `W` units, so earn = `B x N`, capacity = `B x N x W`.
     pub const fn window(budget_ns: u64, nr_vcpus: u32, window_ns: u64) -> BudgetParams {
         let earn = (budget_ns as u128).saturating_mul(nr_vcpus as u128);
+        let capacity = earn.saturating_mul(window_ns as u128);
         BudgetParams {
             earn,
             cost: window_ns as u128,
-            capacity: earn.saturating_mul(window_ns as u128),
+            capacity,
+            resume: capacity,
         }
+    }
+
+    /// The same rates with a latch that clears once `resume_permille` (1..=1000) of the
+    /// capacity is earned back (rounded up, at least one unit).
+    pub const fn resuming_at(self, resume_permille: u32) -> BudgetParams {
+        let permille = if resume_permille == 0 {
+            1
+        } else if resume_permille > 1000 {
+            1000
+        } else {
+            resume_permille
+        };
+        let resume = self.capacity.saturating_mul(permille as u128).div_ceil(1000);
+        BudgetParams { resume, ..self }
     }
 
     /// `units` as vCPU-ns, rounded down.
@@ -152,7 +176,7 @@ impl Budget {
         }
         if self.overdraft > 0 || (self.tokens == 0 && spend_rate > earn_rate) || p.capacity == 0 {
             self.latched = true;
-        } else if self.latched && self.tokens >= p.capacity {
+        } else if self.latched && self.tokens >= p.resume {
             self.latched = false;
         }
     }
@@ -163,7 +187,7 @@ impl Budget {
         self.tokens = self.tokens.min(p.capacity);
         if p.capacity == 0 {
             self.latched = true;
-        } else if self.latched && self.overdraft == 0 && self.tokens >= p.capacity {
+        } else if self.latched && self.overdraft == 0 && self.tokens >= p.resume {
             self.latched = false;
         }
     }
@@ -184,11 +208,11 @@ impl Budget {
         self.overdraft
     }
 
-    /// What must be earned before the latch clears, units: the capacity minus the tokens plus
+    /// What must be earned before the latch clears, units: `resume` minus the tokens plus
     /// the overdraft while latched, else 0.
     pub fn debt(&self, p: &BudgetParams) -> u128 {
         if self.latched {
-            p.capacity
+            p.resume
                 .saturating_sub(self.tokens)
                 .saturating_add(self.overdraft)
         } else {
@@ -270,6 +294,36 @@ mod tests {
         // From a full bucket: 1000 boosted (the bank plus what it earns meanwhile), 1000
         // latched while the whole window's budget is earned back, and so on.
         assert_eq!(boosted, 10 * 500);
+    }
+
+    #[test]
+    fn a_partial_resume_gives_the_same_share_in_shorter_turns() {
+        // The latch clears once a tenth of the window's budget (50 of 500) is earned back.
+        let p = P.resuming_at(100);
+        let mut b = Budget::full(&p);
+
+        let first_turn = always_asking(&mut b, &p, 1_000);
+        let (latched, debt, refused_for) = (b.latched(), b.debt_ns(&p), b.next_flip_ns(&p, 0));
+        let rest = always_asking(&mut b, &p, 9_000);
+
+        // The bank (500) plus what it earns meanwhile, spent at a net 0.5 per ns: 1000
+        // boosted; then refused for 100 ns (a tenth of the window), not 1000.
+        assert_eq!(first_turn, 1_000);
+        assert!(latched);
+        assert_eq!(debt, 50);
+        assert_eq!(refused_for, Some(100));
+        // Then 100 on, 100 off: still half the time, the budget's share.
+        assert_eq!(rest, 9_000 / 2);
+    }
+
+    #[test]
+    fn resume_permille_is_clamped_into_its_range_and_rounds_up() {
+        assert_eq!(P.resuming_at(0).resume, P.capacity / 1000);
+        assert_eq!(P.resuming_at(1000).resume, P.capacity);
+        assert_eq!(P.resuming_at(5000).resume, P.capacity);
+        assert_eq!(P.resuming_at(333).resume, 166_500);
+        let small = BudgetParams::window(1, 1, 3);
+        assert_eq!(small.resuming_at(1).resume, 1);
     }
 
     #[test]

@@ -72,6 +72,11 @@ pub struct VcpuStats {
     pub cs_latched: bool,
     /// Times a wanted boost was refused (or ended) for want of budget.
     pub over_budget: u64,
+    /// `boosted_ns` split by the reason of the boost in force, by [`Reason::index`]
+    /// (where the boost budget goes).
+    pub boosted_ns_by_reason: [u64; Reason::COUNT],
+    /// Of `boosted_ns`, the time demoted (charged `demoted_charge` times), ns.
+    pub demoted_ns: u64,
 }
 
 /// Counters of one VM, as of the last event.
@@ -108,6 +113,14 @@ pub struct VmStats {
     pub cs_latched_vcpus: u32,
     /// Wanted boosts refused (or ended) for want of budget, all vCPUs.
     pub over_budget_total: u64,
+    /// `boosted_ns_total` split by the reason of the boost in force, by [`Reason::index`].
+    pub boosted_ns_by_reason: [u64; Reason::COUNT],
+    /// Of `boosted_ns_total`, the time of demoted vCPUs, ns, all vCPUs.
+    pub demoted_ns_total: u64,
+    /// Times the boost budget latched, and the time it stayed latched, ns (up to the last
+    /// event).
+    pub budget_latches: u64,
+    pub budget_latched_ns: u64,
     /// Lock contentions the guest counted (its counters as last read, summed).
     pub lock_contentions: u64,
     /// Of those, the ones whose holder's vCPU it saw preempted (guest counters).
@@ -179,6 +192,10 @@ struct Vcpu {
     target: Target,
     /// `now` since which the vCPU is charged to the boost budget; `Some` iff charged.
     charged_since: Option<u64>,
+    /// The reason kind ([`Reason::index`]) charged since `now`; `Some` iff charged.
+    charged_kind: Option<(usize, u64)>,
+    /// `now` since which the vCPU is charged while demoted; `Some` iff so.
+    demoted_since: Option<u64>,
     /// What this vCPU adds to the budget's drain right now, in vCPUs: 0 if not charged,
     /// `demoted_charge` if demoted, else 1.
     charge_weight: u32,
@@ -218,6 +235,8 @@ impl Vcpu {
                 in_debt: false,
             },
             charged_since: None,
+            charged_kind: None,
+            demoted_since: None,
             charge_weight: 0,
             cs,
             cs_at: 0,
@@ -564,6 +583,13 @@ impl VmState {
         s.cs_boosted_ns = s
             .cs_boosted_ns
             .saturating_add(since_ns(v.cs_charged_since, self.now));
+        if let Some((kind, since)) = v.charged_kind {
+            s.boosted_ns_by_reason[kind] =
+                s.boosted_ns_by_reason[kind].saturating_add(self.now.saturating_sub(since));
+        }
+        s.demoted_ns = s
+            .demoted_ns
+            .saturating_add(since_ns(v.demoted_since, self.now));
         let p = self.cs_params();
         let cs = v.cs_at_time(&p, self.now);
         s.cs_budget_ns = cs.remaining_ns(&p);
@@ -586,6 +612,10 @@ impl VmState {
                 s.cs_budget_ns = s.cs_budget_ns.saturating_add(v.cs_budget_ns);
                 s.cs_debt_ns = s.cs_debt_ns.saturating_add(v.cs_debt_ns);
                 s.cs_latched_vcpus += u32::from(v.cs_latched);
+                for (total, ns) in s.boosted_ns_by_reason.iter_mut().zip(v.boosted_ns_by_reason) {
+                    *total = total.saturating_add(ns);
+                }
+                s.demoted_ns_total = s.demoted_ns_total.saturating_add(v.demoted_ns);
             }
         }
         for v in &self.vcpus {
@@ -657,8 +687,14 @@ impl VmState {
     fn advance(&mut self, now: u64) {
         let dt = now - self.now;
         // Also at dt == 0: an empty bucket being drained latches at once.
+        let was_latched = self.budget.latched();
         self.budget
             .advance(&self.budget_rates, dt, self.charge_units);
+        if was_latched {
+            self.stats.budget_latched_ns = self.stats.budget_latched_ns.saturating_add(dt);
+        } else if self.budget.latched() {
+            self.stats.budget_latches += 1;
+        }
         if dt > 0 {
             let charged_ns = (dt as u128) * (self.charged as u128);
             self.stats.boosted_ns_total = self
@@ -976,6 +1012,14 @@ impl VmState {
             }
             _ => {}
         }
+        let kind = charge.then(|| reason.index());
+        if v.charged_kind.map(|(k, _)| k) != kind {
+            if let Some((k, since)) = v.charged_kind {
+                v.stats.boosted_ns_by_reason[k] =
+                    v.stats.boosted_ns_by_reason[k].saturating_add(now - since);
+            }
+            v.charged_kind = kind.map(|k| (k, now));
+        }
         // A demoted vCPU's boosted time costs `demoted_charge` times as much budget.
         let weight = match (charge, v.demoted) {
             (false, _) => 0,
@@ -984,6 +1028,14 @@ impl VmState {
         };
         self.charge_units = self.charge_units - v.charge_weight + weight;
         v.charge_weight = weight;
+        match (charge && v.demoted, v.demoted_since) {
+            (true, None) => v.demoted_since = Some(now),
+            (false, Some(since)) => {
+                v.stats.demoted_ns = v.stats.demoted_ns.saturating_add(now - since);
+                v.demoted_since = None;
+            }
+            _ => {}
+        }
         // Lock debt: an extension on a CPU adds to it, an unboosted vCPU on a CPU above its
         // nice while the VM owes repays it (crate::locks).
         let lock_charging = charge && reason == Reason::LockHolder;
@@ -1046,6 +1098,7 @@ fn budget_params(limits: &VmLimits, nr_vcpus: u32) -> BudgetParams {
         nr_vcpus,
         limits.fairness_window_ns,
     )
+    .resuming_at(limits.budget_resume_permille)
 }
 
 /// One vCPU's critical-section budget: `cs_budget_ns` per `cs_window_ns`.

@@ -967,6 +967,7 @@ fn debt_limits() -> VmLimits {
     VmLimits {
         boost_share_permille: 250,
         fairness_window_ns: 10 * MS,
+        budget_resume_permille: 1000,
         max_boost_ns: 10_000 * MS,
         ..base()
     }
@@ -1054,6 +1055,33 @@ fn a_vm_in_debt_is_refused_new_boosts_until_the_whole_budget_is_earned_back() {
     assert_eq!(repaid.len(), 2);
     assert!(repaid.iter().all(|d| d.params == rt(HostPolicy::Fifo, 5)));
     assert_eq!(vm.vm_stats().over_budget_total, 2);
+    assert_eq!(vm.vm_stats().budget_latches, 1);
+    assert_eq!(vm.vm_stats().budget_latched_ns, 10 * MS);
+}
+
+#[test]
+fn a_vm_that_ran_its_budget_dry_is_boosted_again_once_resume_permille_of_it_is_earned_back() {
+    // 5 ms bucket, earned at 0.5 vCPU-ns per ns; a tenth of it (0.5 ms) takes 1 ms.
+    let limits = VmLimits {
+        budget_resume_permille: 100,
+        ..debt_limits()
+    };
+    let mut vm = vm(limits, 2);
+    step(&mut vm, 0, upd(0, fifo(2)));
+    step(&mut vm, 10 * MS, Event::Tick);
+
+    let debt = vm.vm_stats().debt_ns;
+    let resume_at = vm.next_deadline();
+    let resumed = step(&mut vm, 11 * MS, Event::Tick);
+    // Boosted again on the 0.5 ms earned: spent at a net 0.5 per ns, it lasts 1 ms.
+    let next_latch = vm.next_deadline();
+
+    assert_eq!(debt, MS / 2);
+    assert_eq!(resume_at, Some(11 * MS));
+    assert!(!vm.in_debt());
+    assert_eq!(resumed.len(), 2);
+    assert!(resumed[0].params.is_rt());
+    assert_eq!(next_latch, Some(12 * MS));
 }
 
 #[test]
@@ -1160,6 +1188,40 @@ fn a_guest_claiming_a_critical_section_forever_is_boosted_about_one_tick_at_a_ti
         .iter()
         .any(|(_, d)| d.reason == Reason::OverBudget && d.throttled));
     assert_eq!(vm.vm_stats().cs_boosted_ns_total, 500 * MS);
+}
+
+#[test]
+fn boosted_time_is_split_by_the_reason_in_force_and_sums_to_the_total() {
+    let mut vm = vm(base(), 2);
+    // vCPU 0: 3 ms in a critical section (boosted once preempted in it), then 2 ms of a
+    // guest FIFO task, then nothing. vCPU 1: a guest FIFO task from 1 ms, blocked (halted:
+    // not charged) from 4 ms.
+    step(&mut vm, 0, Event::Preempted { vcpu: 0 });
+    step(&mut vm, 0, upd(0, cs(2, abi::CS_HARDIRQ)));
+    step(&mut vm, 0, Event::Running { vcpu: 0 });
+    step(&mut vm, MS, Event::Preempted { vcpu: 1 });
+    step(&mut vm, MS, upd(1, task(2, abi::POLICY_FIFO, 5, 0)));
+    step(&mut vm, MS, Event::Running { vcpu: 1 });
+    step(&mut vm, 3 * MS, upd(0, task(4, abi::POLICY_FIFO, 5, 0)));
+    step(&mut vm, 4 * MS, Event::Blocked { vcpu: 1 });
+    step(&mut vm, 5 * MS, upd(0, half(6)));
+    step(&mut vm, 7 * MS, Event::Tick);
+
+    let s = vm.vm_stats();
+    let guest_rt = Reason::GuestRt {
+        policy: 0,
+        priority: 0,
+    };
+    assert_eq!(
+        s.boosted_ns_by_reason[Reason::CriticalSection(0).index()],
+        3 * MS
+    );
+    assert_eq!(s.boosted_ns_by_reason[guest_rt.index()], 2 * MS + 3 * MS);
+    assert_eq!(s.boosted_ns_by_reason.iter().sum::<u64>(), s.boosted_ns_total);
+    assert_eq!(
+        vm.vcpu_stats(1).unwrap().boosted_ns_by_reason[guest_rt.index()],
+        3 * MS
+    );
 }
 
 #[test]
@@ -1631,6 +1693,7 @@ fn a_demoted_vcpus_boosted_time_is_charged_demoted_charge_times() {
     let spent = 4 * MS + limits.demoted_charge as u64 * 46 * MS;
     assert_eq!(vm.vm_stats().budget_ns, 500 * MS + 25 * MS - spent);
     assert_eq!(vm.vm_stats().boosted_ns_total, 50 * MS);
+    assert_eq!(vm.vm_stats().demoted_ns_total, 46 * MS);
 }
 
 #[test]

@@ -74,6 +74,7 @@ limits_config! {
     boost_share_permille: u32,
     idle_poll_budget_permille: u32,
     fairness_window_ns: u64,
+    budget_resume_permille: u32,
     debt_nice: i8,
     cs_budget_ns: u64,
     cs_window_ns: u64,

@@ -137,6 +137,9 @@ pub fn arb_limits() -> impl Strategy<Value = VmLimits> {
                     boost_share_permille: share,
                     idle_poll_budget_permille: share,
                     fairness_window_ns: win,
+                    // The whole window or a part of it, from values already drawn: both
+                    // must keep every bound.
+                    budget_resume_permille: if h[3] { 1000 } else { share.max(1) },
                     debt_nice,
                     cs_budget_ns: cs_pick.index(cs_window as usize) as u64 + 1,
                     cs_window_ns: cs_window,
