@@ -82,7 +82,10 @@ impl BudgetParams {
         } else {
             resume_permille
         };
-        let resume = self.capacity.saturating_mul(permille as u128).div_ceil(1000);
+        let resume = self
+            .capacity
+            .saturating_mul(permille as u128)
+            .div_ceil(1000);
         BudgetParams { resume, ..self }
     }
 

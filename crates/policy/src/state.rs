@@ -612,7 +612,11 @@ impl VmState {
                 s.cs_budget_ns = s.cs_budget_ns.saturating_add(v.cs_budget_ns);
                 s.cs_debt_ns = s.cs_debt_ns.saturating_add(v.cs_debt_ns);
                 s.cs_latched_vcpus += u32::from(v.cs_latched);
-                for (total, ns) in s.boosted_ns_by_reason.iter_mut().zip(v.boosted_ns_by_reason) {
+                for (total, ns) in s
+                    .boosted_ns_by_reason
+                    .iter_mut()
+                    .zip(v.boosted_ns_by_reason)
+                {
                     *total = total.saturating_add(ns);
                 }
                 s.demoted_ns_total = s.demoted_ns_total.saturating_add(v.demoted_ns);

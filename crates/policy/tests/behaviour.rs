@@ -1217,7 +1217,10 @@ fn boosted_time_is_split_by_the_reason_in_force_and_sums_to_the_total() {
         3 * MS
     );
     assert_eq!(s.boosted_ns_by_reason[guest_rt.index()], 2 * MS + 3 * MS);
-    assert_eq!(s.boosted_ns_by_reason.iter().sum::<u64>(), s.boosted_ns_total);
+    assert_eq!(
+        s.boosted_ns_by_reason.iter().sum::<u64>(),
+        s.boosted_ns_total
+    );
     assert_eq!(
         vm.vcpu_stats(1).unwrap().boosted_ns_by_reason[guest_rt.index()],
         3 * MS
