@@ -496,6 +496,66 @@ fn pvsched_per_load(r: &Report) -> Vec<(&str, &ModeReport)> {
         .collect()
 }
 
+/// Where each pvsched session's boost budget went, from pvschedd's status at
+/// its end: boosted time by reason, the latches and their length, refusals.
+fn budget_markdown(o: &mut String, r: &Report) {
+    let rows: Vec<(&str, usize, &Value)> = pvsched_per_load(r)
+        .into_iter()
+        .flat_map(|(load, m)| {
+            m.daemon.iter().enumerate().flat_map(move |(i, d)| {
+                d["vms"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(move |vm| (load, i + 1, vm))
+            })
+        })
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(o, "\n## pvschedd's boost budget, per session\n");
+    let _ = writeln!(
+        o,
+        "From pvschedd's status at the end of each pvsched session (every phase of it): \
+         boosted vCPU time (on a CPU) by the reason in force, ms; demoted ms (charged \
+         `demoted_charge` times); the times the budget latched and how long it stayed \
+         latched; boosts refused for budget.\n"
+    );
+    let _ = writeln!(
+        o,
+        "| load | session | boosted s | by reason (ms) | demoted ms | latches | latched ms | refused |"
+    );
+    let _ = writeln!(o, "|---|--:|--:|---|--:|--:|--:|--:|");
+    let f = |vm: &Value, k: &str| vm[k].as_f64().unwrap_or(0.0);
+    for (load, i, vm) in rows {
+        let mut by: Vec<(String, f64)> = vm["boosted_ms_by_reason"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| (k.clone(), v.as_f64().unwrap_or(0.0)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        by.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let by: Vec<String> = by.iter().map(|(k, v)| format!("{k} {v:.0}")).collect();
+        let _ = writeln!(
+            o,
+            "| {load} | {i} | {:.2} | {} | {:.0} | {} | {:.0} | {} |",
+            f(vm, "boosted_s"),
+            if by.is_empty() {
+                "-".into()
+            } else {
+                by.join(", ")
+            },
+            f(vm, "demoted_ms"),
+            vm["budget_latches"].as_u64().unwrap_or(0),
+            f(vm, "budget_latched_ms"),
+            vm["over_budget"].as_u64().unwrap_or(0),
+        );
+    }
+}
+
 /// Where the host's IPIs come from, per (load, interval, mode).
 fn ipi_sources_markdown(o: &mut String, r: &Report) {
     let rows: Vec<(&Scenario, &str, &crate::ipi_sources::Sources)> = r
@@ -929,6 +989,7 @@ pub fn markdown(r: &Report) -> String {
         }
     }
 
+    budget_markdown(&mut o, r);
     host_costs_markdown(&mut o, r);
 
     if !r.targets.is_empty() {
@@ -1226,6 +1287,30 @@ mod tests {
         let json = serde_json::to_string(&b).unwrap();
         let back: Vec<(Option<f64>, u64)> = serde_json::from_str(&json).unwrap();
         assert_eq!(back, b);
+    }
+
+    #[test]
+    fn markdown_shows_where_each_sessions_boost_budget_went() {
+        let mut r = sample();
+        r.scenarios[0]
+            .modes
+            .get_mut(Mode::Pvsched.name())
+            .unwrap()
+            .daemon = vec![serde_json::json!({"vms": [{
+            "boosted_s": 6.97, "demoted_ms": 21.0, "budget_latches": 3,
+            "budget_latched_ms": 3000.0, "over_budget": 313,
+            "boosted_ms_by_reason": {"guest_rt": 605.0, "proactive_wake": 4601.4}
+        }]})];
+
+        let md = markdown(&r);
+
+        assert!(
+            md.contains(
+                "| loaded | 1 | 6.97 | proactive_wake 4601, guest_rt 605 | 21 | 3 | 3000 | 313 |"
+            ),
+            "{md}"
+        );
+        assert!(!markdown(&sample()).contains("boost budget, per session"));
     }
 
     #[test]

@@ -49,7 +49,8 @@
 //!    *boost budget* (`boost_share_permille` of its vCPU time, banked over
 //!    `fairness_window_ns`); a boosted, non-halted ns whose reason is a critical section is
 //!    charged to that vCPU's *critical-section budget* too (`cs_budget_ns` per
-//!    `cs_window_ns`). A budget that runs dry latches until all of it is earned back. While
+//!    `cs_window_ns`). A budget that runs dry latches until it is earned back (the boost
+//!    budget: `budget_resume_permille` of it; a critical-section budget: all of it). While
 //!    the boost budget is latched no vCPU is boosted, boosts in force end at once, and
 //!    unboosted vCPUs get `nice = max(nice, debt_nice)` (`Reason::Debt` when that raised it);
 //!    while a vCPU's critical-section budget is latched its critical sections are ignored

@@ -236,13 +236,15 @@ pub struct VmLimits {
     /// The VM's boost budget: the share of its vCPU time (elapsed time x nr_vcpus) that may be
     /// boosted, whatever the reason, in permille, 0..=1000. Default 200: 200 ms per vCPU per
     /// 1 s window, which a demoted vCPU spends twice as fast (`demoted_charge`). Measured
-    /// (BENCHMARKS.md): at 500 (charge 1) a guest spinning RT on every vCPU took 2.5x its
-    /// plain-CFS share of the machine; at 300 the loaded host's p99 was 1.52x vanilla's
-    /// against 1.17x at 200 (the daemon's recheck timer runs while anything is boosted). A
-    /// well-behaved TCG guest under load needs 15-22 %, and 200 latches it at times; a KVM
-    /// guest's boosts are far shorter (no emulation). Enforced ([`crate::fairness`]): once the VM has spent its banked
-    /// budget, no vCPU of it is boosted until the window's budget is earned back. 0 refuses
-    /// every boost.
+    /// (BENCHMARKS.md, "The boost budget's latch"): a well-behaved TCG guest running
+    /// cyclictest at 500 µs on a loaded host is boosted 23-24 % of its vCPU time, and at 200
+    /// it latched in 2 of 5 sessions (guest p99 5-7 ms in those); at 300 none collapsed, with
+    /// pvschedd's host p99 unchanged, but a guest spinning RT on every vCPU then cost its
+    /// neighbour 1.54x and the host 1.39x in p99 (met at 200). At 500 (charge 1) such a guest
+    /// took 2.5x its plain-CFS share of the machine; a KVM guest's boosts are far shorter
+    /// (no emulation), so 200 stays. Enforced ([`crate::fairness`]): once the
+    /// VM has spent its banked budget, no vCPU of it is boosted until `budget_resume_permille`
+    /// of the window's budget is earned back. 0 refuses every boost.
     pub boost_share_permille: u32,
     /// Share of a core each vCPU may spend polling in the guest's idle driver, permille
     /// (0..=1000), told to the guest with the idle hints (`F_IDLE_HINTS`). Default 50
@@ -253,12 +255,12 @@ pub struct VmLimits {
     /// `budget_resume_permille` of it is earned back. Default 1 s.
     pub fairness_window_ns: u64,
     /// How much of a window's boost budget a VM that ran it dry earns back before it is
-    /// boosted again, permille, 1..=1000. Default 100: refused for a tenth of the window
-    /// (100 ms), then boosted on the tenth it earned; the share is the same as with 1000
-    /// (the tokens do not change, only when the latch clears), but a VM that overdrew in
-    /// one burst is not refused for a whole window. Measured (BENCHMARKS.md, "The boost
-    /// budget's latch"): at 1000 a TCG guest averaging 16 % boosted, under its 20 %
-    /// budget, latched 1-3 times per run and each latch cost its cyclictest a second.
+    /// boosted again, permille, 1..=1000. Default 1000 (the whole window). The share is the
+    /// same at any value (the tokens do not change, only when the latch clears); a smaller
+    /// one refuses in shorter, more frequent turns. Measured (BENCHMARKS.md, "The boost
+    /// budget's latch"): at 100 a TCG guest whose demand is above its budget was refused as
+    /// much (34 turns of 100 ms instead of 3 of 1 s), and a guest spinning RT, refused in
+    /// short turns, cost its neighbour 1.66x in p99 (1.04-1.09x in 3 of 4 runs at 1000).
     pub budget_resume_permille: u32,
     /// Nice of the VM's unboosted vCPUs while its boost budget is latched (`max` with their
     /// normal nice), -20..=19. Default 5 (about a third of the CFS weight of nice 0).
@@ -324,7 +326,7 @@ impl Default for VmLimits {
             boost_share_permille: 200,
             idle_poll_budget_permille: 50,
             fairness_window_ns: 1_000_000_000,
-            budget_resume_permille: 100,
+            budget_resume_permille: 1000,
             debt_nice: 5,
             cs_budget_ns: 2_000_000,
             cs_window_ns: 4_000_000,
