@@ -75,23 +75,7 @@ pub enum Reason {
 impl Reason {
     /// Short snake_case name, for metrics labels and traces.
     pub const fn name(&self) -> &'static str {
-        match self {
-            Reason::None => "none",
-            Reason::CriticalSection(_) => "critical_section",
-            Reason::GuestRt { .. } => "guest_rt",
-            Reason::GuestDeadline => "guest_deadline",
-            Reason::BoostRequest => "boost_request",
-            Reason::PendingHint => "pending_hint",
-            Reason::ProactiveWake => "proactive_wake",
-            Reason::ProactiveIrq => "proactive_irq",
-            Reason::ProactiveHalt => "proactive_halt",
-            Reason::LockHolder => "lock_holder",
-            Reason::Throttled => "throttled",
-            Reason::OverBudget => "over_budget",
-            Reason::Debt => "debt",
-            Reason::LockDebt => "lock_debt",
-            Reason::GuestNice => "guest_nice",
-        }
+        Reason::NAMES[self.index()]
     }
 
     /// Number of kinds of reason ([`Reason::index`]).
