@@ -5,7 +5,7 @@
 //!
 //! * the **boost budget**, one per VM: every boosted, non-halted vCPU-ns, whatever the
 //!   reason, `demoted_charge` times over while the vCPU is demoted; `boost_share_permille`
-//!   of each vCPU's time, banked over `fairness_window_ns` (default 200 ms per vCPU per 1 s
+//!   of each vCPU's time, banked over `fairness_window_ns` (default 300 ms per vCPU per 1 s
 //!   window);
 //! * the **critical-section budget**, one per vCPU: the boosted, non-halted ns whose reason is
 //!   a critical section; `cs_budget_ns` per `cs_window_ns` (default 2 ms per 4 ms).

@@ -221,10 +221,11 @@ pub struct VmLimits {
     /// section.
     pub demote_after_ns: u64,
     /// A demoted vCPU's boosted time is charged this many times to the VM's boost budget,
-    /// 1..=16. Default 2: a guest that keeps a vCPU boosted for long stretches gets half the
-    /// budget of one whose boosts are short (the rogue-guest benchmark: a well-behaved guest
-    /// under load used 15-22 % boosted time in short bursts, a guest spinning RT on every
-    /// vCPU is demoted nearly all the time).
+    /// 1..=16. Default 3: a guest that keeps a vCPU boosted for long stretches gets a third
+    /// of the budget of one whose boosts are short wakeups, which are never demoted. With the
+    /// 300 permille share that is the 100 ms per vCPU per second a guest spinning RT on
+    /// every vCPU (demoted nearly all the time) got at 200 permille and a charge of 2, where
+    /// its neighbour and the host kept their p99 (BENCHMARKS.md, "The boost budget").
     pub demoted_charge: u32,
     /// How long after the last consistent read of a vCPU's guest half an inconsistent read
     /// (seq odd or changing through every retry: the vCPU was preempted mid-update) keeps the
@@ -234,17 +235,17 @@ pub struct VmLimits {
     /// asking is boosted at most half the time).
     pub throttle_ns: u64,
     /// The VM's boost budget: the share of its vCPU time (elapsed time x nr_vcpus) that may be
-    /// boosted, whatever the reason, in permille, 0..=1000. Default 200: 200 ms per vCPU per
-    /// 1 s window, which a demoted vCPU spends twice as fast (`demoted_charge`). Measured
-    /// (BENCHMARKS.md, "The boost budget's latch"): a well-behaved TCG guest running
-    /// cyclictest at 500 µs on a loaded host is boosted 23-24 % of its vCPU time, and at 200
-    /// it latched in 2 of 5 sessions (guest p99 5-7 ms in those); at 300 none collapsed, with
-    /// pvschedd's host p99 unchanged, but a guest spinning RT on every vCPU then cost its
-    /// neighbour 1.54x and the host 1.39x in p99 (met at 200). At 500 (charge 1) such a guest
-    /// took 2.5x its plain-CFS share of the machine; a KVM guest's boosts are far shorter
-    /// (no emulation), so 200 stays. Enforced ([`crate::fairness`]): once the
-    /// VM has spent its banked budget, no vCPU of it is boosted until `budget_resume_permille`
-    /// of the window's budget is earned back. 0 refuses every boost.
+    /// boosted, whatever the reason, in permille, 0..=1000. Default 300: 300 ms per vCPU per
+    /// 1 s window, which a demoted vCPU spends `demoted_charge` [3] times as fast. Measured
+    /// (BENCHMARKS.md, "The boost budget"): a well-behaved TCG guest running cyclictest at
+    /// 500 µs on a loaded host is boosted 23-24 % of its vCPU time in short boosts, and at
+    /// 200 it latched in 2 of 5 sessions (guest p99 5-7 ms in those); at 300 with a charge
+    /// of 2 none collapsed but a guest spinning RT on every vCPU cost its neighbour 1.54x
+    /// and the host 1.39x in p99; at 300 with a charge of 3 the guest kept 0.10x of
+    /// vanilla's p99 and the spinning guest's neighbour 1.11x, the host 0.90x. Enforced
+    /// ([`crate::fairness`]): once the VM has spent its banked budget, no vCPU of it is
+    /// boosted until `budget_resume_permille` of the window's budget is earned back. 0
+    /// refuses every boost.
     pub boost_share_permille: u32,
     /// Share of a core each vCPU may spend polling in the guest's idle driver, permille
     /// (0..=1000), told to the guest with the idle hints (`F_IDLE_HINTS`). Default 50
@@ -320,10 +321,10 @@ impl Default for VmLimits {
             proactive_boost_ns: 1_000_000,
             max_boost_ns: 50_000_000,
             demote_after_ns: 4_000_000,
-            demoted_charge: 2,
+            demoted_charge: 3,
             inconsistent_grace_ns: 2_000_000,
             throttle_ns: 50_000_000,
-            boost_share_permille: 200,
+            boost_share_permille: 300,
             idle_poll_budget_permille: 50,
             fairness_window_ns: 1_000_000_000,
             budget_resume_permille: 1000,
