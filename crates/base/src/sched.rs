@@ -234,6 +234,17 @@ pub fn make_current_thread_fifo(priority: u32, lock_memory: bool) -> io::Result<
     set_params(0, &ThreadParams::fifo(priority).reset_on_fork())
 }
 
+/// How many CPUs are online now (`sysconf(_SC_NPROCESSORS_ONLN)`): a thread
+/// whose affinity allows at least this many may run on every CPU.
+pub fn online_cpus() -> io::Result<u32> {
+    // SAFETY: sysconf reads a system value and touches no memory of ours.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    if n < 1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(u32::try_from(n).unwrap_or(u32::MAX))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

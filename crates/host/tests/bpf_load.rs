@@ -620,6 +620,92 @@ fn wakeups_onto_an_idle_cpu_are_flagged_and_quiet() {
     }
 }
 
+/// Lets the calling thread run on every CPU.
+fn allow_every_cpu() {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside it;
+    // sched_setaffinity reads it for this thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for cpu in 0..libc::CPU_SETSIZE as usize {
+            libc::CPU_SET(cpu, &mut set);
+        }
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+            0
+        );
+    }
+}
+
+/// A thread allowed on every CPU, woken while the CPU it last ran on is busy
+/// and another CPU idles, is placed on the idle one by the fair class: with
+/// `quiet_any_idle_wakeups` its waking record says so and is quiet; without
+/// it, or for a thread pinned to the busy CPU, no record says so.
+#[test]
+fn wakeups_while_another_cpu_idles_are_quiet_only_for_threads_that_can_move() {
+    if !can_bpf() || std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        return;
+    }
+    for (any, pinned) in [(true, false), (false, false), (true, true)] {
+        // Arrange: CPU 0 kept busy by a spinner; the sleeper last runs on CPU 0
+        // before each sleep (pinned there, then, unless `pinned`, let go).
+        let mut src = load(BpfOptions {
+            quiet_any_idle_wakeups: any,
+            ..BpfOptions::default()
+        });
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let spin_stop = Arc::clone(&stop);
+        let spinner = thread::spawn(move || {
+            pin_to(0);
+            while !spin_stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        });
+        let (tx, rx) = mpsc::channel();
+        let h = thread::spawn(move || {
+            pin_to(0);
+            tx.send(gettid()).unwrap();
+            thread::sleep(Duration::from_millis(20));
+            for _ in 0..40 {
+                pin_to(0);
+                if !pinned {
+                    allow_every_cpu();
+                }
+                thread::sleep(Duration::from_millis(2));
+            }
+        });
+        let tid = rx.recv().unwrap();
+        src.try_track(tid, 3, 0).unwrap();
+
+        // Act: it sleeps and wakes 40 times, each time last on the busy CPU 0.
+        h.join().unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        spinner.join().unwrap();
+        let evs = collect(&mut src, Duration::from_millis(300), |_| false);
+
+        // Assert
+        let wakings: Vec<_> = evs
+            .iter()
+            .filter(|e| tid_of(e) == tid as i32)
+            .filter_map(|e| match e.kind {
+                EventKind::Waking { cpu_idle, .. } => Some((cpu_idle, e.quiet)),
+                _ => None,
+            })
+            .collect();
+        assert!(wakings.len() >= 20, "any={any} pinned={pinned}: {evs:?}");
+        if any && !pinned {
+            // CPU 1 idles between the sleeps unless another task takes it.
+            assert!(wakings.iter().any(|&(idle, _)| idle), "{wakings:?}");
+            assert!(wakings.iter().all(|&(idle, quiet)| !idle || quiet));
+        } else {
+            assert!(
+                wakings.iter().all(|&(idle, _)| !idle),
+                "any={any} pinned={pinned}: {wakings:?}"
+            );
+        }
+        src.untrack(tid);
+    }
+}
+
 /// The KVM programs, run in the kernel with tracepoint arguments by
 /// BPF_PROG_TEST_RUN in this thread (no KVM guest runs here).
 #[test]

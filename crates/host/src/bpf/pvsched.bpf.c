@@ -81,6 +81,23 @@ const volatile struct pvs_intf_types {
 const volatile bool quiet_idle_wakeups = true;
 
 /*
+ * With quiet_idle_wakeups: a wakeup is also quiet when any CPU runs its idle
+ * task (idle_cpus > 0), not only the thread's last one: the fair class's
+ * wakeup placement (select_idle_sibling) finds an idle CPU of the last CPU's
+ * LLC, and a boost would make the thread preempt whatever runs on its
+ * runqueue in place instead. Only for a thread allowed on every CPU (a
+ * pinned vCPU cannot move to the idle one). Right on a host with one LLC; on
+ * one with several, placement may leave a wakee on a busy LLC while another
+ * idles (switch it off there).
+ */
+const volatile bool quiet_any_idle_wakeups = true;
+/* Online CPUs at load, set by the loader (the affinity check above). */
+const volatile u32 nr_cpus = 1;
+
+/* How many CPUs run their idle task: changed only when a cpu_idle line flips. */
+s64 idle_cpus;
+
+/*
  * The daemon's own process (set by the loader). A tracked thread that the
  * daemon preempts is not reported: the daemon was woken by an event of that
  * thread, and reporting the preemption it caused would wake it again, and
@@ -156,6 +173,7 @@ struct task_struct___pvs {
 	int tgid;
 	unsigned int __state; /* >= 5.14 */
 	unsigned int cpu; /* >= 5.16, SMP */
+	int nr_cpus_allowed;
 } __attribute__((preserve_access_index));
 
 struct task_struct___pvs_old {
@@ -319,8 +337,10 @@ int BPF_PROG(pvs_sched_switch, bool preempt, struct task_struct___pvs *prev,
 		struct pvs_cpu_line *l = bpf_map_lookup_elem(&cpu_idle, &cpu);
 		u64 idle = next_tid == 0; /* the idle task is pid 0 on every CPU */
 
-		if (l && l->idle != idle)
+		if (l && l->idle != idle) {
 			*(volatile u64 *)&l->idle = idle;
+			__sync_fetch_and_add(&idle_cpus, idle ? 1 : -1);
+		}
 	}
 
 	v = bpf_map_lookup_elem(&tracked, &prev_tid);
@@ -397,7 +417,9 @@ int BPF_PROG(pvs_sched_waking, struct task_struct___pvs *p)
 		u32 cpu = e->cpu;
 		struct pvs_cpu_line *l = bpf_map_lookup_elem(&cpu_idle, &cpu);
 
-		if (l && *(volatile u64 *)&l->idle) {
+		if ((l && *(volatile u64 *)&l->idle) ||
+		    (quiet_any_idle_wakeups && *(volatile s64 *)&idle_cpus > 0 &&
+		     (u32)p->nr_cpus_allowed >= nr_cpus)) {
 			e->flags |= PVS_F_CPU_IDLE;
 			submit_quiet(e);
 			return 0;

@@ -83,6 +83,13 @@ pub struct DaemonConfig {
     /// change nothing); the record is read late, and starts no proactive boost.
     /// On an idle host this takes the daemon off every guest wake-up.
     pub quiet_idle_wakeups: bool,
+    /// With `quiet_idle_wakeups`: also when *any* host CPU is idle and the vCPU
+    /// thread may run on every CPU: the fair class's wakeup placement puts it on
+    /// the idle CPU, where a boost would make it preempt whatever runs on its
+    /// runqueue in place (measured, BENCHMARKS.md: a lone VM on an idle host lost
+    /// a third of its throughput to boosts, part of it this way). For hosts with
+    /// one LLC; switch it off on hosts with several.
+    pub quiet_any_idle_wakeups: bool,
     /// Offer guests idle hints (ABI `F_IDLE_HINTS`: each vCPU's measured wake-up
     /// latency, for a guest idle driver that polls instead of halting when a
     /// wake-up costs more than the poll). Off: the guest's idle path is its own.
@@ -115,6 +122,7 @@ impl Default for DaemonConfig {
             boost_latency_path: true,
             lazy_events: true,
             quiet_idle_wakeups: true,
+            quiet_any_idle_wakeups: true,
             offer_idle_hints: true,
             overload_cpu_pressure_percent: 30.0,
             kvm_params_dir: pvsched_base::kvm_params::DEFAULT_DIR.into(),

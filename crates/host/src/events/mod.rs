@@ -150,6 +150,7 @@ impl SourceOptions {
             bpf: BpfOptions {
                 lazy_wakeup: d.lazy_events,
                 quiet_idle_wakeups: d.quiet_idle_wakeups,
+                quiet_any_idle_wakeups: d.quiet_any_idle_wakeups,
                 ..BpfOptions::default()
             },
             poll: PollOptions {

@@ -56,6 +56,10 @@ pub struct BpfOptions {
     /// CPU it last ran on is idle: it gets that CPU at once, no boost needed
     /// (records flagged `CPU_IDLE`). Needs `lazy_wakeup`.
     pub quiet_idle_wakeups: bool,
+    /// With `quiet_idle_wakeups`: also when *any* CPU is idle and the thread may
+    /// run on every CPU (the fair class's wakeup placement finds the idle one;
+    /// a boost would make it preempt in place instead). For hosts with one LLC.
+    pub quiet_any_idle_wakeups: bool,
     /// Ring buffer size in bytes (power of two, >= page size); each event is
     /// 48 bytes in the ring (40 + 8 header).
     pub ringbuf_bytes: u32,
@@ -86,6 +90,7 @@ impl Default for BpfOptions {
             hide_self: true,
             lazy_wakeup: true,
             quiet_idle_wakeups: true,
+            quiet_any_idle_wakeups: true,
             ringbuf_bytes: 256 * 1024,
             max_tracked: 4096,
             max_vmms: 256,
@@ -267,6 +272,9 @@ fn configure(
     ro.track_irq_context = opts.irq_context;
     ro.lazy_wakeup = opts.lazy_wakeup;
     ro.quiet_idle_wakeups = opts.quiet_idle_wakeups;
+    ro.quiet_any_idle_wakeups = opts.quiet_any_idle_wakeups;
+    ro.nr_cpus = pvsched_base::sched::online_cpus()
+        .map_err(|e| EventSourceError::Invalid(format!("count the online CPUs: {e}")))?;
     ro.self_tgid = if opts.hide_self {
         std::process::id()
     } else {
@@ -282,11 +290,8 @@ fn configure(
     size(&mut open.maps.events, "events", opts.ringbuf_bytes)?;
     let cpus = libbpf_rs::num_possible_cpus()
         .map_err(EventSourceError::bpf("count the possible CPUs".to_string()))?;
-    size(
-        &mut open.maps.cpu_idle,
-        "cpu_idle",
-        u32::try_from(cpus).unwrap_or(u32::MAX),
-    )?;
+    let cpus = u32::try_from(cpus).unwrap_or(u32::MAX);
+    size(&mut open.maps.cpu_idle, "cpu_idle", cpus)?;
     open.progs.pvs_kvm_exit.set_autoload(kvm);
     open.progs.pvs_kvm_vcpu_wakeup.set_autoload(kvm);
     open.progs.pvs_kvm_apic_accept_irq.set_autoload(kvm);
