@@ -419,11 +419,19 @@ impl FakeVmm {
             // before it switches to `uid`.
             cmd.uid(uid).gid(gid);
         }
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start pvsched-fake-vmm");
+        cmd.stdout(Stdio::piped()).stderr(Stdio::inherit());
+        // ETXTBSY: another test thread forked while the binary's copy was
+        // still open for writing; the child closes it at its exec. Retry.
+        let mut tries = 0;
+        let mut child = loop {
+            match cmd.spawn() {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                r => break r.expect("start pvsched-fake-vmm"),
+            }
+        };
         let mut line = String::new();
         let stdout = child.stdout.take().expect("stdout");
         BufReader::new(stdout)
