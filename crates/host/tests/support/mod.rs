@@ -425,7 +425,7 @@ impl FakeVmm {
         let mut tries = 0;
         let mut child = loop {
             match cmd.spawn() {
-                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
+                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 100 => {
                     tries += 1;
                     std::thread::sleep(std::time::Duration::from_millis(10));
                 }
