@@ -554,16 +554,25 @@ fn lazy_records_wait_for_the_next_read() {
     src.untrack(me);
 }
 
-fn pin_to(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; the call reads it.
+/// Restricts the calling thread to `cpus`.
+fn set_affinity(cpus: impl IntoIterator<Item = usize>) {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside it
+    // (CPU_SETSIZE bounds the callers' indices); sched_setaffinity reads it for
+    // this thread.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
+        for cpu in cpus {
+            libc::CPU_SET(cpu, &mut set);
+        }
         assert_eq!(
             libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
             0
         );
     }
+}
+
+fn pin_to(cpu: usize) {
+    set_affinity([cpu]);
 }
 
 /// A tracked thread woken while the CPU it last ran on is idle gets that CPU
@@ -622,18 +631,7 @@ fn wakeups_onto_an_idle_cpu_are_flagged_and_quiet() {
 
 /// Lets the calling thread run on every CPU.
 fn allow_every_cpu() {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside it;
-    // sched_setaffinity reads it for this thread.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for cpu in 0..libc::CPU_SETSIZE as usize {
-            libc::CPU_SET(cpu, &mut set);
-        }
-        assert_eq!(
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
-            0
-        );
-    }
+    set_affinity(0..libc::CPU_SETSIZE as usize);
 }
 
 /// A thread allowed on every CPU, woken while the CPU it last ran on is busy
@@ -929,17 +927,6 @@ fn event_source_open_picks_and_delivers() {
     );
 }
 
-fn pin_to_cpu0() {
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(0, &mut set);
-        assert_eq!(
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
-            0
-        );
-    }
-}
-
 /// The consumer (this test, standing for the daemon) shares a CPU with the
 /// tracked thread: each event wakes the consumer, which preempts the thread.
 /// Those preemptions must not be reported, or they wake the consumer again,
@@ -951,13 +938,13 @@ fn consumer_preemptions_do_not_feed_back() {
     }
     const N: usize = 300;
     let mut src = load(BpfOptions::default());
-    pin_to_cpu0();
+    pin_to(0);
     let (tx, rx) = mpsc::channel();
     let (go_tx, go_rx) = mpsc::channel::<()>();
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let d2 = done.clone();
     let h = thread::spawn(move || {
-        pin_to_cpu0();
+        pin_to(0);
         tx.send(gettid()).unwrap();
         go_rx.recv().unwrap();
         for _ in 0..N {
