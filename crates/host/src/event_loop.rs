@@ -331,6 +331,7 @@ impl Daemon {
             vcpu,
             kind,
             quiet: lazy,
+            rivals,
         } = ev;
         let Some(vm) = self.vms.get_mut(vm_id as usize).and_then(Option::as_mut) else {
             return;
@@ -346,7 +347,7 @@ impl Daemon {
         let mut acc = std::mem::take(&mut self.decisions);
         acc.clear();
         let scratch = &mut self.scratch;
-        let meaning = HostEventMeaning::of(kind, vcpu);
+        let meaning = HostEventMeaning::of(kind, vcpu, rivals);
         if meaning.slot_may_matter {
             vm.guest_update(now, vcpu, scratch, &mut acc);
         }

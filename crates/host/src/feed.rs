@@ -20,14 +20,17 @@ pub struct HostEventMeaning {
 }
 
 impl HostEventMeaning {
-    pub fn of(kind: EventKind, vcpu: u32) -> Self {
+    /// `rivals`: [`events::HostEvent::rivals`].
+    pub fn of(kind: EventKind, vcpu: u32, rivals: bool) -> Self {
         let (event, trace) = match kind {
-            EventKind::SwitchOut { runnable: true } => {
-                (Some(Event::Preempted { vcpu }), Some(TraceKind::Preempted))
-            }
-            EventKind::SwitchOut { runnable: false } => {
-                (Some(Event::Blocked { vcpu }), Some(TraceKind::Halted))
-            }
+            EventKind::SwitchOut { runnable: true } => (
+                Some(Event::Preempted { vcpu, rivals }),
+                Some(TraceKind::Preempted),
+            ),
+            EventKind::SwitchOut { runnable: false } => (
+                Some(Event::Blocked { vcpu, rivals }),
+                Some(TraceKind::Halted),
+            ),
             EventKind::SwitchIn { .. } => (Some(Event::Running { vcpu }), Some(TraceKind::Running)),
             EventKind::Waking { source, cpu_idle } => {
                 let source = match source {
@@ -40,6 +43,7 @@ impl HostEventMeaning {
                         vcpu,
                         source,
                         cpu_idle,
+                        rivals,
                     }),
                     Some(TraceKind::Woken),
                 )
@@ -69,15 +73,21 @@ mod tests {
 
     #[test]
     fn a_preemption_reads_the_slot_and_becomes_preempted() {
-        let m = HostEventMeaning::of(EventKind::SwitchOut { runnable: true }, 3);
+        let m = HostEventMeaning::of(EventKind::SwitchOut { runnable: true }, 3, false);
 
-        assert_eq!(m.event, Some(Event::Preempted { vcpu: 3 }));
+        assert_eq!(
+            m.event,
+            Some(Event::Preempted {
+                vcpu: 3,
+                rivals: false
+            })
+        );
         assert!(m.slot_may_matter);
     }
 
     #[test]
     fn a_switch_in_needs_no_slot_read() {
-        let m = HostEventMeaning::of(EventKind::SwitchIn { cpu: 1 }, 0);
+        let m = HostEventMeaning::of(EventKind::SwitchIn { cpu: 1 }, 0, true);
 
         assert_eq!(m.event, Some(Event::Running { vcpu: 0 }));
         assert!(!m.slot_may_matter);

@@ -704,6 +704,77 @@ fn wakeups_while_another_cpu_idles_are_quiet_only_for_threads_that_can_move() {
     }
 }
 
+/// A tracked thread's switch-outs and wakeups say whether some CPU ran a task
+/// of another process then (`rivals`): with a spinning process of its own on
+/// every CPU they nearly all do; with only this process and idle CPUs most do
+/// not; with `find_rivals` off none says "no rivals".
+#[test]
+fn switch_outs_and_wakeups_say_whether_another_process_holds_a_cpu() {
+    if !can_bpf() {
+        return;
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for (find, spinners) in [(true, cpus), (true, 0), (false, 0)] {
+        // Arrange: `spinners` processes that spin (one per CPU: whichever CPU
+        // the sleeper takes, another runs one), and a tracked sleeper.
+        let mut src = load(BpfOptions {
+            find_rivals: find,
+            ..BpfOptions::default()
+        });
+        let mut rivals: Vec<std::process::Child> = (0..spinners)
+            .map(|_| {
+                std::process::Command::new("sh")
+                    .args(["-c", "while :; do :; done"])
+                    .spawn()
+                    .expect("spawn a spinning sh")
+            })
+            .collect();
+        thread::sleep(Duration::from_millis(50));
+        let (tx, rx) = mpsc::channel();
+        let h = thread::spawn(move || {
+            tx.send(gettid()).unwrap();
+            thread::sleep(Duration::from_millis(20));
+            for _ in 0..40 {
+                thread::sleep(Duration::from_millis(2));
+            }
+        });
+        let tid = rx.recv().unwrap();
+        src.try_track(tid, 3, 0).unwrap();
+
+        // Act: it sleeps and wakes 40 times.
+        h.join().unwrap();
+        for r in &mut rivals {
+            r.kill().expect("kill the spinner");
+            r.wait().expect("reap the spinner");
+        }
+        let evs = collect(&mut src, Duration::from_millis(300), |_| false);
+
+        // Assert
+        let seen: Vec<bool> = evs
+            .iter()
+            .filter(|e| tid_of(e) == tid as i32)
+            .filter(|e| {
+                matches!(
+                    e.kind,
+                    EventKind::Waking { .. } | EventKind::SwitchOut { .. }
+                )
+            })
+            .map(|e| e.rivals)
+            .collect();
+        assert!(seen.len() >= 40, "find={find} spinners={spinners}: {evs:?}");
+        let with = seen.iter().filter(|&&r| r).count();
+        match (find, spinners) {
+            // A spinner may be off its CPU for a moment (a kworker, a
+            // migration): nearly all, not all.
+            (true, n) if n > 0 => assert!(with * 10 >= seen.len() * 9, "{with} of {seen:?}"),
+            // Other processes of the machine run now and then.
+            (true, _) => assert!(with * 2 <= seen.len(), "{with} of {seen:?}"),
+            _ => assert_eq!(with, seen.len(), "{seen:?}"),
+        }
+        src.untrack(tid);
+    }
+}
+
 /// The KVM programs, run in the kernel with tracepoint arguments by
 /// BPF_PROG_TEST_RUN in this thread (no KVM guest runs here).
 #[test]

@@ -40,17 +40,23 @@ pub enum Event {
     },
     /// The host switched the vCPU thread in.
     Running { vcpu: u32 },
-    /// The host switched the vCPU thread out while it was runnable.
-    Preempted { vcpu: u32 },
-    /// The host switched the vCPU thread out not runnable: the guest halted.
-    Blocked { vcpu: u32 },
+    /// The host switched the vCPU thread out while it was runnable. `rivals`: see
+    /// [`Event::Woken`].
+    Preempted { vcpu: u32, rivals: bool },
+    /// The host switched the vCPU thread out not runnable: the guest halted. `rivals`: see
+    /// [`Event::Woken`].
+    Blocked { vcpu: u32, rivals: bool },
     /// The host is waking the vCPU thread (`sched_waking`). `cpu_idle`: the
     /// host CPU it wakes on runs nothing else, so it runs at once and a
-    /// proactive boost would change nothing (none is started).
+    /// proactive boost would change nothing (none is started). `rivals`: some host CPU
+    /// runs a task from outside the VM (not idle, not pvschedd, not a thread of the VM's
+    /// own process). False: the VM competes only with itself, and a boost would only
+    /// reorder its own threads (see [`crate::VmLimits::boost_only_against_rivals`]).
     Woken {
         vcpu: u32,
         source: WakeSource,
         cpu_idle: bool,
+        rivals: bool,
     },
     /// An interrupt was targeted at the vCPU (`kvm_apic_accept_irq`, `kvm_msi_set_irq`).
     InterruptTargeted { vcpu: u32 },
@@ -69,8 +75,8 @@ impl Event {
         match *self {
             Event::GuestUpdate { vcpu, .. }
             | Event::Running { vcpu }
-            | Event::Preempted { vcpu }
-            | Event::Blocked { vcpu }
+            | Event::Preempted { vcpu, .. }
+            | Event::Blocked { vcpu, .. }
             | Event::Woken { vcpu, .. }
             | Event::InterruptTargeted { vcpu }
             | Event::KvmExit { vcpu, .. } => Some(vcpu),

@@ -211,6 +211,9 @@ struct Vcpu {
     lock_charging: bool,
     /// What this vCPU repays of the lock debt per ns, permille (0: not repaying).
     repay_permille: u64,
+    /// The host's last report of it (preempted, halted, woken) saw a task from outside
+    /// the VM on some CPU (`Event::Woken`); true until a report says otherwise.
+    rivals: bool,
     stats: VcpuStats,
 }
 
@@ -244,6 +247,7 @@ impl Vcpu {
             lock_ext: None,
             lock_charging: false,
             repay_permille: 0,
+            rivals: true,
             stats: VcpuStats::default(),
         }
     }
@@ -766,7 +770,8 @@ impl VmState {
                     self.locks.avoided += 1;
                 }
             }
-            Event::Preempted { .. } => {
+            Event::Preempted { rivals, .. } => {
+                v.rivals = rivals;
                 v.status = RunStatus::Preempted;
                 v.stats.preemptions += 1;
                 // Only a wait naming this vCPU: see lock_wait_changed for unknown holders.
@@ -774,7 +779,8 @@ impl VmState {
                     self.try_extend(i, now);
                 }
             }
-            Event::Blocked { .. } => {
+            Event::Blocked { rivals, .. } => {
+                v.rivals = rivals;
                 // A holder that halts needs no CPU: its extension is over.
                 v.lock_ext = None;
                 v.status = RunStatus::Halted;
@@ -784,18 +790,21 @@ impl VmState {
                     start_proactive(limits, v, now, Reason::ProactiveHalt);
                 }
             }
-            Event::Woken { cpu_idle, .. } => {
+            Event::Woken {
+                cpu_idle, rivals, ..
+            } => {
+                v.rivals = rivals;
                 self.idle[i].woken(now);
                 if v.status != RunStatus::Running {
                     v.status = RunStatus::Preempted;
                 }
-                if limits.proactive_wake && !cpu_idle {
+                if limits.proactive_wake && !cpu_idle && speculation_ok(limits, v) {
                     self.stats.proactive_boosts_total += 1;
                     start_proactive(limits, v, now, Reason::ProactiveWake);
                 }
             }
             Event::InterruptTargeted { .. } => {
-                if limits.proactive_irq {
+                if limits.proactive_irq && speculation_ok(limits, v) {
                     self.stats.proactive_boosts_total += 1;
                     start_proactive(limits, v, now, Reason::ProactiveIrq);
                 }
@@ -1140,9 +1149,17 @@ fn account_burst(v: &mut Vcpu, now: u64) {
     v.burst_since = v.burst_since.max(now);
 }
 
-/// Whether a halting vCPU gets a halt boost: switched on, and guest RT work seen recently.
+/// Whether a speculative boost (a critical section, a proactive reason) may start: only
+/// while something outside the VM competes, with `boost_only_against_rivals`.
+fn speculation_ok(limits: &VmLimits, v: &Vcpu) -> bool {
+    v.rivals || !limits.boost_only_against_rivals
+}
+
+/// Whether a halting vCPU gets a halt boost: switched on, guest RT work seen recently, and
+/// something outside the VM to compete with.
 fn halt_boost_due(limits: &VmLimits, v: &Vcpu, now: u64) -> bool {
     limits.proactive_halt
+        && speculation_ok(limits, v)
         && v.last_rt
             .is_some_and(|t| now.saturating_sub(t) <= limits.halt_boost_ns)
 }
@@ -1263,11 +1280,11 @@ fn best_guest(limits: &VmLimits, g: &GuestView, allow_cs: bool) -> Option<Candid
 fn best_boost(limits: &VmLimits, v: &Vcpu, cs_ok: bool) -> Option<Candidate> {
     // A critical section starts a boost only when the vCPU is not running on the host
     // (preempted, waking, or not seen yet): a running vCPU needs no CPU, and its critical
-    // sections last microseconds, shorter than any reaction. A boost it already has is kept
-    // while the flags stay set.
-    let allow_cs = cs_ok
-        && (v.status != RunStatus::Running
-            || matches!(v.target.reason, Reason::CriticalSection(_)));
+    // sections last microseconds, shorter than any reaction. Nor while nothing outside the
+    // VM competes (`boost_only_against_rivals`). A boost it already has is kept while the
+    // flags stay set.
+    let kept = matches!(v.target.reason, Reason::CriticalSection(_));
+    let allow_cs = cs_ok && (kept || (v.status != RunStatus::Running && speculation_ok(limits, v)));
     let mut best = best_guest(limits, &v.guest, allow_cs);
     if limits.honor_lock_holders && v.lock_ext.is_some() {
         let params = rt_params(limits, limits.boost_policy, limits.boost_priority);

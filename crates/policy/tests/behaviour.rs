@@ -110,7 +110,7 @@ fn tick_until_loaded(vm: &mut VmState, until: u64) -> Vec<(u64, Decision)> {
         Some(if dec.params.is_rt() {
             Event::Running { vcpu }
         } else {
-            Event::Preempted { vcpu }
+            Event::Preempted { vcpu, rivals: true }
         })
     })
 }
@@ -475,6 +475,7 @@ fn proactive_wake_boosts_until_a_tick_at_its_deadline() {
             vcpu: 0,
             source: WakeSource::Timer,
             cpu_idle: false,
+            rivals: true,
         },
     );
     let early = step(&mut vm, 100 + MS - 1, Event::Tick);
@@ -500,11 +501,143 @@ fn a_wakeup_onto_an_idle_host_cpu_starts_no_proactive_boost() {
             vcpu: 0,
             source: WakeSource::Timer,
             cpu_idle: true,
+            rivals: true,
         },
     );
 
     assert!(out.is_empty(), "{out:?}");
     assert_eq!(vm.next_deadline(), None);
+}
+
+// ---- speculative boosts need a rival outside the VM ----
+
+#[test]
+fn a_vcpu_preempted_in_a_critical_section_with_no_rival_outside_its_vm_is_not_boosted() {
+    // Arrange: vCPU 0 in an interrupt handler.
+    let mut vm = vm(base(), 2);
+    step(&mut vm, 5, Event::Running { vcpu: 0 });
+    step(&mut vm, 10, upd(0, cs(2, abi::CS_HARDIRQ)));
+
+    // Act: preempted while only the VM's own threads (or nothing) run.
+    let alone = step(
+        &mut vm,
+        20,
+        Event::Preempted {
+            vcpu: 0,
+            rivals: false,
+        },
+    );
+    step(&mut vm, 30, Event::Running { vcpu: 0 });
+    // ... and again with a host task on some CPU.
+    let contended = step(
+        &mut vm,
+        40,
+        Event::Preempted {
+            vcpu: 0,
+            rivals: true,
+        },
+    );
+
+    // Assert
+    assert!(alone.iter().all(|d| !d.params.is_rt()), "{alone:?}");
+    assert_eq!(target(&vm, 0).1, Reason::CriticalSection(abi::CS_HARDIRQ));
+    assert!(contended[0].params.is_rt(), "{contended:?}");
+}
+
+#[test]
+fn wakeups_and_halts_with_no_rival_start_no_proactive_boost_but_guest_rt_still_maps() {
+    // Arrange: guest RT work seen (a halt boost would be due).
+    let mut vm = vm(base(), 2);
+    step(&mut vm, 10, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
+    let woken = |vcpu| Event::Woken {
+        vcpu,
+        source: WakeSource::Timer,
+        cpu_idle: false,
+        rivals: false,
+    };
+
+    // Act
+    let wake = step(&mut vm, 20, woken(1));
+    step(&mut vm, 30, upd(0, idle(4)));
+    let halt = step(
+        &mut vm,
+        40,
+        Event::Blocked {
+            vcpu: 0,
+            rivals: false,
+        },
+    );
+    let rt_again = step(&mut vm, 50, upd(0, task(6, abi::POLICY_FIFO, 5, 0)));
+
+    // Assert: no proactive boost; the guest's own RT task is mapped all the same.
+    assert!(wake.is_empty(), "{wake:?}");
+    assert!(halt.iter().all(|d| !d.params.is_rt()), "{halt:?}");
+    assert_eq!(target(&vm, 1), (SchedParams::NORMAL, Reason::None));
+    assert!(rt_again[0].params.is_rt(), "{rt_again:?}");
+}
+
+#[test]
+fn speculative_boosts_ignore_rivals_when_boost_only_against_rivals_is_off() {
+    let limits = VmLimits {
+        boost_only_against_rivals: false,
+        ..base()
+    };
+    let mut vm = vm(limits, 2);
+    step(&mut vm, 5, Event::Running { vcpu: 0 });
+    step(&mut vm, 10, upd(0, cs(2, abi::CS_HARDIRQ)));
+
+    let preempted = step(
+        &mut vm,
+        20,
+        Event::Preempted {
+            vcpu: 0,
+            rivals: false,
+        },
+    );
+    let wake = step(
+        &mut vm,
+        30,
+        Event::Woken {
+            vcpu: 1,
+            source: WakeSource::Timer,
+            cpu_idle: false,
+            rivals: false,
+        },
+    );
+
+    assert_eq!(
+        preempted[0].reason,
+        Reason::CriticalSection(abi::CS_HARDIRQ)
+    );
+    assert_eq!(wake[0].reason, Reason::ProactiveWake);
+}
+
+#[test]
+fn a_boost_started_with_rivals_is_kept_when_they_leave() {
+    let mut vm = vm(base(), 1);
+    step(&mut vm, 5, Event::Running { vcpu: 0 });
+    step(&mut vm, 10, upd(0, cs(2, abi::CS_HARDIRQ)));
+    let boosted = step(
+        &mut vm,
+        20,
+        Event::Preempted {
+            vcpu: 0,
+            rivals: true,
+        },
+    );
+
+    let later = step(
+        &mut vm,
+        30,
+        Event::Preempted {
+            vcpu: 0,
+            rivals: false,
+        },
+    );
+
+    assert!(boosted[0].params.is_rt());
+    assert!(later.is_empty(), "{later:?}");
+    assert_eq!(target(&vm, 0).1, Reason::CriticalSection(abi::CS_HARDIRQ));
 }
 
 #[test]
@@ -522,7 +655,14 @@ fn halt_without_recent_guest_rt_work_is_not_boosted() {
     let mut vm = vm(base(), 1);
     step(&mut vm, 10, upd(0, task(2, abi::POLICY_NORMAL, 0, 0)));
 
-    let a = step(&mut vm, 100, Event::Blocked { vcpu: 0 });
+    let a = step(
+        &mut vm,
+        100,
+        Event::Blocked {
+            vcpu: 0,
+            rivals: true,
+        },
+    );
     let b = step(
         &mut vm,
         200,
@@ -545,7 +685,14 @@ fn halt_after_recent_guest_rt_work_keeps_the_vcpu_boosted_on_block_and_on_hlt_ex
     }
 
     // Act
-    let a = step(&mut blocked, 100, Event::Blocked { vcpu: 0 });
+    let a = step(
+        &mut blocked,
+        100,
+        Event::Blocked {
+            vcpu: 0,
+            rivals: true,
+        },
+    );
     let b = step(
         &mut hlt,
         100,
@@ -569,7 +716,14 @@ fn a_guest_going_idle_after_rt_work_keeps_a_boost_until_it_halts_instead_of_an_u
 
     // Act: the slot says idle (about to halt), then the halt.
     let idle_read = step(&mut vm, 20, upd(0, idle(4)));
-    let halt = step(&mut vm, 30, Event::Blocked { vcpu: 0 });
+    let halt = step(
+        &mut vm,
+        30,
+        Event::Blocked {
+            vcpu: 0,
+            rivals: true,
+        },
+    );
 
     // Assert: boosted throughout, as a halt boost; no unboost in between.
     assert!(idle_read.iter().all(|d| d.params.is_rt()), "{idle_read:?}");
@@ -588,7 +742,14 @@ fn the_cycle_rt_work_idle_halt_rt_work_keeps_the_same_thread_parameters() {
     // Act: idle, halt, woken, the same RT work again.
     let mut seen = Vec::new();
     seen.extend(step(&mut vm, 20, upd(0, idle(4))));
-    seen.extend(step(&mut vm, 30, Event::Blocked { vcpu: 0 }));
+    seen.extend(step(
+        &mut vm,
+        30,
+        Event::Blocked {
+            vcpu: 0,
+            rivals: true,
+        },
+    ));
     seen.extend(step(
         &mut vm,
         1_000_000,
@@ -596,6 +757,7 @@ fn the_cycle_rt_work_idle_halt_rt_work_keeps_the_same_thread_parameters() {
             vcpu: 0,
             source: WakeSource::Timer,
             cpu_idle: false,
+            rivals: true,
         },
     ));
     seen.extend(step(
@@ -620,7 +782,10 @@ fn halt_boost_is_not_given_once_the_rt_work_is_older_than_halt_boost_ns() {
     let halt = step(
         &mut vm,
         12 + limits.halt_boost_ns,
-        Event::Blocked { vcpu: 0 },
+        Event::Blocked {
+            vcpu: 0,
+            rivals: true,
+        },
     );
 
     // Assert
@@ -637,7 +802,14 @@ fn halt_boost_can_be_switched_off() {
     let mut vm = vm(limits, 1);
     step(&mut vm, 10, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
 
-    let out = step(&mut vm, 100, Event::Blocked { vcpu: 0 });
+    let out = step(
+        &mut vm,
+        100,
+        Event::Blocked {
+            vcpu: 0,
+            rivals: true,
+        },
+    );
 
     assert!(out.is_empty() || !out[0].params.is_rt());
 }
@@ -647,7 +819,14 @@ fn halt_boost_ends_when_the_woken_guest_runs_nothing_urgent() {
     let mut vm = vm(base(), 1);
     step(&mut vm, 10, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
     step(&mut vm, 20, upd(0, idle(4)));
-    step(&mut vm, 30, Event::Blocked { vcpu: 0 });
+    step(
+        &mut vm,
+        30,
+        Event::Blocked {
+            vcpu: 0,
+            rivals: true,
+        },
+    );
 
     let out = step(&mut vm, 40, upd(0, task(6, abi::POLICY_NORMAL, 0, 0)));
 
@@ -659,7 +838,14 @@ fn halted_time_does_not_count_toward_max_boost() {
     let limits = base();
     let mut vm = vm(limits.clone(), 1);
     step(&mut vm, 0, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
-    step(&mut vm, 10 * MS, Event::Blocked { vcpu: 0 });
+    step(
+        &mut vm,
+        10 * MS,
+        Event::Blocked {
+            vcpu: 0,
+            rivals: true,
+        },
+    );
 
     // Halted (halt-boosted) for 80 ms: past max_boost in wall time, yet no throttle.
     let out = step(&mut vm, 90 * MS, Event::Tick);
@@ -673,7 +859,14 @@ fn a_boosted_vcpu_waiting_for_a_cpu_is_neither_throttled_demoted_nor_charged() {
     let limits = VmLimits::default();
     let mut vm = vm(limits.clone(), 1);
     step(&mut vm, 0, upd(0, task(2, abi::POLICY_FIFO, 99, 0)));
-    step(&mut vm, 0, Event::Preempted { vcpu: 0 });
+    step(
+        &mut vm,
+        0,
+        Event::Preempted {
+            vcpu: 0,
+            rivals: true,
+        },
+    );
 
     // Waits 100 ms behind an equal RT priority (a rogue VM's spinning vCPU): past
     // max_boost and demote_after in wall time.
@@ -707,6 +900,7 @@ fn proactive_boosts_can_be_switched_off() {
             vcpu: 0,
             source: WakeSource::Io,
             cpu_idle: false,
+            rivals: true,
         },
     );
     let b = step(&mut vm, 200, Event::InterruptTargeted { vcpu: 0 });
@@ -1098,6 +1292,7 @@ fn a_latched_boost_budget_refuses_every_reason() {
             vcpu: 1,
             source: WakeSource::Io,
             cpu_idle: false,
+            rivals: true,
         },
     );
 
@@ -1131,7 +1326,14 @@ fn halted_boosted_vcpu_is_not_charged() {
     let mut vm = vm(limits, 2);
     step(&mut vm, 0, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
     step(&mut vm, 0, upd(0, idle(4)));
-    step(&mut vm, 0, Event::Blocked { vcpu: 0 });
+    step(
+        &mut vm,
+        0,
+        Event::Blocked {
+            vcpu: 0,
+            rivals: true,
+        },
+    );
     assert!(target(&vm, 0).0.is_rt(), "halt-boosted");
 
     step(&mut vm, MS / 2, Event::Tick);
@@ -1170,7 +1372,14 @@ fn a_guest_claiming_an_rt_task_on_every_vcpu_forever_gets_at_most_its_budget() {
 #[test]
 fn a_guest_claiming_a_critical_section_forever_is_boosted_about_one_tick_at_a_time() {
     let mut vm = vm(base(), 1);
-    step(&mut vm, 0, Event::Preempted { vcpu: 0 });
+    step(
+        &mut vm,
+        0,
+        Event::Preempted {
+            vcpu: 0,
+            rivals: true,
+        },
+    );
     let first: Vec<_> = step(&mut vm, 0, upd(0, cs(2, abi::CS_HARDIRQ)))
         .into_iter()
         .map(|d| (0, d))
@@ -1196,14 +1405,35 @@ fn boosted_time_is_split_by_the_reason_in_force_and_sums_to_the_total() {
     // vCPU 0: 3 ms in a critical section (boosted once preempted in it), then 2 ms of a
     // guest FIFO task, then nothing. vCPU 1: a guest FIFO task from 1 ms, blocked (halted:
     // not charged) from 4 ms.
-    step(&mut vm, 0, Event::Preempted { vcpu: 0 });
+    step(
+        &mut vm,
+        0,
+        Event::Preempted {
+            vcpu: 0,
+            rivals: true,
+        },
+    );
     step(&mut vm, 0, upd(0, cs(2, abi::CS_HARDIRQ)));
     step(&mut vm, 0, Event::Running { vcpu: 0 });
-    step(&mut vm, MS, Event::Preempted { vcpu: 1 });
+    step(
+        &mut vm,
+        MS,
+        Event::Preempted {
+            vcpu: 1,
+            rivals: true,
+        },
+    );
     step(&mut vm, MS, upd(1, task(2, abi::POLICY_FIFO, 5, 0)));
     step(&mut vm, MS, Event::Running { vcpu: 1 });
     step(&mut vm, 3 * MS, upd(0, task(4, abi::POLICY_FIFO, 5, 0)));
-    step(&mut vm, 4 * MS, Event::Blocked { vcpu: 1 });
+    step(
+        &mut vm,
+        4 * MS,
+        Event::Blocked {
+            vcpu: 1,
+            rivals: true,
+        },
+    );
     step(&mut vm, 5 * MS, upd(0, half(6)));
     step(&mut vm, 7 * MS, Event::Tick);
 
@@ -1230,7 +1460,14 @@ fn boosted_time_is_split_by_the_reason_in_force_and_sums_to_the_total() {
 #[test]
 fn a_spent_critical_section_budget_leaves_the_guests_other_reasons_standing() {
     let mut vm = vm(base(), 1);
-    step(&mut vm, 0, Event::Preempted { vcpu: 0 });
+    step(
+        &mut vm,
+        0,
+        Event::Preempted {
+            vcpu: 0,
+            rivals: true,
+        },
+    );
     let mut h = cs(2, abi::CS_SOFTIRQ);
     h.policy = abi::POLICY_FIFO;
     h.rt_priority = 3;
@@ -1255,12 +1492,26 @@ fn a_spent_critical_section_budget_leaves_the_guests_other_reasons_standing() {
 #[test]
 fn a_critical_section_boost_comes_back_once_its_budget_is_earned_back() {
     let mut vm = vm(base(), 1);
-    step(&mut vm, 0, Event::Preempted { vcpu: 0 });
+    step(
+        &mut vm,
+        0,
+        Event::Preempted {
+            vcpu: 0,
+            rivals: true,
+        },
+    );
     step(&mut vm, 0, upd(0, cs(2, abi::CS_HARDIRQ)));
     step(&mut vm, 0, Event::Running { vcpu: 0 });
     step(&mut vm, 4 * MS, Event::Tick);
     // Unboosted, it loses its CPU to host work.
-    step(&mut vm, 4 * MS, Event::Preempted { vcpu: 0 });
+    step(
+        &mut vm,
+        4 * MS,
+        Event::Preempted {
+            vcpu: 0,
+            rivals: true,
+        },
+    );
 
     let owed = vm.vcpu_stats(0).unwrap();
     let back_at = vm.next_deadline();
@@ -1279,12 +1530,26 @@ fn a_critical_section_boost_comes_back_once_its_budget_is_earned_back() {
 #[test]
 fn critical_section_budgets_are_per_vcpu() {
     let mut vm = vm(base(), 2);
-    step(&mut vm, 0, Event::Preempted { vcpu: 0 });
+    step(
+        &mut vm,
+        0,
+        Event::Preempted {
+            vcpu: 0,
+            rivals: true,
+        },
+    );
     step(&mut vm, 0, upd(0, cs(2, abi::CS_HARDIRQ)));
     step(&mut vm, 0, Event::Running { vcpu: 0 });
     step(&mut vm, 4 * MS, Event::Tick);
 
-    step(&mut vm, 5 * MS, Event::Preempted { vcpu: 1 });
+    step(
+        &mut vm,
+        5 * MS,
+        Event::Preempted {
+            vcpu: 1,
+            rivals: true,
+        },
+    );
     let other = step(&mut vm, 5 * MS, upd(1, cs(2, abi::CS_HARDIRQ)));
 
     assert!(vm.vcpu_stats(0).unwrap().cs_latched);
@@ -1307,6 +1572,7 @@ fn audio_period(vm: &mut VmState, vcpu: u32, t0: u64, seq: &mut u32) -> Vec<(u64
                 vcpu,
                 source: WakeSource::Timer,
                 cpu_idle: false,
+                rivals: true,
             },
         ),
         (t0 + 5 * us, Event::Running { vcpu }),
@@ -1315,13 +1581,13 @@ fn audio_period(vm: &mut VmState, vcpu: u32, t0: u64, seq: &mut u32) -> Vec<(u64
             upd(vcpu, task(next(), abi::POLICY_FIFO, 50, 0)),
         ),
         (t0 + 510 * us, upd(vcpu, idle(next()))),
-        (t0 + 520 * us, Event::Blocked { vcpu }),
+        (t0 + 520 * us, Event::Blocked { vcpu, rivals: true }),
         (t0 + 3_000 * us, Event::Running { vcpu }),
         (t0 + 3_100 * us, upd(vcpu, cs(next(), abi::CS_HARDIRQ))),
-        (t0 + 3_150 * us, Event::Preempted { vcpu }),
+        (t0 + 3_150 * us, Event::Preempted { vcpu, rivals: true }),
         (t0 + 3_550 * us, Event::Running { vcpu }),
         (t0 + 3_600 * us, upd(vcpu, idle(next()))),
-        (t0 + 3_610 * us, Event::Blocked { vcpu }),
+        (t0 + 3_610 * us, Event::Blocked { vcpu, rivals: true }),
     ];
     let mut out = Vec::new();
     for (at, ev) in events.drain(..) {
@@ -1388,7 +1654,14 @@ fn scheduler_events_without_consequences_emit_nothing() {
     let mut vm = vm(base(), 1);
 
     let a = step(&mut vm, 10, Event::Running { vcpu: 0 });
-    let b = step(&mut vm, 20, Event::Preempted { vcpu: 0 });
+    let b = step(
+        &mut vm,
+        20,
+        Event::Preempted {
+            vcpu: 0,
+            rivals: true,
+        },
+    );
     let c = step(&mut vm, 30, Event::OverloadHint { overloaded: true });
 
     assert!(a.is_empty() && b.is_empty() && c.is_empty());
@@ -1408,6 +1681,7 @@ fn out_of_range_vcpu_is_ignored_and_counted() {
             vcpu: u32::MAX,
             source: WakeSource::Unknown,
             cpu_idle: false,
+            rivals: true,
         },
     );
 
@@ -1435,10 +1709,24 @@ fn host_half_reports_status_flags_params_and_counters() {
     let mut vm = vm(base(), 1);
     step(&mut vm, 0, Event::Running { vcpu: 0 });
     step(&mut vm, 0, upd(0, cs(2, abi::CS_HARDIRQ)));
-    step(&mut vm, 5, Event::Preempted { vcpu: 0 });
+    step(
+        &mut vm,
+        5,
+        Event::Preempted {
+            vcpu: 0,
+            rivals: true,
+        },
+    );
     step(&mut vm, 6, Event::OverloadHint { overloaded: true });
     step(&mut vm, 10, Event::Running { vcpu: 0 });
-    step(&mut vm, 20, Event::Preempted { vcpu: 0 });
+    step(
+        &mut vm,
+        20,
+        Event::Preempted {
+            vcpu: 0,
+            rivals: true,
+        },
+    );
 
     let h = vm.host_half(0, 100);
 
@@ -1461,7 +1749,14 @@ fn critical_section_of_a_running_vcpu_starts_no_boost_until_it_is_preempted() {
     step(&mut vm, 0, Event::Running { vcpu: 0 });
 
     let while_running = step(&mut vm, 10, upd(0, cs(2, abi::CS_HARDIRQ)));
-    let on_preemption = step(&mut vm, 20, Event::Preempted { vcpu: 0 });
+    let on_preemption = step(
+        &mut vm,
+        20,
+        Event::Preempted {
+            vcpu: 0,
+            rivals: true,
+        },
+    );
     let running_again = step(&mut vm, 30, Event::Running { vcpu: 0 });
     let flags_clear = step(&mut vm, 40, upd(0, cs(4, 0)));
 
@@ -1482,7 +1777,14 @@ fn host_half_reports_throttled_and_halted() {
     let mut vm = vm(base(), 1);
     step(&mut vm, 0, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
     step(&mut vm, 50 * MS, Event::Tick);
-    step(&mut vm, 51 * MS, Event::Blocked { vcpu: 0 });
+    step(
+        &mut vm,
+        51 * MS,
+        Event::Blocked {
+            vcpu: 0,
+            rivals: true,
+        },
+    );
 
     let h = vm.host_half(0, 52 * MS);
 
@@ -1668,7 +1970,14 @@ fn halted_time_repays_a_demotion() {
     assert_eq!(target(&vm, 0).0.rt_priority, 1);
 
     // Halted (and halt-boosted) as long as the burst lasted, then woken to RT work.
-    step(&mut vm, long, Event::Blocked { vcpu: 0 });
+    step(
+        &mut vm,
+        long,
+        Event::Blocked {
+            vcpu: 0,
+            rivals: true,
+        },
+    );
     step(&mut vm, 2 * long, Event::Running { vcpu: 0 });
     let out = step(&mut vm, 2 * long, upd(0, task(4, abi::POLICY_FIFO, 99, 0)));
 
@@ -1764,7 +2073,14 @@ fn holder_and_waiter(limits: VmLimits) -> VmState {
 fn a_preempted_lock_holder_is_extended_for_lock_extension_ns() {
     let mut vm = holder_and_waiter(locks());
 
-    let at_preemption = step(&mut vm, 2 * MS, Event::Preempted { vcpu: 1 });
+    let at_preemption = step(
+        &mut vm,
+        2 * MS,
+        Event::Preempted {
+            vcpu: 1,
+            rivals: true,
+        },
+    );
     let after = tick_until(&mut vm, 10 * MS);
 
     assert_eq!(at_preemption.len(), 1);
@@ -1782,7 +2098,14 @@ fn a_running_or_unwaited_vcpu_is_not_extended() {
     let mut vm = holder_and_waiter(locks());
 
     // vCPU 0 (the waiter, named by nobody) is preempted: nothing.
-    let waiter_preempted = step(&mut vm, 2 * MS, Event::Preempted { vcpu: 0 });
+    let waiter_preempted = step(
+        &mut vm,
+        2 * MS,
+        Event::Preempted {
+            vcpu: 0,
+            rivals: true,
+        },
+    );
     // The holder runs: nothing either.
     let holder_runs = step(&mut vm, 2 * MS, Event::Running { vcpu: 1 });
 
@@ -1794,7 +2117,14 @@ fn a_running_or_unwaited_vcpu_is_not_extended() {
 #[test]
 fn the_extension_ends_when_no_waiter_names_the_holder_any_more() {
     let mut vm = holder_and_waiter(locks());
-    step(&mut vm, 2 * MS, Event::Preempted { vcpu: 1 });
+    step(
+        &mut vm,
+        2 * MS,
+        Event::Preempted {
+            vcpu: 1,
+            rivals: true,
+        },
+    );
 
     let released = step(&mut vm, 2 * MS + 200_000, upd(0, half(4)));
 
@@ -1807,7 +2137,14 @@ fn the_extension_ends_when_no_waiter_names_the_holder_any_more() {
 fn a_waiter_read_after_the_holders_preemption_extends_it() {
     let mut vm = vm(locks(), 2);
     step(&mut vm, 0, Event::Running { vcpu: 0 });
-    step(&mut vm, 0, Event::Preempted { vcpu: 1 });
+    step(
+        &mut vm,
+        0,
+        Event::Preempted {
+            vcpu: 1,
+            rivals: true,
+        },
+    );
 
     let read = step(&mut vm, MS, upd(0, waits_for(2, 1)));
 
@@ -1822,14 +2159,35 @@ fn a_new_wait_with_the_holder_unknown_extends_the_siblings_preempted_then_only()
     for vcpu in 0..3 {
         step(&mut vm, 0, Event::Running { vcpu });
     }
-    step(&mut vm, 0, Event::Preempted { vcpu: 1 });
-    step(&mut vm, 0, Event::Preempted { vcpu: 0 });
+    step(
+        &mut vm,
+        0,
+        Event::Preempted {
+            vcpu: 1,
+            rivals: true,
+        },
+    );
+    step(
+        &mut vm,
+        0,
+        Event::Preempted {
+            vcpu: 0,
+            rivals: true,
+        },
+    );
 
     // vCPU 0 (itself preempted a moment ago, now back) publishes a wait, holder unknown.
     step(&mut vm, MS, Event::Running { vcpu: 0 });
     let read = step(&mut vm, MS, upd(0, waits_for_any(2)));
     // Later preemptions are not extended for the same wait.
-    let later = step(&mut vm, 2 * MS, Event::Preempted { vcpu: 2 });
+    let later = step(
+        &mut vm,
+        2 * MS,
+        Event::Preempted {
+            vcpu: 2,
+            rivals: true,
+        },
+    );
     let reread = step(&mut vm, 2 * MS, upd(0, waits_for_any(2)));
 
     let extended: Vec<_> = read.iter().map(|d| (d.vcpu, d.reason)).collect();
@@ -1841,7 +2199,14 @@ fn a_new_wait_with_the_holder_unknown_extends_the_siblings_preempted_then_only()
 #[test]
 fn a_wait_naming_itself_or_a_vcpu_the_vm_lacks_is_ignored() {
     let mut vm = vm(locks(), 2);
-    step(&mut vm, 0, Event::Preempted { vcpu: 1 });
+    step(
+        &mut vm,
+        0,
+        Event::Preempted {
+            vcpu: 1,
+            rivals: true,
+        },
+    );
 
     let own = step(&mut vm, MS, upd(1, waits_for(2, 1)));
     let beyond = step(&mut vm, MS, upd(0, waits_for(2, 7)));
@@ -1853,7 +2218,14 @@ fn a_wait_naming_itself_or_a_vcpu_the_vm_lacks_is_ignored() {
 #[test]
 fn extension_time_on_a_cpu_is_lock_debt_repaid_at_debt_nice() {
     let mut vm = holder_and_waiter(locks());
-    step(&mut vm, 2 * MS, Event::Preempted { vcpu: 1 });
+    step(
+        &mut vm,
+        2 * MS,
+        Event::Preempted {
+            vcpu: 1,
+            rivals: true,
+        },
+    );
     // Back on a CPU 0.1 ms later; the extension ends at 3 ms: 0.9 ms of debt.
     step(&mut vm, 2 * MS + 100_000, Event::Running { vcpu: 1 });
     let ended = tick_until(&mut vm, 3 * MS);
@@ -1892,12 +2264,33 @@ fn extension_time_on_a_cpu_is_lock_debt_repaid_at_debt_nice() {
 #[test]
 fn only_vcpus_on_a_cpu_repay_the_lock_debt() {
     let mut vm = holder_and_waiter(locks());
-    step(&mut vm, 2 * MS, Event::Preempted { vcpu: 1 });
+    step(
+        &mut vm,
+        2 * MS,
+        Event::Preempted {
+            vcpu: 1,
+            rivals: true,
+        },
+    );
     step(&mut vm, 2 * MS, Event::Running { vcpu: 1 });
     tick_until(&mut vm, 3 * MS);
     // vCPU 0 halts, vCPU 1 waits for a CPU: nobody repays.
-    step(&mut vm, 3 * MS, Event::Blocked { vcpu: 0 });
-    step(&mut vm, 3 * MS, Event::Preempted { vcpu: 1 });
+    step(
+        &mut vm,
+        3 * MS,
+        Event::Blocked {
+            vcpu: 0,
+            rivals: true,
+        },
+    );
+    step(
+        &mut vm,
+        3 * MS,
+        Event::Preempted {
+            vcpu: 1,
+            rivals: true,
+        },
+    );
 
     step(&mut vm, 13 * MS, Event::Tick);
 
@@ -1915,12 +2308,33 @@ fn extensions_are_refused_while_the_lock_debt_is_at_its_cap() {
         ..locks()
     };
     let mut vm = holder_and_waiter(limits);
-    step(&mut vm, 2 * MS, Event::Preempted { vcpu: 1 });
+    step(
+        &mut vm,
+        2 * MS,
+        Event::Preempted {
+            vcpu: 1,
+            rivals: true,
+        },
+    );
     step(&mut vm, 2 * MS, Event::Running { vcpu: 1 });
     tick_until(&mut vm, 3 * MS);
-    step(&mut vm, 3 * MS, Event::Blocked { vcpu: 0 });
+    step(
+        &mut vm,
+        3 * MS,
+        Event::Blocked {
+            vcpu: 0,
+            rivals: true,
+        },
+    );
 
-    let again = step(&mut vm, 3 * MS, Event::Preempted { vcpu: 1 });
+    let again = step(
+        &mut vm,
+        3 * MS,
+        Event::Preempted {
+            vcpu: 1,
+            rivals: true,
+        },
+    );
 
     assert!(again.iter().all(|d| !d.params.is_rt()));
     let s = vm.vm_stats();
@@ -1935,10 +2349,20 @@ fn lock_holders_are_not_extended_when_not_honored() {
     };
     let mut vm = holder_and_waiter(limits);
 
-    let preempted = step(&mut vm, 2 * MS, Event::Preempted { vcpu: 1 });
+    let preempted = step(
+        &mut vm,
+        2 * MS,
+        Event::Preempted {
+            vcpu: 1,
+            rivals: true,
+        },
+    );
 
     assert!(preempted.iter().all(|d| !d.params.is_rt()));
-    assert!(!vm.reads_waiters_on(&Event::Preempted { vcpu: 1 }));
+    assert!(!vm.reads_waiters_on(&Event::Preempted {
+        vcpu: 1,
+        rivals: true
+    }));
 }
 
 #[test]

@@ -103,12 +103,13 @@ fn arb_index() -> impl Strategy<Value = u32> {
 fn arb_step() -> impl Strategy<Value = Step> {
     let host = prop_oneof![
         arb_index().prop_map(|vcpu| Event::Running { vcpu }),
-        arb_index().prop_map(|vcpu| Event::Preempted { vcpu }),
-        arb_index().prop_map(|vcpu| Event::Blocked { vcpu }),
+        arb_index().prop_map(|vcpu| Event::Preempted { vcpu, rivals: true }),
+        arb_index().prop_map(|vcpu| Event::Blocked { vcpu, rivals: true }),
         arb_index().prop_map(|vcpu| Event::Woken {
             vcpu,
             source: WakeSource::Io,
             cpu_idle: false,
+            rivals: true,
         }),
         arb_index().prop_map(|vcpu| Event::InterruptTargeted { vcpu }),
         arb_index().prop_map(|vcpu| Event::KvmExit {

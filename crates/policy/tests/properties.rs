@@ -39,13 +39,16 @@ fn arb_event() -> impl Strategy<Value = Event> {
             |(vcpu, guest, consistent)| Event::GuestUpdate { vcpu, guest, consistent }
         ),
         1 => arb_vcpu().prop_map(|vcpu| Event::Running { vcpu }),
-        1 => arb_vcpu().prop_map(|vcpu| Event::Preempted { vcpu }),
-        1 => arb_vcpu().prop_map(|vcpu| Event::Blocked { vcpu }),
-        1 => (arb_vcpu(), wake, any::<bool>()).prop_map(|(vcpu, source, cpu_idle)| Event::Woken {
-            vcpu,
-            source,
-            cpu_idle
-        }),
+        1 => (arb_vcpu(), any::<bool>()).prop_map(|(vcpu, rivals)| Event::Preempted { vcpu, rivals }),
+        1 => (arb_vcpu(), any::<bool>()).prop_map(|(vcpu, rivals)| Event::Blocked { vcpu, rivals }),
+        1 => (arb_vcpu(), wake, any::<bool>(), any::<bool>()).prop_map(
+            |(vcpu, source, cpu_idle, rivals)| Event::Woken {
+                vcpu,
+                source,
+                cpu_idle,
+                rivals,
+            }
+        ),
         1 => arb_vcpu().prop_map(|vcpu| Event::InterruptTargeted { vcpu }),
         1 => (arb_vcpu(), exit).prop_map(|(vcpu, reason)| Event::KvmExit { vcpu, reason }),
         1 => Just(Event::Tick),

@@ -54,7 +54,12 @@ enum pvs_event_flag {
 	/* WAKING: the CPU the thread last ran on runs its idle task, so the
 	 * thread gets a CPU at once without any boost (see quiet_idle_wakeups) */
 	PVS_F_CPU_IDLE = 1u << 10,
-	PVS_F_ALL = (1u << 11) - 1,
+	/* SWITCH_OUT and WAKING: no CPU ran a task from outside the thread's VM
+	 * (each ran its idle task, the daemon or a thread of the same process):
+	 * the VM competes only with itself, so a boost would only reorder its own
+	 * threads (see find_rivals in pvsched.bpf.c) */
+	PVS_F_NO_RIVAL = 1u << 11,
+	PVS_F_ALL = (1u << 12) - 1,
 };
 
 /*

@@ -94,6 +94,20 @@ const volatile bool quiet_any_idle_wakeups = true;
 /* Online CPUs at load, set by the loader (the affinity check above). */
 const volatile u32 nr_cpus = 1;
 
+/*
+ * Flag a tracked thread's preemption, halt and wakeup PVS_F_NO_RIVAL when no
+ * CPU runs a task from outside its VM: each runs its idle task, the daemon
+ * or a thread of the same process. The policy then starts no speculative
+ * boost: it would only reorder the VM's own threads, and the RT class's push
+ * and pull would stack two of its vCPUs on one CPU while another idles. Each
+ * CPU keeps the process it runs in its cpu_idle line (one store when that
+ * changes); the check reads every possible CPU's line (bpf_loop), stopping
+ * at the first rival.
+ */
+const volatile bool find_rivals = true;
+/* Possible CPUs (the cpu_idle map's size), set by the loader. */
+const volatile u32 nr_cpu_ids = 1;
+
 /* How many CPUs run their idle task: changed only when a cpu_idle line flips. */
 s64 idle_cpus;
 
@@ -135,12 +149,17 @@ struct {
 	__type(value, u64);
 } lazy SEC(".maps");
 
-/* CPU -> whether it runs its idle task (quiet_idle_wakeups). Written by
- * that CPU only, at sched_switch, when it changes; read by wakers on other
- * CPUs. One cache line per CPU, so no two CPUs write the same line. */
+/* CPU -> whether it runs its idle task (quiet_idle_wakeups) and whose task
+ * it runs (find_rivals). Written by that CPU only, at sched_switch, when it
+ * changes; read by other CPUs. One cache line per CPU, so no two CPUs write
+ * the same line. */
 struct pvs_cpu_line {
 	u64 idle;
-	u64 pad[7];
+	/* find_rivals: the tgid of the task it runs; 0 for its idle task and
+	 * the daemon (neither is anyone's rival) */
+	u32 owner;
+	u32 pad0;
+	u64 pad[6];
 };
 
 struct {
@@ -148,7 +167,7 @@ struct {
 	__uint(max_entries, 1024); /* resized by the loader: possible CPUs */
 	__type(key, u32);
 	__type(value, struct pvs_cpu_line);
-} cpu_idle SEC(".maps");
+} cpu_lines SEC(".maps");
 
 /* The one ring buffer to user space (struct pvs_event records). */
 struct {
@@ -193,12 +212,14 @@ struct trace_event_raw_kvm_exit___pvs {
  * schedule, so sched_switch resets it: a missed exit heals at once.
  * hidden_tid: the tracked thread the daemon preempted on this CPU, and
  * hidden_seq its switch_seq then: if it has been switched in since (pulled
- * to another CPU while the daemon ran here), that preemption is over.
+ * to another CPU while the daemon ran here), that preemption is over;
+ * hidden_tgid its process (find_rivals).
  */
 struct pvs_cpu_state {
 	u32 irq_depth;
 	u32 hidden_tid;
 	u32 hidden_seq;
+	u32 hidden_tgid;
 };
 
 struct {
@@ -300,6 +321,38 @@ static __always_inline unsigned int task_state(struct task_struct___pvs *t)
 	return (unsigned int)BPF_CORE_READ((struct task_struct___pvs_old *)t, state);
 }
 
+struct rival_search {
+	u32 tgid;
+	bool found;
+};
+
+static long rival_on_cpu(u32 cpu, void *ctx)
+{
+	struct rival_search *s = ctx;
+	struct pvs_cpu_line *l = bpf_map_lookup_elem(&cpu_lines, &cpu);
+	u32 owner;
+
+	if (!l)
+		return 1;
+	owner = *(volatile u32 *)&l->owner;
+	if (owner && owner != s->tgid) {
+		s->found = true;
+		return 1; /* stop */
+	}
+	return 0;
+}
+
+/* PVS_F_NO_RIVAL if no CPU runs a task from outside process tgid (find_rivals). */
+static __always_inline u32 rival_flag(u32 tgid)
+{
+	struct rival_search s = { .tgid = tgid };
+
+	if (!find_rivals)
+		return 0;
+	bpf_loop(nr_cpu_ids, rival_on_cpu, &s, 0);
+	return s.found ? 0 : PVS_F_NO_RIVAL;
+}
+
 static __always_inline void emit_switch(u32 kind, u32 tid, struct pvs_vcpu *v, u32 flags,
 					u32 other_tid)
 {
@@ -332,15 +385,20 @@ int BPF_PROG(pvs_sched_switch, bool preempt, struct task_struct___pvs *prev,
 		c->irq_depth = 0; /* nothing schedules inside IRQ context */
 		hidden = c->hidden_tid;
 	}
-	if (quiet_idle_wakeups && lazy_wakeup) {
+	if ((quiet_idle_wakeups && lazy_wakeup) || find_rivals) {
 		u32 cpu = bpf_get_smp_processor_id();
-		struct pvs_cpu_line *l = bpf_map_lookup_elem(&cpu_idle, &cpu);
+		struct pvs_cpu_line *l = bpf_map_lookup_elem(&cpu_lines, &cpu);
 		u64 idle = next_tid == 0; /* the idle task is pid 0 on every CPU */
+		u32 owner = (u32)next->tgid;
 
-		if (l && l->idle != idle) {
+		if (idle || (self_tgid && owner == self_tgid))
+			owner = 0;
+		if (l && quiet_idle_wakeups && lazy_wakeup && l->idle != idle) {
 			*(volatile u64 *)&l->idle = idle;
 			__sync_fetch_and_add(&idle_cpus, idle ? 1 : -1);
 		}
+		if (l && find_rivals && l->owner != owner)
+			*(volatile u32 *)&l->owner = owner;
 	}
 
 	v = bpf_map_lookup_elem(&tracked, &prev_tid);
@@ -351,8 +409,10 @@ int BPF_PROG(pvs_sched_switch, bool preempt, struct task_struct___pvs *prev,
 		if (runnable && self_tgid && (u32)next->tgid == self_tgid && c) {
 			c->hidden_tid = prev_tid; /* the daemon's doing: see self_tgid */
 			c->hidden_seq = v->switch_seq;
+			c->hidden_tgid = prev->tgid;
 		} else
-			emit_switch(PVS_EV_SWITCH_OUT, prev_tid, v, runnable ? PVS_F_RUNNABLE : 0,
+			emit_switch(PVS_EV_SWITCH_OUT, prev_tid, v,
+				    (runnable ? PVS_F_RUNNABLE : 0) | rival_flag(prev->tgid),
 				    next_tid);
 	}
 
@@ -365,7 +425,8 @@ int BPF_PROG(pvs_sched_switch, bool preempt, struct task_struct___pvs *prev,
 		/* someone else runs: now it is a real preemption, unless the
 		 * thread ran elsewhere meanwhile (its switch-in was reported) */
 		if (v && v->switch_seq == c->hidden_seq)
-			emit_switch(PVS_EV_SWITCH_OUT, hidden, v, PVS_F_RUNNABLE, next_tid);
+			emit_switch(PVS_EV_SWITCH_OUT, hidden, v,
+				    PVS_F_RUNNABLE | rival_flag(c->hidden_tgid), next_tid);
 	}
 
 	v = bpf_map_lookup_elem(&tracked, &next_tid);
@@ -413,9 +474,10 @@ int BPF_PROG(pvs_sched_waking, struct task_struct___pvs *p)
 		else if (waker_tgid == (u32)p->tgid)
 			e->flags = PVS_F_WAKER_SAME_VMM;
 	}
+	e->flags |= rival_flag(p->tgid);
 	if (quiet_idle_wakeups && lazy_wakeup) {
 		u32 cpu = e->cpu;
-		struct pvs_cpu_line *l = bpf_map_lookup_elem(&cpu_idle, &cpu);
+		struct pvs_cpu_line *l = bpf_map_lookup_elem(&cpu_lines, &cpu);
 
 		if ((l && *(volatile u64 *)&l->idle) ||
 		    (quiet_any_idle_wakeups && *(volatile s64 *)&idle_cpus > 0 &&

@@ -64,6 +64,7 @@ limits_config! {
     proactive_wake: bool,
     proactive_irq: bool,
     proactive_halt: bool,
+    boost_only_against_rivals: bool,
     halt_boost_ns: u64,
     proactive_boost_ns: u64,
     max_boost_ns: u64,

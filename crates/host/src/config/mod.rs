@@ -90,6 +90,13 @@ pub struct DaemonConfig {
     /// a third of its throughput to boosts, part of it this way). For hosts with
     /// one LLC; switch it off on hosts with several.
     pub quiet_any_idle_wakeups: bool,
+    /// Let the BPF programs flag a vCPU's preemptions, halts and wakeups that
+    /// happen while no host CPU runs a task from outside its VM (each runs its
+    /// idle task, pvschedd or a thread of the VM's own process), for the
+    /// policy's `boost_only_against_rivals`. Costs a read of every CPU's line
+    /// per such record, stopping at the first rival. Off: every record counts
+    /// as having rivals.
+    pub find_rivals: bool,
     /// Offer guests idle hints (ABI `F_IDLE_HINTS`: each vCPU's measured wake-up
     /// latency, for a guest idle driver that polls instead of halting when a
     /// wake-up costs more than the poll). Off: the guest's idle path is its own.
@@ -123,6 +130,7 @@ impl Default for DaemonConfig {
             lazy_events: true,
             quiet_idle_wakeups: true,
             quiet_any_idle_wakeups: true,
+            find_rivals: true,
             offer_idle_hints: true,
             overload_cpu_pressure_percent: 30.0,
             kvm_params_dir: pvsched_base::kvm_params::DEFAULT_DIR.into(),

@@ -229,6 +229,7 @@ mod tests {
             vcpu: 0,
             kind,
             quiet: false,
+            rivals: true,
         }
     }
 

@@ -67,6 +67,18 @@ pub struct HostEvent {
     /// Queued without waking the daemon (`PVS_F_QUIET`, set by the program
     /// that submitted it): read late, so its latency is no reaction time.
     pub quiet: bool,
+    /// [`EventKind::SwitchOut`] and [`EventKind::Waking`]: some CPU ran a
+    /// task from outside the thread's VM (not idle, not pvschedd, not a
+    /// thread of the same process) when it was recorded. False only when
+    /// the program saw none (`PVS_F_NO_RIVAL`); true where it does not look
+    /// (and in recordings made before the field existed).
+    #[serde(default = "rivals_unknown")]
+    pub rivals: bool,
+}
+
+/// [`HostEvent::rivals`] where nobody looked: the policy's default.
+fn rivals_unknown() -> bool {
+    true
 }
 
 /// What happened to the vCPU thread of a [`HostEvent`].
@@ -151,6 +163,7 @@ impl SourceOptions {
                 lazy_wakeup: d.lazy_events,
                 quiet_idle_wakeups: d.quiet_idle_wakeups,
                 quiet_any_idle_wakeups: d.quiet_any_idle_wakeups,
+                find_rivals: d.find_rivals,
                 ..BpfOptions::default()
             },
             poll: PollOptions {
@@ -335,6 +348,7 @@ mod tests {
                 valid: false,
             },
             quiet: true,
+            rivals: false,
         };
         let s = serde_json::to_string(&ev).unwrap();
         assert_eq!(serde_json::from_str::<HostEvent>(&s).unwrap(), ev);

@@ -245,6 +245,8 @@ impl ProcPollSource {
                 kind,
                 // Seen at a poll: late by up to an interval, but no queue.
                 quiet: false,
+                // Not looked at: the policy's default.
+                rivals: true,
             });
             n += 1;
         }

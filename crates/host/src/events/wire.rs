@@ -31,13 +31,14 @@ const _: () = assert!(size_of::<pvs_event>() == EVENT_SIZE);
 /// Flags each kind may carry; anything else is a decode error.
 pub const fn allowed_flags(kind: u32) -> Option<u32> {
     match kind {
-        PVS_EV_SWITCH_OUT => Some(PVS_F_RUNNABLE | PVS_F_QUIET),
+        PVS_EV_SWITCH_OUT => Some(PVS_F_RUNNABLE | PVS_F_NO_RIVAL | PVS_F_QUIET),
         PVS_EV_SWITCH_IN => Some(PVS_F_QUIET),
         PVS_EV_WAKING => Some(
             PVS_F_WAKER_VCPU
                 | PVS_F_WAKER_SAME_VMM
                 | PVS_F_WAKER_IRQ
                 | PVS_F_CPU_IDLE
+                | PVS_F_NO_RIVAL
                 | PVS_F_QUIET,
         ),
         PVS_EV_KVM_EXIT => Some(PVS_F_EXIT_HLT | PVS_F_EXIT_PAUSE | PVS_F_ISA_VMX | PVS_F_QUIET),
@@ -190,6 +191,7 @@ impl RawEvent {
             vcpu,
             kind,
             quiet: flags & PVS_F_QUIET != 0,
+            rivals: flags & PVS_F_NO_RIVAL == 0,
         })
     }
 }
@@ -225,6 +227,7 @@ mod tests {
             vcpu: 2,
             kind,
             quiet: false,
+            rivals: true,
         }
     }
 
@@ -341,6 +344,22 @@ mod tests {
         // Only a wakeup names an idle CPU; an interrupt record always wakes.
         assert!(decode(&raw(PVS_EV_SWITCH_OUT, PVS_F_CPU_IDLE).to_bytes()).is_err());
         assert!(decode(&raw(PVS_EV_KVM_IRQ, PVS_F_QUIET).to_bytes()).is_err());
+    }
+
+    #[test]
+    fn a_record_without_rivals_is_decoded_so_and_every_other_has_them() {
+        for kind in [PVS_EV_SWITCH_OUT, PVS_EV_WAKING] {
+            assert!(
+                !decode(&raw(kind, PVS_F_NO_RIVAL).to_bytes())
+                    .unwrap()
+                    .rivals
+            );
+            assert!(decode(&raw(kind, 0).to_bytes()).unwrap().rivals);
+        }
+        // Only switch-outs and wakeups look for rivals.
+        for kind in [PVS_EV_SWITCH_IN, PVS_EV_KVM_WAKEUP, PVS_EV_KVM_IRQ] {
+            assert!(decode(&raw(kind, PVS_F_NO_RIVAL).to_bytes()).is_err());
+        }
     }
 
     #[test]

@@ -119,7 +119,14 @@ fn mutex_waiter_then_holder_preempted(mode: Mode) -> Sim {
 
     // Only the read of the other slots at this preemption can show the wait.
     at(&mut s, MS + 10 * US);
-    s.feed(0, 1, Event::Preempted { vcpu: 1 });
+    s.feed(
+        0,
+        1,
+        Event::Preempted {
+            vcpu: 1,
+            rivals: true,
+        },
+    );
     s
 }
 
@@ -183,7 +190,14 @@ fn a_spin_waiter_publishes_any_only_when_a_sibling_was_preempted_at_its_contenti
     let first = s.vms[0].guest_half(0, s.now);
     // The holder's vCPU is preempted after: the other slots are read, none names it.
     at(&mut s, MS + 10 * US);
-    s.feed(0, 1, Event::Preempted { vcpu: 1 });
+    s.feed(
+        0,
+        1,
+        Event::Preempted {
+            vcpu: 1,
+            rivals: true,
+        },
+    );
     let after_first = stats(&s);
 
     // Task 2 contends now: vCPU 1's host half says preempted, so "any other vCPU".
@@ -193,7 +207,14 @@ fn a_spin_waiter_publishes_any_only_when_a_sibling_was_preempted_at_its_contenti
     // vCPU 2 is preempted in turn: its slot is read; the wait extends every other
     // preempted vCPU (vCPU 1), never the waiter's own.
     at(&mut s, MS + 30 * US);
-    s.feed(0, 2, Event::Preempted { vcpu: 2 });
+    s.feed(
+        0,
+        2,
+        Event::Preempted {
+            vcpu: 2,
+            rivals: true,
+        },
+    );
     let st = stats(&s);
 
     assert!(s.vms[0].tasks[0].spinning() && s.vms[0].tasks[2].spinning());
@@ -229,7 +250,14 @@ fn a_spinner_handed_the_lock_while_spinning_clears_its_wait() {
     for v in 0..3 {
         s.feed(0, v, Event::Running { vcpu: v });
     }
-    s.feed(0, 1, Event::Preempted { vcpu: 1 });
+    s.feed(
+        0,
+        1,
+        Event::Preempted {
+            vcpu: 1,
+            rivals: true,
+        },
+    );
     s.task_burst_done(0, 0, 0);
     let waiting = s.vms[0].guest_half(0, s.now).lock_holder;
 

@@ -650,6 +650,20 @@ impl Sim {
         }
     }
 
+    /// Whether some host CPU runs a thread from outside VM `vm`: what pvschedd's BPF
+    /// programs flag (`find_rivals`). The simulated daemon takes no host CPU, so only
+    /// idle CPUs and the VM's own vCPU and main-loop threads are no rivals.
+    pub(super) fn rivals_of(&self, vm: u32) -> bool {
+        (0..self.host.cpus()).any(|cpu| {
+            self.host
+                .current(cpu)
+                .is_some_and(|t| match self.threads[t as usize].owner {
+                    Owner::Vcpu { vm: of, .. } | Owner::MainLoop(of) => of != vm,
+                    Owner::HostTask(_) => true,
+                })
+        })
+    }
+
     fn thread_off(&mut self, tid: Tid, at: u64, how: SwitchOut) {
         self.cut(tid, at);
         self.threads[tid as usize].from = None;
@@ -671,9 +685,10 @@ impl Sim {
                     }
                 }
             }
+            let rivals = self.rivals_of(vm);
             let ev = match how {
-                SwitchOut::Preempted => Event::Preempted { vcpu },
-                SwitchOut::Blocked => Event::Blocked { vcpu },
+                SwitchOut::Preempted => Event::Preempted { vcpu, rivals },
+                SwitchOut::Blocked => Event::Blocked { vcpu, rivals },
             };
             self.feed(vm, vcpu, ev);
         }

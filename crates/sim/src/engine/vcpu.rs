@@ -104,6 +104,7 @@ impl Sim {
                     Irq::Ipi(_) => WakeSource::OtherVcpu,
                 };
                 let cpu_idle = self.host.last_cpu_idle(tid);
+                let rivals = self.rivals_of(vm);
                 self.feed(
                     vm,
                     v,
@@ -111,6 +112,7 @@ impl Sim {
                         vcpu: v,
                         source,
                         cpu_idle,
+                        rivals,
                     },
                 );
                 self.host.wake(now, tid, waker_cpu, &mut self.sw);
@@ -126,6 +128,7 @@ impl Sim {
         let tid = vc.tid;
         if self.host.state(tid) == ThreadState::Blocked {
             let cpu_idle = self.host.last_cpu_idle(tid);
+            let rivals = self.rivals_of(vm);
             self.feed(
                 vm,
                 v,
@@ -133,6 +136,7 @@ impl Sim {
                     vcpu: v,
                     source: WakeSource::Unknown,
                     cpu_idle,
+                    rivals,
                 },
             );
             self.host.wake(self.now, tid, waker_cpu, &mut self.sw);

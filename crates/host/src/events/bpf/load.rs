@@ -60,6 +60,11 @@ pub struct BpfOptions {
     /// run on every CPU (the fair class's wakeup placement finds the idle one;
     /// a boost would make it preempt in place instead). For hosts with one LLC.
     pub quiet_any_idle_wakeups: bool,
+    /// Flag a tracked thread's switch-outs and wakeups `NO_RIVAL` when no CPU
+    /// runs a task from outside its process (each runs its idle task, the
+    /// daemon or a thread of the same VMM): the policy's
+    /// `boost_only_against_rivals` then starts no speculative boost.
+    pub find_rivals: bool,
     /// Ring buffer size in bytes (power of two, >= page size); each event is
     /// 48 bytes in the ring (40 + 8 header).
     pub ringbuf_bytes: u32,
@@ -91,6 +96,7 @@ impl Default for BpfOptions {
             lazy_wakeup: true,
             quiet_idle_wakeups: true,
             quiet_any_idle_wakeups: true,
+            find_rivals: true,
             ringbuf_bytes: 256 * 1024,
             max_tracked: 4096,
             max_vmms: 256,
@@ -273,6 +279,7 @@ fn configure(
     ro.lazy_wakeup = opts.lazy_wakeup;
     ro.quiet_idle_wakeups = opts.quiet_idle_wakeups;
     ro.quiet_any_idle_wakeups = opts.quiet_any_idle_wakeups;
+    ro.find_rivals = opts.find_rivals;
     ro.nr_cpus = pvsched_base::sched::online_cpus()
         .map_err(|e| EventSourceError::Invalid(format!("count the online CPUs: {e}")))?;
     ro.self_tgid = if opts.hide_self {
@@ -291,7 +298,13 @@ fn configure(
     let cpus = libbpf_rs::num_possible_cpus()
         .map_err(EventSourceError::bpf("count the possible CPUs".to_string()))?;
     let cpus = u32::try_from(cpus).unwrap_or(u32::MAX);
-    size(&mut open.maps.cpu_idle, "cpu_idle", cpus)?;
+    size(&mut open.maps.cpu_lines, "cpu_lines", cpus)?;
+    let ro = open
+        .maps
+        .rodata_data
+        .as_deref_mut()
+        .ok_or_else(|| EventSourceError::Invalid("BPF object has no .rodata".into()))?;
+    ro.nr_cpu_ids = cpus;
     open.progs.pvs_kvm_exit.set_autoload(kvm);
     open.progs.pvs_kvm_vcpu_wakeup.set_autoload(kvm);
     open.progs.pvs_kvm_apic_accept_irq.set_autoload(kvm);
