@@ -207,7 +207,8 @@ pub struct VmLimits {
     /// them: the kernel's RT push and pull then stack two of its vCPUs on one CPU while
     /// another idles (measured: both vCPUs of a lone 2-vCPU VM on one CPU 27 % of the time
     /// against under 1 % with those boosts off). The guest's own reasons (RT tasks, boost requests,
-    /// pending hints) and lock-holder extensions are not affected. Default true.
+    /// pending hints) are not affected; lock-holder extensions are, for the same reason
+    /// (an extension is a boost over the VM's own threads then). Default true.
     pub boost_only_against_rivals: bool,
     /// How recent guest RT work must be for a halt boost, and how long a halt boost lasts.
     /// Default 100 ms.

@@ -2094,6 +2094,23 @@ fn a_preempted_lock_holder_is_extended_for_lock_extension_ns() {
 }
 
 #[test]
+fn a_holder_preempted_with_no_rival_outside_its_vm_is_not_extended() {
+    let mut vm = holder_and_waiter(locks());
+
+    let alone = step(
+        &mut vm,
+        2 * MS,
+        Event::Preempted {
+            vcpu: 1,
+            rivals: false,
+        },
+    );
+
+    assert!(alone.is_empty(), "{alone:?}");
+    assert_eq!(vm.vm_stats().lock_extensions, 0);
+}
+
+#[test]
 fn a_running_or_unwaited_vcpu_is_not_extended() {
     let mut vm = holder_and_waiter(locks());
 

@@ -100,15 +100,15 @@ const volatile u32 nr_cpus = 1;
  * or a thread of the same process. The policy then starts no speculative
  * boost: it would only reorder the VM's own threads, and the RT class's push
  * and pull would stack two of its vCPUs on one CPU while another idles. Each
- * CPU keeps the process it runs in its cpu_idle line (one store when that
+ * CPU keeps the process it runs in its line of cpu_lines (one store when that
  * changes); the check reads every possible CPU's line (bpf_loop), stopping
  * at the first rival.
  */
 const volatile bool find_rivals = true;
-/* Possible CPUs (the cpu_idle map's size), set by the loader. */
+/* Possible CPUs (the cpu_lines map's size), set by the loader. */
 const volatile u32 nr_cpu_ids = 1;
 
-/* How many CPUs run their idle task: changed only when a cpu_idle line flips. */
+/* How many CPUs run their idle task: changed only when a line's idle flips. */
 s64 idle_cpus;
 
 /*
