@@ -511,10 +511,18 @@ fn a_wakeup_onto_an_idle_host_cpu_starts_no_proactive_boost() {
 
 // ---- speculative boosts need a rival outside the VM ----
 
+/// The rule-test limits with `boost_only_against_rivals` (off by default).
+fn rivals_only() -> VmLimits {
+    VmLimits {
+        boost_only_against_rivals: true,
+        ..base()
+    }
+}
+
 #[test]
 fn a_vcpu_preempted_in_a_critical_section_with_no_rival_outside_its_vm_is_not_boosted() {
     // Arrange: vCPU 0 in an interrupt handler.
-    let mut vm = vm(base(), 2);
+    let mut vm = vm(rivals_only(), 2);
     step(&mut vm, 5, Event::Running { vcpu: 0 });
     step(&mut vm, 10, upd(0, cs(2, abi::CS_HARDIRQ)));
 
@@ -547,7 +555,7 @@ fn a_vcpu_preempted_in_a_critical_section_with_no_rival_outside_its_vm_is_not_bo
 #[test]
 fn wakeups_and_halts_with_no_rival_start_no_proactive_boost_but_guest_rt_still_maps() {
     // Arrange: guest RT work seen (a halt boost would be due).
-    let mut vm = vm(base(), 2);
+    let mut vm = vm(rivals_only(), 2);
     step(&mut vm, 10, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
     let woken = |vcpu| Event::Woken {
         vcpu,
@@ -614,7 +622,7 @@ fn speculative_boosts_ignore_rivals_when_boost_only_against_rivals_is_off() {
 
 #[test]
 fn a_boost_started_with_rivals_is_kept_when_they_leave() {
-    let mut vm = vm(base(), 1);
+    let mut vm = vm(rivals_only(), 1);
     step(&mut vm, 5, Event::Running { vcpu: 0 });
     step(&mut vm, 10, upd(0, cs(2, abi::CS_HARDIRQ)));
     let boosted = step(
@@ -2095,7 +2103,10 @@ fn a_preempted_lock_holder_is_extended_for_lock_extension_ns() {
 
 #[test]
 fn a_holder_preempted_with_no_rival_outside_its_vm_is_not_extended() {
-    let mut vm = holder_and_waiter(locks());
+    let mut vm = holder_and_waiter(VmLimits {
+        boost_only_against_rivals: true,
+        ..locks()
+    });
 
     let alone = step(
         &mut vm,
