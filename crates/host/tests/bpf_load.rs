@@ -575,6 +575,41 @@ fn pin_to(cpu: usize) {
     set_affinity([cpu]);
 }
 
+/// Runs a thread that runs `setup`, waits 20 ms (time to track it), then
+/// sleeps 2 ms 40 times, each after `before_each_sleep`; tracks it in `src`
+/// (VM 3, vCPU 0) and returns its tid once it has finished.
+fn run_tracked_sleeper(
+    src: &mut BpfSource,
+    setup: impl FnOnce() + Send + 'static,
+    before_each_sleep: impl Fn() + Send + 'static,
+) -> u32 {
+    let (tx, rx) = mpsc::channel();
+    let h = thread::spawn(move || {
+        setup();
+        tx.send(gettid()).unwrap();
+        thread::sleep(Duration::from_millis(20));
+        for _ in 0..40 {
+            before_each_sleep();
+            thread::sleep(Duration::from_millis(2));
+        }
+    });
+    let tid = rx.recv().unwrap();
+    src.try_track(tid, 3, 0).unwrap();
+    h.join().unwrap();
+    tid
+}
+
+/// `(cpu_idle, quiet)` of every waking record of thread `tid`.
+fn wakings_of(evs: &[HostEvent], tid: u32) -> Vec<(bool, bool)> {
+    evs.iter()
+        .filter(|e| tid_of(e) == tid as i32)
+        .filter_map(|e| match e.kind {
+            EventKind::Waking { cpu_idle, .. } => Some((cpu_idle, e.quiet)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// A tracked thread woken while the CPU it last ran on is idle gets that CPU
 /// at once: its waking record says so (`cpu_idle`) and is queued without
 /// waking the reader, whatever the lazy bits; with the tunable off, no record
@@ -591,32 +626,13 @@ fn wakeups_onto_an_idle_cpu_are_flagged_and_quiet() {
             quiet_idle_wakeups: on,
             ..BpfOptions::default()
         });
-        let (tx, rx) = mpsc::channel();
-        let h = thread::spawn(move || {
-            pin_to(1);
-            tx.send(gettid()).unwrap();
-            // Time for the test to track it.
-            thread::sleep(Duration::from_millis(20));
-            for _ in 0..40 {
-                thread::sleep(Duration::from_millis(2));
-            }
-        });
-        let tid = rx.recv().unwrap();
-        src.try_track(tid, 3, 0).unwrap();
 
         // Act: it sleeps and wakes 40 times.
-        h.join().unwrap();
+        let tid = run_tracked_sleeper(&mut src, || pin_to(1), || {});
         let evs = collect(&mut src, Duration::from_millis(300), |_| false);
 
         // Assert
-        let wakings: Vec<_> = evs
-            .iter()
-            .filter(|e| tid_of(e) == tid as i32)
-            .filter_map(|e| match e.kind {
-                EventKind::Waking { cpu_idle, .. } => Some((cpu_idle, e.quiet)),
-                _ => None,
-            })
-            .collect();
+        let wakings = wakings_of(&evs, tid);
         assert!(wakings.len() >= 20, "on={on}: {evs:?}");
         if on {
             // CPU 1 idles between its sleeps unless another task takes it.
@@ -658,37 +674,24 @@ fn wakeups_while_another_cpu_idles_are_quiet_only_for_threads_that_can_move() {
                 std::hint::spin_loop();
             }
         });
-        let (tx, rx) = mpsc::channel();
-        let h = thread::spawn(move || {
-            pin_to(0);
-            tx.send(gettid()).unwrap();
-            thread::sleep(Duration::from_millis(20));
-            for _ in 0..40 {
+
+        // Act: it sleeps and wakes 40 times, each time last on the busy CPU 0.
+        let tid = run_tracked_sleeper(
+            &mut src,
+            || pin_to(0),
+            move || {
                 pin_to(0);
                 if !pinned {
                     allow_every_cpu();
                 }
-                thread::sleep(Duration::from_millis(2));
-            }
-        });
-        let tid = rx.recv().unwrap();
-        src.try_track(tid, 3, 0).unwrap();
-
-        // Act: it sleeps and wakes 40 times, each time last on the busy CPU 0.
-        h.join().unwrap();
+            },
+        );
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         spinner.join().unwrap();
         let evs = collect(&mut src, Duration::from_millis(300), |_| false);
 
         // Assert
-        let wakings: Vec<_> = evs
-            .iter()
-            .filter(|e| tid_of(e) == tid as i32)
-            .filter_map(|e| match e.kind {
-                EventKind::Waking { cpu_idle, .. } => Some((cpu_idle, e.quiet)),
-                _ => None,
-            })
-            .collect();
+        let wakings = wakings_of(&evs, tid);
         assert!(wakings.len() >= 20, "any={any} pinned={pinned}: {evs:?}");
         if any && !pinned {
             // CPU 1 idles between the sleeps unless another task takes it.
@@ -730,19 +733,9 @@ fn switch_outs_and_wakeups_say_whether_another_process_holds_a_cpu() {
             })
             .collect();
         thread::sleep(Duration::from_millis(50));
-        let (tx, rx) = mpsc::channel();
-        let h = thread::spawn(move || {
-            tx.send(gettid()).unwrap();
-            thread::sleep(Duration::from_millis(20));
-            for _ in 0..40 {
-                thread::sleep(Duration::from_millis(2));
-            }
-        });
-        let tid = rx.recv().unwrap();
-        src.try_track(tid, 3, 0).unwrap();
 
         // Act: it sleeps and wakes 40 times.
-        h.join().unwrap();
+        let tid = run_tracked_sleeper(&mut src, || {}, || {});
         for r in &mut rivals {
             r.kill().expect("kill the spinner");
             r.wait().expect("reap the spinner");

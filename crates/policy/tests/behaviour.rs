@@ -72,6 +72,17 @@ fn upd(vcpu: u32, guest: GuestHalf) -> Event {
     }
 }
 
+/// The host preempted vCPU `vcpu` (with rivals outside the VM: what the host reports
+/// unless it sees none).
+fn was_preempted(vcpu: u32) -> Event {
+    Event::Preempted { vcpu, rivals: true }
+}
+
+/// vCPU `vcpu` halted (with rivals, as [`was_preempted`]).
+fn halted(vcpu: u32) -> Event {
+    Event::Blocked { vcpu, rivals: true }
+}
+
 fn rt(policy: HostPolicy, prio: u8) -> SchedParams {
     SchedParams {
         policy,
@@ -110,7 +121,7 @@ fn tick_until_loaded(vm: &mut VmState, until: u64) -> Vec<(u64, Decision)> {
         Some(if dec.params.is_rt() {
             Event::Running { vcpu }
         } else {
-            Event::Preempted { vcpu, rivals: true }
+            was_preempted(vcpu)
         })
     })
 }
@@ -537,14 +548,7 @@ fn a_vcpu_preempted_in_a_critical_section_with_no_rival_outside_its_vm_is_not_bo
     );
     step(&mut vm, 30, Event::Running { vcpu: 0 });
     // ... and again with a host task on some CPU.
-    let contended = step(
-        &mut vm,
-        40,
-        Event::Preempted {
-            vcpu: 0,
-            rivals: true,
-        },
-    );
+    let contended = step(&mut vm, 40, was_preempted(0));
 
     // Assert
     assert!(alone.iter().all(|d| !d.params.is_rt()), "{alone:?}");
@@ -625,14 +629,7 @@ fn a_boost_started_with_rivals_is_kept_when_they_leave() {
     let mut vm = vm(rivals_only(), 1);
     step(&mut vm, 5, Event::Running { vcpu: 0 });
     step(&mut vm, 10, upd(0, cs(2, abi::CS_HARDIRQ)));
-    let boosted = step(
-        &mut vm,
-        20,
-        Event::Preempted {
-            vcpu: 0,
-            rivals: true,
-        },
-    );
+    let boosted = step(&mut vm, 20, was_preempted(0));
 
     let later = step(
         &mut vm,
@@ -663,14 +660,7 @@ fn halt_without_recent_guest_rt_work_is_not_boosted() {
     let mut vm = vm(base(), 1);
     step(&mut vm, 10, upd(0, task(2, abi::POLICY_NORMAL, 0, 0)));
 
-    let a = step(
-        &mut vm,
-        100,
-        Event::Blocked {
-            vcpu: 0,
-            rivals: true,
-        },
-    );
+    let a = step(&mut vm, 100, halted(0));
     let b = step(
         &mut vm,
         200,
@@ -693,14 +683,7 @@ fn halt_after_recent_guest_rt_work_keeps_the_vcpu_boosted_on_block_and_on_hlt_ex
     }
 
     // Act
-    let a = step(
-        &mut blocked,
-        100,
-        Event::Blocked {
-            vcpu: 0,
-            rivals: true,
-        },
-    );
+    let a = step(&mut blocked, 100, halted(0));
     let b = step(
         &mut hlt,
         100,
@@ -724,14 +707,7 @@ fn a_guest_going_idle_after_rt_work_keeps_a_boost_until_it_halts_instead_of_an_u
 
     // Act: the slot says idle (about to halt), then the halt.
     let idle_read = step(&mut vm, 20, upd(0, idle(4)));
-    let halt = step(
-        &mut vm,
-        30,
-        Event::Blocked {
-            vcpu: 0,
-            rivals: true,
-        },
-    );
+    let halt = step(&mut vm, 30, halted(0));
 
     // Assert: boosted throughout, as a halt boost; no unboost in between.
     assert!(idle_read.iter().all(|d| d.params.is_rt()), "{idle_read:?}");
@@ -750,14 +726,7 @@ fn the_cycle_rt_work_idle_halt_rt_work_keeps_the_same_thread_parameters() {
     // Act: idle, halt, woken, the same RT work again.
     let mut seen = Vec::new();
     seen.extend(step(&mut vm, 20, upd(0, idle(4))));
-    seen.extend(step(
-        &mut vm,
-        30,
-        Event::Blocked {
-            vcpu: 0,
-            rivals: true,
-        },
-    ));
+    seen.extend(step(&mut vm, 30, halted(0)));
     seen.extend(step(
         &mut vm,
         1_000_000,
@@ -787,14 +756,7 @@ fn halt_boost_is_not_given_once_the_rt_work_is_older_than_halt_boost_ns() {
 
     // Act: idle and halted only after the window.
     let idle_read = step(&mut vm, 11 + limits.halt_boost_ns, upd(0, idle(4)));
-    let halt = step(
-        &mut vm,
-        12 + limits.halt_boost_ns,
-        Event::Blocked {
-            vcpu: 0,
-            rivals: true,
-        },
-    );
+    let halt = step(&mut vm, 12 + limits.halt_boost_ns, halted(0));
 
     // Assert
     assert!(!idle_read[0].params.is_rt(), "{idle_read:?}");
@@ -810,14 +772,7 @@ fn halt_boost_can_be_switched_off() {
     let mut vm = vm(limits, 1);
     step(&mut vm, 10, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
 
-    let out = step(
-        &mut vm,
-        100,
-        Event::Blocked {
-            vcpu: 0,
-            rivals: true,
-        },
-    );
+    let out = step(&mut vm, 100, halted(0));
 
     assert!(out.is_empty() || !out[0].params.is_rt());
 }
@@ -827,14 +782,7 @@ fn halt_boost_ends_when_the_woken_guest_runs_nothing_urgent() {
     let mut vm = vm(base(), 1);
     step(&mut vm, 10, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
     step(&mut vm, 20, upd(0, idle(4)));
-    step(
-        &mut vm,
-        30,
-        Event::Blocked {
-            vcpu: 0,
-            rivals: true,
-        },
-    );
+    step(&mut vm, 30, halted(0));
 
     let out = step(&mut vm, 40, upd(0, task(6, abi::POLICY_NORMAL, 0, 0)));
 
@@ -846,14 +794,7 @@ fn halted_time_does_not_count_toward_max_boost() {
     let limits = base();
     let mut vm = vm(limits.clone(), 1);
     step(&mut vm, 0, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
-    step(
-        &mut vm,
-        10 * MS,
-        Event::Blocked {
-            vcpu: 0,
-            rivals: true,
-        },
-    );
+    step(&mut vm, 10 * MS, halted(0));
 
     // Halted (halt-boosted) for 80 ms: past max_boost in wall time, yet no throttle.
     let out = step(&mut vm, 90 * MS, Event::Tick);
@@ -867,14 +808,7 @@ fn a_boosted_vcpu_waiting_for_a_cpu_is_neither_throttled_demoted_nor_charged() {
     let limits = VmLimits::default();
     let mut vm = vm(limits.clone(), 1);
     step(&mut vm, 0, upd(0, task(2, abi::POLICY_FIFO, 99, 0)));
-    step(
-        &mut vm,
-        0,
-        Event::Preempted {
-            vcpu: 0,
-            rivals: true,
-        },
-    );
+    step(&mut vm, 0, was_preempted(0));
 
     // Waits 100 ms behind an equal RT priority (a rogue VM's spinning vCPU): past
     // max_boost and demote_after in wall time.
@@ -1334,14 +1268,7 @@ fn halted_boosted_vcpu_is_not_charged() {
     let mut vm = vm(limits, 2);
     step(&mut vm, 0, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
     step(&mut vm, 0, upd(0, idle(4)));
-    step(
-        &mut vm,
-        0,
-        Event::Blocked {
-            vcpu: 0,
-            rivals: true,
-        },
-    );
+    step(&mut vm, 0, halted(0));
     assert!(target(&vm, 0).0.is_rt(), "halt-boosted");
 
     step(&mut vm, MS / 2, Event::Tick);
@@ -1380,14 +1307,7 @@ fn a_guest_claiming_an_rt_task_on_every_vcpu_forever_gets_at_most_its_budget() {
 #[test]
 fn a_guest_claiming_a_critical_section_forever_is_boosted_about_one_tick_at_a_time() {
     let mut vm = vm(base(), 1);
-    step(
-        &mut vm,
-        0,
-        Event::Preempted {
-            vcpu: 0,
-            rivals: true,
-        },
-    );
+    step(&mut vm, 0, was_preempted(0));
     let first: Vec<_> = step(&mut vm, 0, upd(0, cs(2, abi::CS_HARDIRQ)))
         .into_iter()
         .map(|d| (0, d))
@@ -1413,35 +1333,14 @@ fn boosted_time_is_split_by_the_reason_in_force_and_sums_to_the_total() {
     // vCPU 0: 3 ms in a critical section (boosted once preempted in it), then 2 ms of a
     // guest FIFO task, then nothing. vCPU 1: a guest FIFO task from 1 ms, blocked (halted:
     // not charged) from 4 ms.
-    step(
-        &mut vm,
-        0,
-        Event::Preempted {
-            vcpu: 0,
-            rivals: true,
-        },
-    );
+    step(&mut vm, 0, was_preempted(0));
     step(&mut vm, 0, upd(0, cs(2, abi::CS_HARDIRQ)));
     step(&mut vm, 0, Event::Running { vcpu: 0 });
-    step(
-        &mut vm,
-        MS,
-        Event::Preempted {
-            vcpu: 1,
-            rivals: true,
-        },
-    );
+    step(&mut vm, MS, was_preempted(1));
     step(&mut vm, MS, upd(1, task(2, abi::POLICY_FIFO, 5, 0)));
     step(&mut vm, MS, Event::Running { vcpu: 1 });
     step(&mut vm, 3 * MS, upd(0, task(4, abi::POLICY_FIFO, 5, 0)));
-    step(
-        &mut vm,
-        4 * MS,
-        Event::Blocked {
-            vcpu: 1,
-            rivals: true,
-        },
-    );
+    step(&mut vm, 4 * MS, halted(1));
     step(&mut vm, 5 * MS, upd(0, half(6)));
     step(&mut vm, 7 * MS, Event::Tick);
 
@@ -1468,14 +1367,7 @@ fn boosted_time_is_split_by_the_reason_in_force_and_sums_to_the_total() {
 #[test]
 fn a_spent_critical_section_budget_leaves_the_guests_other_reasons_standing() {
     let mut vm = vm(base(), 1);
-    step(
-        &mut vm,
-        0,
-        Event::Preempted {
-            vcpu: 0,
-            rivals: true,
-        },
-    );
+    step(&mut vm, 0, was_preempted(0));
     let mut h = cs(2, abi::CS_SOFTIRQ);
     h.policy = abi::POLICY_FIFO;
     h.rt_priority = 3;
@@ -1500,26 +1392,12 @@ fn a_spent_critical_section_budget_leaves_the_guests_other_reasons_standing() {
 #[test]
 fn a_critical_section_boost_comes_back_once_its_budget_is_earned_back() {
     let mut vm = vm(base(), 1);
-    step(
-        &mut vm,
-        0,
-        Event::Preempted {
-            vcpu: 0,
-            rivals: true,
-        },
-    );
+    step(&mut vm, 0, was_preempted(0));
     step(&mut vm, 0, upd(0, cs(2, abi::CS_HARDIRQ)));
     step(&mut vm, 0, Event::Running { vcpu: 0 });
     step(&mut vm, 4 * MS, Event::Tick);
     // Unboosted, it loses its CPU to host work.
-    step(
-        &mut vm,
-        4 * MS,
-        Event::Preempted {
-            vcpu: 0,
-            rivals: true,
-        },
-    );
+    step(&mut vm, 4 * MS, was_preempted(0));
 
     let owed = vm.vcpu_stats(0).unwrap();
     let back_at = vm.next_deadline();
@@ -1538,26 +1416,12 @@ fn a_critical_section_boost_comes_back_once_its_budget_is_earned_back() {
 #[test]
 fn critical_section_budgets_are_per_vcpu() {
     let mut vm = vm(base(), 2);
-    step(
-        &mut vm,
-        0,
-        Event::Preempted {
-            vcpu: 0,
-            rivals: true,
-        },
-    );
+    step(&mut vm, 0, was_preempted(0));
     step(&mut vm, 0, upd(0, cs(2, abi::CS_HARDIRQ)));
     step(&mut vm, 0, Event::Running { vcpu: 0 });
     step(&mut vm, 4 * MS, Event::Tick);
 
-    step(
-        &mut vm,
-        5 * MS,
-        Event::Preempted {
-            vcpu: 1,
-            rivals: true,
-        },
-    );
+    step(&mut vm, 5 * MS, was_preempted(1));
     let other = step(&mut vm, 5 * MS, upd(1, cs(2, abi::CS_HARDIRQ)));
 
     assert!(vm.vcpu_stats(0).unwrap().cs_latched);
@@ -1589,13 +1453,13 @@ fn audio_period(vm: &mut VmState, vcpu: u32, t0: u64, seq: &mut u32) -> Vec<(u64
             upd(vcpu, task(next(), abi::POLICY_FIFO, 50, 0)),
         ),
         (t0 + 510 * us, upd(vcpu, idle(next()))),
-        (t0 + 520 * us, Event::Blocked { vcpu, rivals: true }),
+        (t0 + 520 * us, halted(vcpu)),
         (t0 + 3_000 * us, Event::Running { vcpu }),
         (t0 + 3_100 * us, upd(vcpu, cs(next(), abi::CS_HARDIRQ))),
-        (t0 + 3_150 * us, Event::Preempted { vcpu, rivals: true }),
+        (t0 + 3_150 * us, was_preempted(vcpu)),
         (t0 + 3_550 * us, Event::Running { vcpu }),
         (t0 + 3_600 * us, upd(vcpu, idle(next()))),
-        (t0 + 3_610 * us, Event::Blocked { vcpu, rivals: true }),
+        (t0 + 3_610 * us, halted(vcpu)),
     ];
     let mut out = Vec::new();
     for (at, ev) in events.drain(..) {
@@ -1662,14 +1526,7 @@ fn scheduler_events_without_consequences_emit_nothing() {
     let mut vm = vm(base(), 1);
 
     let a = step(&mut vm, 10, Event::Running { vcpu: 0 });
-    let b = step(
-        &mut vm,
-        20,
-        Event::Preempted {
-            vcpu: 0,
-            rivals: true,
-        },
-    );
+    let b = step(&mut vm, 20, was_preempted(0));
     let c = step(&mut vm, 30, Event::OverloadHint { overloaded: true });
 
     assert!(a.is_empty() && b.is_empty() && c.is_empty());
@@ -1717,24 +1574,10 @@ fn host_half_reports_status_flags_params_and_counters() {
     let mut vm = vm(base(), 1);
     step(&mut vm, 0, Event::Running { vcpu: 0 });
     step(&mut vm, 0, upd(0, cs(2, abi::CS_HARDIRQ)));
-    step(
-        &mut vm,
-        5,
-        Event::Preempted {
-            vcpu: 0,
-            rivals: true,
-        },
-    );
+    step(&mut vm, 5, was_preempted(0));
     step(&mut vm, 6, Event::OverloadHint { overloaded: true });
     step(&mut vm, 10, Event::Running { vcpu: 0 });
-    step(
-        &mut vm,
-        20,
-        Event::Preempted {
-            vcpu: 0,
-            rivals: true,
-        },
-    );
+    step(&mut vm, 20, was_preempted(0));
 
     let h = vm.host_half(0, 100);
 
@@ -1757,14 +1600,7 @@ fn critical_section_of_a_running_vcpu_starts_no_boost_until_it_is_preempted() {
     step(&mut vm, 0, Event::Running { vcpu: 0 });
 
     let while_running = step(&mut vm, 10, upd(0, cs(2, abi::CS_HARDIRQ)));
-    let on_preemption = step(
-        &mut vm,
-        20,
-        Event::Preempted {
-            vcpu: 0,
-            rivals: true,
-        },
-    );
+    let on_preemption = step(&mut vm, 20, was_preempted(0));
     let running_again = step(&mut vm, 30, Event::Running { vcpu: 0 });
     let flags_clear = step(&mut vm, 40, upd(0, cs(4, 0)));
 
@@ -1785,14 +1621,7 @@ fn host_half_reports_throttled_and_halted() {
     let mut vm = vm(base(), 1);
     step(&mut vm, 0, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
     step(&mut vm, 50 * MS, Event::Tick);
-    step(
-        &mut vm,
-        51 * MS,
-        Event::Blocked {
-            vcpu: 0,
-            rivals: true,
-        },
-    );
+    step(&mut vm, 51 * MS, halted(0));
 
     let h = vm.host_half(0, 52 * MS);
 
@@ -1978,14 +1807,7 @@ fn halted_time_repays_a_demotion() {
     assert_eq!(target(&vm, 0).0.rt_priority, 1);
 
     // Halted (and halt-boosted) as long as the burst lasted, then woken to RT work.
-    step(
-        &mut vm,
-        long,
-        Event::Blocked {
-            vcpu: 0,
-            rivals: true,
-        },
-    );
+    step(&mut vm, long, halted(0));
     step(&mut vm, 2 * long, Event::Running { vcpu: 0 });
     let out = step(&mut vm, 2 * long, upd(0, task(4, abi::POLICY_FIFO, 99, 0)));
 
@@ -2081,14 +1903,7 @@ fn holder_and_waiter(limits: VmLimits) -> VmState {
 fn a_preempted_lock_holder_is_extended_for_lock_extension_ns() {
     let mut vm = holder_and_waiter(locks());
 
-    let at_preemption = step(
-        &mut vm,
-        2 * MS,
-        Event::Preempted {
-            vcpu: 1,
-            rivals: true,
-        },
-    );
+    let at_preemption = step(&mut vm, 2 * MS, was_preempted(1));
     let after = tick_until(&mut vm, 10 * MS);
 
     assert_eq!(at_preemption.len(), 1);
@@ -2126,14 +1941,7 @@ fn a_running_or_unwaited_vcpu_is_not_extended() {
     let mut vm = holder_and_waiter(locks());
 
     // vCPU 0 (the waiter, named by nobody) is preempted: nothing.
-    let waiter_preempted = step(
-        &mut vm,
-        2 * MS,
-        Event::Preempted {
-            vcpu: 0,
-            rivals: true,
-        },
-    );
+    let waiter_preempted = step(&mut vm, 2 * MS, was_preempted(0));
     // The holder runs: nothing either.
     let holder_runs = step(&mut vm, 2 * MS, Event::Running { vcpu: 1 });
 
@@ -2145,14 +1953,7 @@ fn a_running_or_unwaited_vcpu_is_not_extended() {
 #[test]
 fn the_extension_ends_when_no_waiter_names_the_holder_any_more() {
     let mut vm = holder_and_waiter(locks());
-    step(
-        &mut vm,
-        2 * MS,
-        Event::Preempted {
-            vcpu: 1,
-            rivals: true,
-        },
-    );
+    step(&mut vm, 2 * MS, was_preempted(1));
 
     let released = step(&mut vm, 2 * MS + 200_000, upd(0, half(4)));
 
@@ -2165,14 +1966,7 @@ fn the_extension_ends_when_no_waiter_names_the_holder_any_more() {
 fn a_waiter_read_after_the_holders_preemption_extends_it() {
     let mut vm = vm(locks(), 2);
     step(&mut vm, 0, Event::Running { vcpu: 0 });
-    step(
-        &mut vm,
-        0,
-        Event::Preempted {
-            vcpu: 1,
-            rivals: true,
-        },
-    );
+    step(&mut vm, 0, was_preempted(1));
 
     let read = step(&mut vm, MS, upd(0, waits_for(2, 1)));
 
@@ -2187,35 +1981,14 @@ fn a_new_wait_with_the_holder_unknown_extends_the_siblings_preempted_then_only()
     for vcpu in 0..3 {
         step(&mut vm, 0, Event::Running { vcpu });
     }
-    step(
-        &mut vm,
-        0,
-        Event::Preempted {
-            vcpu: 1,
-            rivals: true,
-        },
-    );
-    step(
-        &mut vm,
-        0,
-        Event::Preempted {
-            vcpu: 0,
-            rivals: true,
-        },
-    );
+    step(&mut vm, 0, was_preempted(1));
+    step(&mut vm, 0, was_preempted(0));
 
     // vCPU 0 (itself preempted a moment ago, now back) publishes a wait, holder unknown.
     step(&mut vm, MS, Event::Running { vcpu: 0 });
     let read = step(&mut vm, MS, upd(0, waits_for_any(2)));
     // Later preemptions are not extended for the same wait.
-    let later = step(
-        &mut vm,
-        2 * MS,
-        Event::Preempted {
-            vcpu: 2,
-            rivals: true,
-        },
-    );
+    let later = step(&mut vm, 2 * MS, was_preempted(2));
     let reread = step(&mut vm, 2 * MS, upd(0, waits_for_any(2)));
 
     let extended: Vec<_> = read.iter().map(|d| (d.vcpu, d.reason)).collect();
@@ -2227,14 +2000,7 @@ fn a_new_wait_with_the_holder_unknown_extends_the_siblings_preempted_then_only()
 #[test]
 fn a_wait_naming_itself_or_a_vcpu_the_vm_lacks_is_ignored() {
     let mut vm = vm(locks(), 2);
-    step(
-        &mut vm,
-        0,
-        Event::Preempted {
-            vcpu: 1,
-            rivals: true,
-        },
-    );
+    step(&mut vm, 0, was_preempted(1));
 
     let own = step(&mut vm, MS, upd(1, waits_for(2, 1)));
     let beyond = step(&mut vm, MS, upd(0, waits_for(2, 7)));
@@ -2246,14 +2012,7 @@ fn a_wait_naming_itself_or_a_vcpu_the_vm_lacks_is_ignored() {
 #[test]
 fn extension_time_on_a_cpu_is_lock_debt_repaid_at_debt_nice() {
     let mut vm = holder_and_waiter(locks());
-    step(
-        &mut vm,
-        2 * MS,
-        Event::Preempted {
-            vcpu: 1,
-            rivals: true,
-        },
-    );
+    step(&mut vm, 2 * MS, was_preempted(1));
     // Back on a CPU 0.1 ms later; the extension ends at 3 ms: 0.9 ms of debt.
     step(&mut vm, 2 * MS + 100_000, Event::Running { vcpu: 1 });
     let ended = tick_until(&mut vm, 3 * MS);
@@ -2292,33 +2051,12 @@ fn extension_time_on_a_cpu_is_lock_debt_repaid_at_debt_nice() {
 #[test]
 fn only_vcpus_on_a_cpu_repay_the_lock_debt() {
     let mut vm = holder_and_waiter(locks());
-    step(
-        &mut vm,
-        2 * MS,
-        Event::Preempted {
-            vcpu: 1,
-            rivals: true,
-        },
-    );
+    step(&mut vm, 2 * MS, was_preempted(1));
     step(&mut vm, 2 * MS, Event::Running { vcpu: 1 });
     tick_until(&mut vm, 3 * MS);
     // vCPU 0 halts, vCPU 1 waits for a CPU: nobody repays.
-    step(
-        &mut vm,
-        3 * MS,
-        Event::Blocked {
-            vcpu: 0,
-            rivals: true,
-        },
-    );
-    step(
-        &mut vm,
-        3 * MS,
-        Event::Preempted {
-            vcpu: 1,
-            rivals: true,
-        },
-    );
+    step(&mut vm, 3 * MS, halted(0));
+    step(&mut vm, 3 * MS, was_preempted(1));
 
     step(&mut vm, 13 * MS, Event::Tick);
 
@@ -2336,33 +2074,12 @@ fn extensions_are_refused_while_the_lock_debt_is_at_its_cap() {
         ..locks()
     };
     let mut vm = holder_and_waiter(limits);
-    step(
-        &mut vm,
-        2 * MS,
-        Event::Preempted {
-            vcpu: 1,
-            rivals: true,
-        },
-    );
+    step(&mut vm, 2 * MS, was_preempted(1));
     step(&mut vm, 2 * MS, Event::Running { vcpu: 1 });
     tick_until(&mut vm, 3 * MS);
-    step(
-        &mut vm,
-        3 * MS,
-        Event::Blocked {
-            vcpu: 0,
-            rivals: true,
-        },
-    );
+    step(&mut vm, 3 * MS, halted(0));
 
-    let again = step(
-        &mut vm,
-        3 * MS,
-        Event::Preempted {
-            vcpu: 1,
-            rivals: true,
-        },
-    );
+    let again = step(&mut vm, 3 * MS, was_preempted(1));
 
     assert!(again.iter().all(|d| !d.params.is_rt()));
     let s = vm.vm_stats();
@@ -2377,20 +2094,10 @@ fn lock_holders_are_not_extended_when_not_honored() {
     };
     let mut vm = holder_and_waiter(limits);
 
-    let preempted = step(
-        &mut vm,
-        2 * MS,
-        Event::Preempted {
-            vcpu: 1,
-            rivals: true,
-        },
-    );
+    let preempted = step(&mut vm, 2 * MS, was_preempted(1));
 
     assert!(preempted.iter().all(|d| !d.params.is_rt()));
-    assert!(!vm.reads_waiters_on(&Event::Preempted {
-        vcpu: 1,
-        rivals: true
-    }));
+    assert!(!vm.reads_waiters_on(&was_preempted(1)));
 }
 
 #[test]

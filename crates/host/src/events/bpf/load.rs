@@ -264,6 +264,9 @@ fn configure(
     opts: &BpfOptions,
     kvm: bool,
 ) -> Result<(), EventSourceError> {
+    let cpus = libbpf_rs::num_possible_cpus()
+        .map_err(EventSourceError::bpf("count the possible CPUs".to_string()))?;
+    let cpus = u32::try_from(cpus).unwrap_or(u32::MAX);
     let ro = open
         .maps
         .rodata_data
@@ -280,6 +283,7 @@ fn configure(
     ro.quiet_idle_wakeups = opts.quiet_idle_wakeups;
     ro.quiet_any_idle_wakeups = opts.quiet_any_idle_wakeups;
     ro.find_rivals = opts.find_rivals;
+    ro.nr_cpu_ids = cpus;
     ro.nr_cpus = pvsched_base::sched::online_cpus()
         .map_err(|e| EventSourceError::Invalid(format!("count the online CPUs: {e}")))?;
     ro.self_tgid = if opts.hide_self {
@@ -295,16 +299,7 @@ fn configure(
     size(&mut open.maps.lazy, "lazy", opts.max_tracked)?;
     size(&mut open.maps.vmm_tgid, "vmm_tgid", opts.max_vmms)?;
     size(&mut open.maps.events, "events", opts.ringbuf_bytes)?;
-    let cpus = libbpf_rs::num_possible_cpus()
-        .map_err(EventSourceError::bpf("count the possible CPUs".to_string()))?;
-    let cpus = u32::try_from(cpus).unwrap_or(u32::MAX);
     size(&mut open.maps.cpu_lines, "cpu_lines", cpus)?;
-    let ro = open
-        .maps
-        .rodata_data
-        .as_deref_mut()
-        .ok_or_else(|| EventSourceError::Invalid("BPF object has no .rodata".into()))?;
-    ro.nr_cpu_ids = cpus;
     open.progs.pvs_kvm_exit.set_autoload(kvm);
     open.progs.pvs_kvm_vcpu_wakeup.set_autoload(kvm);
     open.progs.pvs_kvm_apic_accept_irq.set_autoload(kvm);
