@@ -798,13 +798,13 @@ impl VmState {
                 if v.status != RunStatus::Running {
                     v.status = RunStatus::Preempted;
                 }
-                if limits.proactive_wake && !cpu_idle && rivals_allow_boost(limits, v) {
+                if limits.proactive_wake && !cpu_idle && rivals_allow_boost(limits, v, now) {
                     self.stats.proactive_boosts_total += 1;
                     start_proactive(limits, v, now, Reason::ProactiveWake);
                 }
             }
             Event::InterruptTargeted { .. } => {
-                if limits.proactive_irq && rivals_allow_boost(limits, v) {
+                if limits.proactive_irq && rivals_allow_boost(limits, v, now) {
                     self.stats.proactive_boosts_total += 1;
                     start_proactive(limits, v, now, Reason::ProactiveIrq);
                 }
@@ -902,7 +902,7 @@ impl VmState {
         // With nothing from outside the VM on the host, an extension only preempts
         // another of the VM's own threads (measured: the lone lock VM at 0.85x of vanilla
         // with extensions, 0.98x without).
-        if !rivals_allow_boost(&self.limits, v) {
+        if !rivals_allow_boost(&self.limits, v, now) {
             return;
         }
         let preempted = v.status == RunStatus::Preempted;
@@ -951,7 +951,7 @@ impl VmState {
         let mut boost = if v.throttled_until.is_some() {
             None
         } else {
-            best_boost(limits, v, true)
+            best_boost(limits, v, now, true)
         };
         // Budgets: a latched boost budget refuses every boost; a latched critical-section
         // budget refuses the critical section, and the next-strongest reason may stand.
@@ -961,7 +961,7 @@ impl VmState {
                 boost = None;
                 over_budget = true;
             } else if matches!(reason, Reason::CriticalSection(_)) && v.cs.latched() {
-                boost = best_boost(limits, v, false);
+                boost = best_boost(limits, v, now, false);
                 over_budget = boost.is_none();
             }
         }
@@ -1156,19 +1156,24 @@ fn account_burst(v: &mut Vcpu, now: u64) {
 }
 
 /// Whether a speculative boost (a critical section, a proactive reason) or a lock-holder
-/// extension may start: only while something outside the VM competes, with
-/// `boost_only_against_rivals`.
-fn rivals_allow_boost(limits: &VmLimits, v: &Vcpu) -> bool {
-    v.rivals || !limits.boost_only_against_rivals
+/// extension may start: with `boost_only_against_rivals`, only while something outside the
+/// VM competes or the vCPU ran guest RT work recently. Reordering the VM's own threads is
+/// what that work needs (its vCPU ahead of its siblings); a vCPU without it only loses to
+/// the stacking its boosts cause.
+fn rivals_allow_boost(limits: &VmLimits, v: &Vcpu, now: u64) -> bool {
+    !limits.boost_only_against_rivals || v.rivals || ran_rt_recently(limits, v, now)
 }
 
-/// Whether a halting vCPU gets a halt boost: switched on, guest RT work seen recently, and
-/// something outside the VM to compete with.
+/// Guest RT work (see [`GuestView::shows_rt_work`]) seen on the vCPU within `halt_boost_ns`.
+fn ran_rt_recently(limits: &VmLimits, v: &Vcpu, now: u64) -> bool {
+    v.last_rt
+        .is_some_and(|t| now.saturating_sub(t) <= limits.halt_boost_ns)
+}
+
+/// Whether a halting vCPU gets a halt boost: switched on and guest RT work seen recently
+/// (which also lets it past `boost_only_against_rivals`).
 fn halt_boost_due(limits: &VmLimits, v: &Vcpu, now: u64) -> bool {
-    limits.proactive_halt
-        && rivals_allow_boost(limits, v)
-        && v.last_rt
-            .is_some_and(|t| now.saturating_sub(t) <= limits.halt_boost_ns)
+    limits.proactive_halt && ran_rt_recently(limits, v, now)
 }
 
 fn start_proactive(limits: &VmLimits, v: &mut Vcpu, now: u64, reason: Reason) {
@@ -1284,15 +1289,15 @@ fn best_guest(limits: &VmLimits, g: &GuestView, allow_cs: bool) -> Option<Candid
 /// The strongest boost for a vCPU: the guest's reasons, then a running proactive boost
 /// (if its switch is still on). `cs_ok` false leaves critical sections out (their budget is
 /// spent).
-fn best_boost(limits: &VmLimits, v: &Vcpu, cs_ok: bool) -> Option<Candidate> {
+fn best_boost(limits: &VmLimits, v: &Vcpu, now: u64, cs_ok: bool) -> Option<Candidate> {
     // A critical section starts a boost only when the vCPU is not running on the host
     // (preempted, waking, or not seen yet): a running vCPU needs no CPU, and its critical
-    // sections last microseconds, shorter than any reaction. Nor while nothing outside the
-    // VM competes (`boost_only_against_rivals`). A boost it already has is kept while the
+    // sections last microseconds, shorter than any reaction. Nor, for a vCPU without recent
+    // RT work, while nothing outside the VM competes (`boost_only_against_rivals`). A boost it already has is kept while the
     // flags stay set.
     let kept = matches!(v.target.reason, Reason::CriticalSection(_));
     let allow_cs =
-        cs_ok && (kept || (v.status != RunStatus::Running && rivals_allow_boost(limits, v)));
+        cs_ok && (kept || (v.status != RunStatus::Running && rivals_allow_boost(limits, v, now)));
     let mut best = best_guest(limits, &v.guest, allow_cs);
     if limits.honor_lock_holders && v.lock_ext.is_some() {
         let params = rt_params(limits, limits.boost_policy, limits.boost_priority);

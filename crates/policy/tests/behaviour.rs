@@ -556,36 +556,65 @@ fn a_vcpu_preempted_in_a_critical_section_with_no_rival_outside_its_vm_is_not_bo
     assert!(contended[0].params.is_rt(), "{contended:?}");
 }
 
-#[test]
-fn wakeups_and_halts_with_no_rival_start_no_proactive_boost_but_guest_rt_still_maps() {
-    // Arrange: guest RT work seen (a halt boost would be due).
-    let mut vm = vm(rivals_only(), 2);
-    step(&mut vm, 10, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
-    let woken = |vcpu| Event::Woken {
+/// The host woke vCPU `vcpu` on a busy CPU, seeing rivals outside the VM or not.
+fn woken_busy(vcpu: u32, rivals: bool) -> Event {
+    Event::Woken {
         vcpu,
         source: WakeSource::Timer,
         cpu_idle: false,
-        rivals: false,
-    };
+        rivals,
+    }
+}
 
-    // Act
-    let wake = step(&mut vm, 20, woken(1));
-    step(&mut vm, 30, upd(0, idle(4)));
-    let halt = step(
+#[test]
+fn with_no_rival_a_vcpu_without_recent_rt_work_gets_no_proactive_boost() {
+    // Arrange: guest RT work on vCPU 0 only.
+    let mut vm = vm(rivals_only(), 2);
+    step(&mut vm, 10, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
+
+    // Act: vCPU 1 woken and interrupted with nothing from outside the VM running.
+    let wake = step(&mut vm, 20, woken_busy(1, false));
+    let irq = step(&mut vm, 30, Event::InterruptTargeted { vcpu: 1 });
+    // ... then woken with a rival.
+    let contended = step(&mut vm, 40, woken_busy(1, true));
+
+    // Assert
+    assert!(wake.is_empty(), "{wake:?}");
+    assert!(irq.is_empty(), "{irq:?}");
+    assert_eq!(contended[0].reason, Reason::ProactiveWake, "{contended:?}");
+}
+
+#[test]
+fn with_no_rival_a_vcpu_that_ran_guest_rt_work_recently_keeps_its_halt_and_wake_boosts() {
+    // Arrange: vCPU 0 runs a guest RT task, and the host last saw no rival.
+    let mut vm = vm(rivals_only(), 2);
+    step(&mut vm, 10, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
+    step(&mut vm, 20, Event::Running { vcpu: 0 });
+    step(
         &mut vm,
-        40,
-        Event::Blocked {
+        30,
+        Event::Preempted {
             vcpu: 0,
             rivals: false,
         },
     );
-    let rt_again = step(&mut vm, 50, upd(0, task(6, abi::POLICY_FIFO, 5, 0)));
 
-    // Assert: no proactive boost; the guest's own RT task is mapped all the same.
-    assert!(wake.is_empty(), "{wake:?}");
-    assert!(halt.iter().all(|d| !d.params.is_rt()), "{halt:?}");
-    assert_eq!(target(&vm, 1), (SchedParams::NORMAL, Reason::None));
-    assert!(rt_again[0].params.is_rt(), "{rt_again:?}");
+    // Act: it goes idle (halt boost due), then the guest runs a CFS task.
+    let halt = step(&mut vm, 40, upd(0, idle(4)));
+    step(&mut vm, 50, upd(0, task(6, abi::POLICY_NORMAL, 0, 0)));
+    // Woken within halt_boost_ns of the RT work, and again long after it.
+    let soon = step(&mut vm, 60, woken_busy(0, false));
+    step(&mut vm, 70, upd(0, task(8, abi::POLICY_NORMAL, 0, 0)));
+    let late_at = 10 + base().halt_boost_ns + MS;
+    tick_until(&mut vm, late_at);
+    let late = step(&mut vm, late_at, woken_busy(0, false));
+
+    // Assert
+    assert_eq!(halt[0].reason, Reason::ProactiveHalt, "{halt:?}");
+    assert!(halt[0].params.is_rt(), "{halt:?}");
+    assert_eq!(soon[0].reason, Reason::ProactiveWake, "{soon:?}");
+    assert!(late.is_empty(), "{late:?}");
+    assert_eq!(target(&vm, 0), (SchedParams::NORMAL, Reason::None));
 }
 
 #[test]
