@@ -200,19 +200,20 @@ pub struct VmLimits {
     /// work never get it.
     pub proactive_halt: bool,
     /// Start the speculative boosts (critical sections and the proactive reasons) only
-    /// while something outside the VM competes for the host's CPUs, or for a vCPU that ran
-    /// guest RT work within `halt_boost_ns`: the host's last report of the vCPU (preempted,
-    /// halted, woken) saw a CPU running a task that is not idle, not pvschedd and not a
-    /// thread of the VM's own process. A VM that has the host to itself gains nothing from
-    /// RT boosts of its vCPUs over its own threads unless one of them carries RT work, and
-    /// pays for them: the kernel's RT push and pull then stack two of its vCPUs on one CPU
-    /// while another idles (measured: both vCPUs of a lone 2-vCPU VM on one CPU 27 % of the
-    /// time against under 1 % with those boosts off). The guest's own reasons (RT tasks,
-    /// boost requests, pending hints) are not affected; lock-holder extensions are, for the
-    /// same reason (an extension is a boost over the VM's own threads then). The RT-work
-    /// exemption keeps the halt boosts that carry a guest RT task's vCPU across its halts:
-    /// without it the standard benchmark's idle host lost its guest latency (BENCHMARKS.md,
-    /// "Rivals": 529 audio glitches against vanilla's 16). Default false.
+    /// while something outside the VM competes for the host's CPUs, or while the VM runs
+    /// guest RT work (seen on any vCPU within `halt_boost_ns`): the host's last report of
+    /// the vCPU (preempted, halted, woken) saw a CPU running a task that is not idle, not
+    /// pvschedd and not a thread of the VM's own process. A VM that has the host to itself
+    /// gains nothing from RT boosts of its vCPUs over its own threads unless it runs RT
+    /// work, and pays for them: the kernel's RT push and pull then stack two of its vCPUs
+    /// on one CPU while another idles (measured: both vCPUs of a lone 2-vCPU VM on one CPU
+    /// 27 % of the time against under 1 % with those boosts off). The guest's own reasons
+    /// (RT tasks, boost requests, pending hints) are not affected; lock-holder extensions
+    /// are, for the same reason (an extension is a boost over the VM's own threads then).
+    /// The RT-work exemption is per VM: the standard benchmark's idle host lost its audio
+    /// task's periods without it (BENCHMARKS.md, "Rivals": 529 glitches against vanilla's
+    /// 16), and still 40 against 5 with a per-vCPU exemption (the siblings that take the
+    /// RT task's timers and wake it lost their boosts). Default true.
     pub boost_only_against_rivals: bool,
     /// How recent guest RT work must be for a halt boost, and how long a halt boost lasts.
     /// Default 100 ms.
@@ -332,7 +333,7 @@ impl Default for VmLimits {
             proactive_wake: true,
             proactive_irq: true,
             proactive_halt: true,
-            boost_only_against_rivals: false,
+            boost_only_against_rivals: true,
             halt_boost_ns: 100_000_000,
             proactive_boost_ns: 1_000_000,
             max_boost_ns: 50_000_000,

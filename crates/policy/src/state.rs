@@ -306,6 +306,9 @@ pub struct VmState {
     /// The guest has shown a lock wait or counted a contention (`F_LOCK_WAIT`): its code
     /// reads the host halves' status.
     lock_guest: bool,
+    /// When any vCPU last showed guest RT work (`boost_only_against_rivals` spares a VM
+    /// that runs such work).
+    last_rt: Option<u64>,
     stats: VmStats,
 }
 
@@ -338,6 +341,7 @@ impl VmState {
             lock_any: 0,
             extra_eval: Vec::new(),
             lock_guest: false,
+            last_rt: None,
             stats: VmStats {
                 nr_vcpus,
                 ..VmStats::default()
@@ -736,6 +740,7 @@ impl VmState {
                 let view = GuestView::from_read(guest, consistent);
                 if view.shows_rt_work() {
                     v.last_rt = Some(now);
+                    self.last_rt = Some(now);
                 }
                 v.stats.clamped_inputs += u64::from(view.clamped);
                 self.stats.clamped_inputs_total += u64::from(view.clamped);
@@ -798,13 +803,16 @@ impl VmState {
                 if v.status != RunStatus::Running {
                     v.status = RunStatus::Preempted;
                 }
-                if limits.proactive_wake && !cpu_idle && rivals_allow_boost(limits, v, now) {
+                let vm_rt = recent(limits, self.last_rt, now);
+                if limits.proactive_wake && !cpu_idle && rivals_allow_boost(limits, v, vm_rt) {
                     self.stats.proactive_boosts_total += 1;
                     start_proactive(limits, v, now, Reason::ProactiveWake);
                 }
             }
             Event::InterruptTargeted { .. } => {
-                if limits.proactive_irq && rivals_allow_boost(limits, v, now) {
+                if limits.proactive_irq
+                    && rivals_allow_boost(limits, v, recent(limits, self.last_rt, now))
+                {
                     self.stats.proactive_boosts_total += 1;
                     start_proactive(limits, v, now, Reason::ProactiveIrq);
                 }
@@ -898,11 +906,12 @@ impl VmState {
         // boost keeps the host from preempting it (eCS's extension) instead of taking a
         // CPU back after the preemption.
         let running_ok = self.limits.lock_extend_running && self.lock_waited_on(h as u32);
+        let vm_rt = recent(&self.limits, self.last_rt, now);
         let v = &mut self.vcpus[h];
         // With nothing from outside the VM on the host, an extension only preempts
         // another of the VM's own threads (measured: the lone lock VM at 0.85x of vanilla
         // with extensions, 0.98x without).
-        if !rivals_allow_boost(&self.limits, v, now) {
+        if !rivals_allow_boost(&self.limits, v, vm_rt) {
             return;
         }
         let preempted = v.status == RunStatus::Preempted;
@@ -930,6 +939,7 @@ impl VmState {
         let in_debt = self.budget.latched();
         let lock_debt = self.locks.in_debt();
         let cs = self.cs_rates;
+        let vm_rt = recent(limits, self.last_rt, now);
         let v = &mut self.vcpus[i];
 
         if v.proactive.is_some_and(|p| now >= p.until) {
@@ -951,7 +961,7 @@ impl VmState {
         let mut boost = if v.throttled_until.is_some() {
             None
         } else {
-            best_boost(limits, v, now, true)
+            best_boost(limits, v, vm_rt, true)
         };
         // Budgets: a latched boost budget refuses every boost; a latched critical-section
         // budget refuses the critical section, and the next-strongest reason may stand.
@@ -961,7 +971,7 @@ impl VmState {
                 boost = None;
                 over_budget = true;
             } else if matches!(reason, Reason::CriticalSection(_)) && v.cs.latched() {
-                boost = best_boost(limits, v, now, false);
+                boost = best_boost(limits, v, vm_rt, false);
                 over_budget = boost.is_none();
             }
         }
@@ -1157,23 +1167,24 @@ fn account_burst(v: &mut Vcpu, now: u64) {
 
 /// Whether a speculative boost (a critical section, a proactive reason) or a lock-holder
 /// extension may start: with `boost_only_against_rivals`, only while something outside the
-/// VM competes or the vCPU ran guest RT work recently. Reordering the VM's own threads is
-/// what that work needs (its vCPU ahead of its siblings); a vCPU without it only loses to
-/// the stacking its boosts cause.
-fn rivals_allow_boost(limits: &VmLimits, v: &Vcpu, now: u64) -> bool {
-    !limits.boost_only_against_rivals || v.rivals || ran_rt_recently(limits, v, now)
+/// VM competes or the VM ran guest RT work recently (`vm_rt`). Reordering the VM's own
+/// threads is what that work needs: its vCPU ahead of its siblings, and the siblings that
+/// take its timers and send it IPIs boosted too. A VM without it only loses to the
+/// stacking its boosts cause.
+fn rivals_allow_boost(limits: &VmLimits, v: &Vcpu, vm_rt: bool) -> bool {
+    !limits.boost_only_against_rivals || v.rivals || vm_rt
 }
 
-/// Guest RT work (see [`GuestView::shows_rt_work`]) seen on the vCPU within `halt_boost_ns`.
-fn ran_rt_recently(limits: &VmLimits, v: &Vcpu, now: u64) -> bool {
-    v.last_rt
-        .is_some_and(|t| now.saturating_sub(t) <= limits.halt_boost_ns)
+/// Whether guest RT work last seen at `last_rt` (see [`GuestView::shows_rt_work`]) is
+/// within `halt_boost_ns` of `now`.
+fn recent(limits: &VmLimits, last_rt: Option<u64>, now: u64) -> bool {
+    last_rt.is_some_and(|t| now.saturating_sub(t) <= limits.halt_boost_ns)
 }
 
-/// Whether a halting vCPU gets a halt boost: switched on and guest RT work seen recently
-/// (which also lets it past `boost_only_against_rivals`).
+/// Whether a halting vCPU gets a halt boost: switched on and guest RT work seen on it
+/// recently (which also spares it `boost_only_against_rivals`).
 fn halt_boost_due(limits: &VmLimits, v: &Vcpu, now: u64) -> bool {
-    limits.proactive_halt && ran_rt_recently(limits, v, now)
+    limits.proactive_halt && recent(limits, v.last_rt, now)
 }
 
 fn start_proactive(limits: &VmLimits, v: &mut Vcpu, now: u64, reason: Reason) {
@@ -1289,15 +1300,15 @@ fn best_guest(limits: &VmLimits, g: &GuestView, allow_cs: bool) -> Option<Candid
 /// The strongest boost for a vCPU: the guest's reasons, then a running proactive boost
 /// (if its switch is still on). `cs_ok` false leaves critical sections out (their budget is
 /// spent).
-fn best_boost(limits: &VmLimits, v: &Vcpu, now: u64, cs_ok: bool) -> Option<Candidate> {
+fn best_boost(limits: &VmLimits, v: &Vcpu, vm_rt: bool, cs_ok: bool) -> Option<Candidate> {
     // A critical section starts a boost only when the vCPU is not running on the host
     // (preempted, waking, or not seen yet): a running vCPU needs no CPU, and its critical
-    // sections last microseconds, shorter than any reaction. Nor, for a vCPU without recent
+    // sections last microseconds, shorter than any reaction. Nor, in a VM without recent
     // RT work, while nothing outside the VM competes (`boost_only_against_rivals`). A boost it already has is kept while the
     // flags stay set.
     let kept = matches!(v.target.reason, Reason::CriticalSection(_));
     let allow_cs =
-        cs_ok && (kept || (v.status != RunStatus::Running && rivals_allow_boost(limits, v, now)));
+        cs_ok && (kept || (v.status != RunStatus::Running && rivals_allow_boost(limits, v, vm_rt)));
     let mut best = best_guest(limits, &v.guest, allow_cs);
     if limits.honor_lock_holders && v.lock_ext.is_some() {
         let params = rt_params(limits, limits.boost_policy, limits.boost_priority);

@@ -522,7 +522,7 @@ fn a_wakeup_onto_an_idle_host_cpu_starts_no_proactive_boost() {
 
 // ---- speculative boosts need a rival outside the VM ----
 
-/// The rule-test limits with `boost_only_against_rivals` (off by default).
+/// The rule-test limits with `boost_only_against_rivals` spelled out (the default).
 fn rivals_only() -> VmLimits {
     VmLimits {
         boost_only_against_rivals: true,
@@ -567,10 +567,10 @@ fn woken_busy(vcpu: u32, rivals: bool) -> Event {
 }
 
 #[test]
-fn with_no_rival_a_vcpu_without_recent_rt_work_gets_no_proactive_boost() {
-    // Arrange: guest RT work on vCPU 0 only.
+fn with_no_rival_a_vm_without_recent_rt_work_gets_no_proactive_boost() {
+    // Arrange: a guest that speaks but runs no RT work.
     let mut vm = vm(rivals_only(), 2);
-    step(&mut vm, 10, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
+    step(&mut vm, 10, upd(0, task(2, abi::POLICY_NORMAL, 0, 0)));
 
     // Act: vCPU 1 woken and interrupted with nothing from outside the VM running.
     let wake = step(&mut vm, 20, woken_busy(1, false));
@@ -585,7 +585,7 @@ fn with_no_rival_a_vcpu_without_recent_rt_work_gets_no_proactive_boost() {
 }
 
 #[test]
-fn with_no_rival_a_vcpu_that_ran_guest_rt_work_recently_keeps_its_halt_and_wake_boosts() {
+fn with_no_rival_a_vm_that_ran_guest_rt_work_recently_keeps_its_speculative_boosts() {
     // Arrange: vCPU 0 runs a guest RT task, and the host last saw no rival.
     let mut vm = vm(rivals_only(), 2);
     step(&mut vm, 10, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
@@ -599,22 +599,22 @@ fn with_no_rival_a_vcpu_that_ran_guest_rt_work_recently_keeps_its_halt_and_wake_
         },
     );
 
-    // Act: it goes idle (halt boost due), then the guest runs a CFS task.
+    // Act: vCPU 0 goes idle (halt boost due), then runs a CFS task; its sibling, which ran
+    // no RT work itself, is woken within halt_boost_ns of that work, and again long after.
     let halt = step(&mut vm, 40, upd(0, idle(4)));
     step(&mut vm, 50, upd(0, task(6, abi::POLICY_NORMAL, 0, 0)));
-    // Woken within halt_boost_ns of the RT work, and again long after it.
-    let soon = step(&mut vm, 60, woken_busy(0, false));
-    step(&mut vm, 70, upd(0, task(8, abi::POLICY_NORMAL, 0, 0)));
+    let soon = step(&mut vm, 60, woken_busy(1, false));
+    step(&mut vm, 70, upd(1, task(2, abi::POLICY_NORMAL, 0, 0)));
     let late_at = 10 + base().halt_boost_ns + MS;
     tick_until(&mut vm, late_at);
-    let late = step(&mut vm, late_at, woken_busy(0, false));
+    let late = step(&mut vm, late_at, woken_busy(1, false));
 
     // Assert
     assert_eq!(halt[0].reason, Reason::ProactiveHalt, "{halt:?}");
     assert!(halt[0].params.is_rt(), "{halt:?}");
     assert_eq!(soon[0].reason, Reason::ProactiveWake, "{soon:?}");
     assert!(late.is_empty(), "{late:?}");
-    assert_eq!(target(&vm, 0), (SchedParams::NORMAL, Reason::None));
+    assert_eq!(target(&vm, 1), (SchedParams::NORMAL, Reason::None));
 }
 
 #[test]
