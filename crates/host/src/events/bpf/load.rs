@@ -63,7 +63,8 @@ pub struct BpfOptions {
     /// Flag a tracked thread's switch-outs and wakeups `NO_RIVAL` when no CPU
     /// runs a task from outside its process (each runs its idle task, the
     /// daemon or a thread of the same VMM): the policy's
-    /// `boost_only_against_rivals` then starts no speculative boost.
+    /// `boost_only_against_rivals` then starts no speculative boost (unless the
+    /// VM runs guest RT work).
     pub find_rivals: bool,
     /// Ring buffer size in bytes (power of two, >= page size); each event is
     /// 48 bytes in the ring (40 + 8 header).
