@@ -707,6 +707,32 @@ fn wakeups_while_another_cpu_idles_are_quiet_only_for_threads_that_can_move() {
     }
 }
 
+/// Waits until process `pid` has run the shell's loop for a few scheduler
+/// ticks: exec'd and on a CPU, not still starting (a fixed sleep was not
+/// enough on a busy machine: the first half of the records saw no rival).
+fn wait_until_spinning(pid: u32) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
+        // After the comm: state is field 0, utime 11, stime 12 (proc(5)).
+        let ticks: u64 = [11, 12]
+            .iter()
+            .filter_map(|&i| fields.get(i).and_then(|f| f.parse::<u64>().ok()))
+            .sum();
+        if stat.contains("(sh)") && ticks >= 3 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "spinner {pid} not running after 10 s: {stat}"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// A tracked thread's switch-outs and wakeups say whether some CPU ran a task
 /// of another process then (`rivals`): with a spinning process of its own on
 /// every CPU they nearly all do; with only this process and idle CPUs most do
@@ -732,7 +758,9 @@ fn switch_outs_and_wakeups_say_whether_another_process_holds_a_cpu() {
                     .expect("spawn a spinning sh")
             })
             .collect();
-        thread::sleep(Duration::from_millis(50));
+        for r in &rivals {
+            wait_until_spinning(r.id());
+        }
 
         // Act: it sleeps and wakes 40 times.
         let tid = run_tracked_sleeper(&mut src, || {}, || {});
