@@ -286,6 +286,8 @@ pub struct PvschedSpec {
     /// The poll budget told to the hinted idle driver (0: none, the module's default).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub idle_poll_budget_permille: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub boost_only_against_rivals: Option<bool>,
 }
 
 impl Default for PvschedSpec {
@@ -301,6 +303,7 @@ impl Default for PvschedSpec {
             cs_budget_ns: None,
             cs_window_ns: None,
             idle_poll_budget_permille: None,
+            boost_only_against_rivals: None,
         }
     }
 }
@@ -319,7 +322,8 @@ impl PvschedSpec {
             throttle_ns,
             cs_budget_ns,
             cs_window_ns,
-            idle_poll_budget_permille
+            idle_poll_budget_permille,
+            boost_only_against_rivals
         );
         l.validate().map_err(|e| SimError::Scenario {
             what: "[pvsched]".into(),
@@ -638,5 +642,27 @@ mod tests {
             e.contains("variant c") && e.contains("idle_poll_budget_permille"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_rivals_rule_follows_pvschedd_unless_a_scenario_sets_it() {
+        let base = include_str!("../scenarios/idle-host.toml");
+        let rule = |text: &str| {
+            Scenario::parse(text, "t")
+                .and_then(|sc| sc.limits_for(None))
+                .unwrap_or_else(|e| panic!("{e}"))
+                .boost_only_against_rivals
+        };
+
+        assert_eq!(
+            rule(base),
+            pvsched_policy::VmLimits::default().boost_only_against_rivals
+        );
+        assert!(!rule(&format!(
+            "{base}\n[pvsched]\nboost_only_against_rivals = false\n"
+        )));
+        assert!(rule(&format!(
+            "{base}\n[pvsched]\nboost_only_against_rivals = true\n"
+        )));
     }
 }
