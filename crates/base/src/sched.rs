@@ -80,6 +80,16 @@ impl ThreadParams {
         }
     }
 
+    /// SCHED_OTHER at `nice` asking for an EEVDF slice of `slice_ns`: Linux >= 6.12
+    /// keeps it as the task's own slice (clamped to 0.1..=100 ms), and a waking task
+    /// with a shorter slice than the running one preempts it; older kernels ignore it.
+    pub const fn fair_with_slice(nice: i32, slice_ns: u64) -> Self {
+        Self {
+            runtime: slice_ns,
+            ..Self::other(nice)
+        }
+    }
+
     /// An RT policy (`SCHED_FIFO` or `SCHED_RR`) at `priority`, no flags.
     pub const fn rt(policy: u32, priority: u32) -> Self {
         Self {
@@ -146,6 +156,21 @@ impl std::fmt::Display for ThreadParams {
             write!(f, "{}/nice {}", self.policy_name(), self.nice)
         }
     }
+}
+
+/// Whether the running kernel keeps a fair-class thread's slice request
+/// (`sched_attr.sched_runtime` on SCHED_OTHER: Linux >= 6.12). Older kernels
+/// accept and ignore it.
+pub fn fair_slices_supported() -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut parts = release.trim().split(['.', '-']);
+    let mut next = || {
+        parts
+            .next()
+            .and_then(|p| p.parse::<u32>().ok())
+            .unwrap_or(0)
+    };
+    (next(), next()) >= (6, 12)
 }
 
 /// Applies `params` to thread `tid` (0: the calling thread).
@@ -261,6 +286,31 @@ mod tests {
         set_params(tid, &nicer).unwrap();
 
         assert_eq!(get_params(tid).unwrap().nice, nicer.nice);
+    }
+
+    #[test]
+    fn a_fair_slice_request_is_kept_and_cleared_by_plain_params() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            tx.send(crate::thread::gettid()).unwrap();
+            done_rx.recv().ok();
+        });
+        let tid = rx.recv().unwrap();
+        let default_slice = get_params(tid).unwrap().runtime;
+
+        set_params(tid, &ThreadParams::fair_with_slice(1, 250_000)).unwrap();
+        let sliced = get_params(tid).unwrap();
+        set_params(tid, &ThreadParams::other(1)).unwrap();
+        let plain = get_params(tid).unwrap();
+        done_tx.send(()).unwrap();
+        t.join().unwrap();
+
+        assert_eq!((sliced.policy, sliced.nice), (SCHED_OTHER, 1));
+        if fair_slices_supported() {
+            assert_eq!(sliced.runtime, 250_000);
+            assert_eq!(plain.runtime, default_slice);
+        }
     }
 
     #[test]

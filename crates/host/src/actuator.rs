@@ -16,9 +16,42 @@ use crate::metrics::Metrics;
 use crate::statefile::ThreadRecord;
 use crate::vm::ServedVm;
 
+/// How a boost becomes kernel parameters. The policy says "boosted, at RT
+/// priority p, for this reason"; which scheduling class carries it is the
+/// mechanism's choice (`daemon.fair_boost_reasons`).
+///
+/// RT (the default): SCHED_RR / SCHED_FIFO at the policy's priority, above
+/// every CFS task. Fair: SCHED_OTHER at `nice` with an EEVDF slice request of
+/// `slice_ns`: the thread stays in the fair class, so no boost moves it
+/// between classes and the RT class never pushes or pulls it across CPUs,
+/// and its short slice makes it win the pick and preempt a longer-sliced
+/// task when it wakes (Linux >= 6.12).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BoostMapping {
+    /// Per [`Reason::index`]: boosts for this reason are carried by the fair class.
+    pub fair: [bool; Reason::COUNT],
+    pub nice: i8,
+    pub slice_ns: u64,
+}
+
+impl BoostMapping {
+    /// Every boost in the RT class.
+    pub const RT: BoostMapping = BoostMapping {
+        fair: [false; Reason::COUNT],
+        nice: -20,
+        slice_ns: 100_000,
+    };
+
+    /// The fair-class params of a boost for `reason`, if it is carried there.
+    fn fair_for(&self, reason: Reason) -> Option<ThreadParams> {
+        self.fair[reason.index()]
+            .then(|| ThreadParams::fair_with_slice(i32::from(self.nice), self.slice_ns))
+    }
+}
+
 /// The kernel's parameters for a policy decision. Reset-on-fork always:
 /// children of a boosted vCPU thread never inherit the boost.
-pub fn thread_params(p: SchedParams) -> ThreadParams {
+pub fn thread_params(p: SchedParams, reason: Reason, boost: &BoostMapping) -> ThreadParams {
     let policy = match p.policy {
         HostPolicy::Other => SCHED_OTHER,
         HostPolicy::Batch => SCHED_BATCH,
@@ -27,7 +60,9 @@ pub fn thread_params(p: SchedParams) -> ThreadParams {
         HostPolicy::Rr => SCHED_RR,
     };
     let params = if matches!(policy, SCHED_FIFO | SCHED_RR) {
-        ThreadParams::rt(policy, u32::from(p.rt_priority))
+        boost
+            .fair_for(reason)
+            .unwrap_or(ThreadParams::rt(policy, u32::from(p.rt_priority)))
     } else {
         ThreadParams {
             policy,
@@ -35,6 +70,12 @@ pub fn thread_params(p: SchedParams) -> ThreadParams {
         }
     };
     params.reset_on_fork()
+}
+
+/// Parameters that only a fair-class boost has: SCHED_OTHER with a slice
+/// request (the daemon's other fair-class params leave `runtime` at 0).
+fn is_fair_boost(p: &ThreadParams) -> bool {
+    p.policy == SCHED_OTHER && p.runtime != 0
 }
 
 /// A thread whose parameters the daemon manages.
@@ -77,15 +118,19 @@ impl Managed {
         }
     }
 
-    /// Boosted by us (RT now, and it was not RT before we came).
+    /// Boosted by us: RT now and not RT before we came, or given a fair-class
+    /// boost (a thread's original, as read back, also carries its slice).
     pub fn boosted(&self) -> bool {
-        self.applied.is_rt() && !self.original.is_rt()
+        let rt = self.applied.is_rt() && !self.original.is_rt();
+        let fair = is_fair_boost(&self.applied) && self.applied != self.original;
+        rt || fair
     }
 
     /// Applies `want` unless already in force. Ok(true) when a call was made.
     /// Refuses a thread id that no longer names the thread we opened.
     pub fn apply(&mut self, want: &ThreadParams) -> std::io::Result<bool> {
-        if want.same_class(&self.applied) {
+        let same_slice = want.runtime == 0 || want.runtime == self.applied.runtime;
+        if want.same_class(&self.applied) && same_slice {
             return Ok(false);
         }
         if !self.handle.is_alive() {
@@ -122,6 +167,8 @@ pub struct ApplyContext<'a> {
     pub now: u64,
     /// Boost the VM's latency-path threads with its strongest vCPU boost.
     pub boost_latency_path: bool,
+    /// How a boost decision becomes kernel parameters.
+    pub boost: &'a BoostMapping,
     pub metrics: &'a Metrics,
     pub recording: Option<&'a mut Recording>,
 }
@@ -135,6 +182,7 @@ pub fn apply_decisions(vm: &mut ServedVm, decisions: &[Decision], ctx: ApplyCont
         woke_ns,
         now,
         boost_latency_path,
+        boost,
         metrics,
         recording,
     } = ctx;
@@ -146,8 +194,8 @@ pub fn apply_decisions(vm: &mut ServedVm, decisions: &[Decision], ctx: ApplyCont
         let Some(m) = vm.vcpus.get_mut(d.vcpu as usize) else {
             continue;
         };
-        let want = thread_params(d.params);
-        let was_rt = m.applied.is_rt();
+        let want = thread_params(d.params, d.reason, boost);
+        let was_boosted = m.boosted();
         let call = monotonic_ns();
         match m.apply(&want) {
             Ok(true) => {
@@ -162,7 +210,7 @@ pub fn apply_decisions(vm: &mut ServedVm, decisions: &[Decision], ctx: ApplyCont
                         .observe(done.saturating_sub(call) as f64 * 1e-9);
                 }
                 metrics.decision(&vm.metrics, d.reason.name());
-                if want.is_rt() && !was_rt {
+                if m.boosted() && !was_boosted {
                     vm.metrics.boosts.inc();
                 }
                 if d.reason == Reason::Throttled {
@@ -192,7 +240,7 @@ pub fn apply_decisions(vm: &mut ServedVm, decisions: &[Decision], ctx: ApplyCont
         vm.publish(now, d.vcpu);
     }
     if let Some(rec) = recording {
-        record_decisions(rec, vm, decisions, now);
+        record_decisions(rec, vm, decisions, now, boost);
     }
     if boost_latency_path && !vm.latency_path.is_empty() && !decisions.is_empty() {
         let boost = vm.strongest_boost();
@@ -208,7 +256,13 @@ pub fn apply_decisions(vm: &mut ServedVm, decisions: &[Decision], ctx: ApplyCont
     }
 }
 
-fn record_decisions(rec: &mut Recording, vm: &ServedVm, decisions: &[Decision], now: u64) {
+fn record_decisions(
+    rec: &mut Recording,
+    vm: &ServedVm,
+    decisions: &[Decision],
+    now: u64,
+    boost: &BoostMapping,
+) {
     for d in decisions {
         let Some(m) = vm.vcpus.get(d.vcpu as usize) else {
             continue;
@@ -225,7 +279,7 @@ fn record_decisions(rec: &mut Recording, vm: &ServedVm, decisions: &[Decision], 
             tid: m.handle.tid,
             kind,
             reason: Some(d.reason.name().to_string()),
-            params: Some(thread_params(d.params).to_string()),
+            params: Some(thread_params(d.params, d.reason, boost).to_string()),
         });
     }
 }
@@ -234,23 +288,75 @@ fn record_decisions(rec: &mut Recording, vm: &ServedVm, decisions: &[Decision], 
 mod tests {
     use super::*;
 
+    fn mapping(fair: &[&str]) -> BoostMapping {
+        let mut m = BoostMapping {
+            nice: -20,
+            slice_ns: 100_000,
+            ..BoostMapping::RT
+        };
+        for name in fair {
+            m.fair[Reason::index_of(name).unwrap()] = true;
+        }
+        m
+    }
+
+    const RR2: SchedParams = SchedParams {
+        policy: HostPolicy::Rr,
+        rt_priority: 2,
+        nice: 0,
+    };
+
     #[test]
     fn a_boost_decision_becomes_rr_with_reset_on_fork() {
-        let p = thread_params(SchedParams {
-            policy: HostPolicy::Rr,
-            rt_priority: 3,
-            nice: 0,
-        });
+        let p = thread_params(
+            SchedParams {
+                rt_priority: 3,
+                ..RR2
+            },
+            Reason::GuestRt {
+                policy: 2,
+                priority: 3,
+            },
+            &BoostMapping::RT,
+        );
 
         assert_eq!(p, ThreadParams::rr(3).reset_on_fork());
     }
 
     #[test]
+    fn boosts_for_the_reasons_named_fair_become_a_short_fair_slice_and_the_rest_stay_rt() {
+        let m = mapping(&["proactive_wake", "critical_section", "lock_holder"]);
+        let fair = ThreadParams::fair_with_slice(-20, 100_000).reset_on_fork();
+        let guest_rt = Reason::GuestRt {
+            policy: 2,
+            priority: 2,
+        };
+
+        let wake = thread_params(RR2, Reason::ProactiveWake, &m);
+        let section = thread_params(RR2, Reason::CriticalSection(1), &m);
+        let lock = thread_params(RR2, Reason::LockHolder, &m);
+        let own = thread_params(RR2, guest_rt, &m);
+        let halt = thread_params(RR2, Reason::ProactiveHalt, &m);
+        let unboost = thread_params(SchedParams::NORMAL, Reason::None, &m);
+
+        assert_eq!((wake, section, lock), (fair, fair, fair));
+        assert!(is_fair_boost(&wake));
+        assert_eq!(own, ThreadParams::rr(2).reset_on_fork());
+        assert_eq!(halt, ThreadParams::rr(2).reset_on_fork());
+        assert_eq!(unboost, ThreadParams::other(0).reset_on_fork());
+        assert!(!is_fair_boost(&unboost));
+    }
+
+    #[test]
     fn an_unboost_decision_keeps_its_nice() {
-        let p = thread_params(SchedParams {
-            nice: 5,
-            ..SchedParams::NORMAL
-        });
+        let p = thread_params(
+            SchedParams {
+                nice: 5,
+                ..SchedParams::NORMAL
+            },
+            Reason::Debt,
+            &BoostMapping::RT,
+        );
 
         assert_eq!(p, ThreadParams::other(5).reset_on_fork());
     }
@@ -273,5 +379,35 @@ mod tests {
         assert_eq!(sched::get_params(tid).unwrap().nice, m.original.nice);
         done_tx.send(()).unwrap();
         t.join().unwrap();
+    }
+
+    #[test]
+    fn a_fair_boost_counts_as_boosted_until_the_thread_is_restored() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            tx.send(pvsched_base::thread::gettid()).unwrap();
+            done_rx.recv().ok();
+        });
+        let tid = rx.recv().unwrap();
+        let mut m = Managed::open(std::process::id() as i32, tid).unwrap();
+        // The original nice, so that no privilege is needed: the slice alone marks it.
+        let fair = BoostMapping {
+            nice: m.original.nice as i8,
+            slice_ns: 200_000,
+            ..mapping(&["proactive_halt"])
+        };
+        let boost = thread_params(RR2, Reason::ProactiveHalt, &fair);
+
+        let before = m.boosted();
+        assert!(m.apply(&boost).unwrap());
+        let during = m.boosted();
+        assert!(!m.apply(&boost).unwrap());
+        assert!(m.restore().unwrap());
+        let after = m.boosted();
+        done_tx.send(()).unwrap();
+        t.join().unwrap();
+
+        assert_eq!((before, during, after), (false, true, false));
     }
 }

@@ -45,6 +45,8 @@ const TOKEN_DOORBELL: u64 = 16;
 
 pub struct Daemon {
     pub(crate) cfg: Resolved,
+    /// How boosts become kernel parameters (from the daemon config).
+    boost_mapping: actuator::BoostMapping,
     pub(crate) source: EventSource,
     /// Served VMs; the index is the VM id in the event source's maps.
     pub(crate) vms: Vec<Option<ServedVm>>,
@@ -139,6 +141,7 @@ impl Daemon {
             stop.clone(),
         )?;
         Ok(Self {
+            boost_mapping: cfg.config.daemon.boost_mapping(),
             cfg,
             source,
             vms: Vec::new(),
@@ -410,6 +413,7 @@ impl Daemon {
                     woke_ns: self.woke_ns,
                     now,
                     boost_latency_path: self.cfg.config.daemon.boost_latency_path,
+                    boost: &self.boost_mapping,
                     metrics: &self.metrics,
                     recording: self.recording.as_mut(),
                 },

@@ -136,6 +136,14 @@ fn run(
             "threads a previous pvschedd left changed could not be restored; kept in the state file and tried again"
         );
     }
+    if !d.fair_boost_reasons.is_empty() && !pvsched_base::sched::fair_slices_supported() {
+        warn!(
+            reasons = ?d.fair_boost_reasons,
+            "fair_boost_reasons: this kernel ignores a fair thread's slice request (Linux >= 6.12 \
+             keeps it); those boosts are nice {} only",
+            d.fair_boost_nice
+        );
+    }
     let source = EventSource::open(&SourceOptions::from_config(&d))?;
     info!(source = source.name(), "event source");
     // Least privilege from here on. Capabilities belong to a thread, not the

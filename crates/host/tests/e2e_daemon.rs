@@ -676,3 +676,66 @@ fn applying_to_the_real_kvm_module_works_or_says_why_not() {
     );
     assert!(!d.state_file().exists());
 }
+
+#[test]
+fn a_boost_in_the_fair_class_is_nice_minus_20_with_a_short_slice_and_every_exit_puts_it_back() {
+    let f = fixture();
+    let dir = tempdir("fair");
+    let tid = vcpu_tid(&f.vm, 1);
+    let original = params(tid);
+    let toml = format!(
+        // Daemon::start opens [daemon]: this key goes into it.
+        "fair_boost_reasons = [\"guest_rt\"]\n\
+         [defaults]\ndemote_after_ns = 1_000_000_000\n{}",
+        vm_entries(&[("e2e", &f.vm)])
+    );
+    let in_fair_boost = |p: &ThreadParams| p.policy == SCHED_OTHER && p.nice == -20;
+    let spin = "rtspin -c 1 -P fifo -p 42 -t 0.04 -s 0";
+    let task = f.vm.spawn(&format!("while true; do {spin}; done")).unwrap();
+
+    // The guest's FIFO task boosts its vCPU in the fair class; SIGTERM puts it back.
+    let mut d = Daemon::start(&dir, &toml);
+    d.wait_serving("e2e", 2);
+    let boosted = wait_for("vCPU 1 at nice -20", Duration::from_secs(10), || {
+        let p = params(tid);
+        in_fair_boost(&p).then_some(p)
+    });
+    let status = d.signal(libc::SIGTERM);
+    let after_term = params(tid);
+    assert!(status.success(), "pvschedd exit {status:?}\n{}", d.log());
+
+    // kill -9 while boosted leaves it; a successor with no VM restores it.
+    let mut d = Daemon::start(&dir, &toml);
+    d.wait_serving("e2e", 2);
+    wait_for("boosted again", Duration::from_secs(10), || {
+        in_fair_boost(&params(tid)).then_some(())
+    });
+    d.signal(libc::SIGKILL);
+    f.vm.exec_ok(
+        &format!("kill {}; killall rtspin; true", task.pid),
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    let left = params(tid);
+    let mut empty = Daemon::start(&dir, &vm_entries(&[]));
+    let restored = wait_for("restored by the successor", Duration::from_secs(1), || {
+        let p = params(tid);
+        (p.policy == SCHED_OTHER && p.nice == original.nice).then_some(p)
+    });
+    empty.signal(libc::SIGTERM);
+
+    assert_eq!(boosted.flags & 1, 1, "reset-on-fork: {boosted:?}");
+    if pvsched_base::sched::fair_slices_supported() {
+        assert_eq!(boosted.runtime, 100_000, "the 100 µs slice: {boosted:?}");
+    }
+    assert_eq!(
+        (after_term.policy, after_term.nice, after_term.flags),
+        (original.policy, original.nice, original.flags),
+        "SIGTERM left {after_term:?}"
+    );
+    assert!(
+        in_fair_boost(&left),
+        "kill -9 should leave the boost: {left:?}"
+    );
+    assert_eq!(restored.flags, original.flags);
+}

@@ -121,6 +121,27 @@ impl Reason {
         }
     }
 
+    /// The kinds of reason that boost a vCPU (the others hold it at CFS params), by
+    /// [`Reason::name`]. The guest's own reasons (its RT and deadline tasks, boost requests,
+    /// pending hints) and the host's speculative ones (critical sections, proactive
+    /// reasons, lock-holder extensions).
+    pub const BOOSTING: [&'static str; 9] = [
+        "guest_rt",
+        "guest_deadline",
+        "boost_request",
+        "pending_hint",
+        "critical_section",
+        "proactive_wake",
+        "proactive_irq",
+        "proactive_halt",
+        "lock_holder",
+    ];
+
+    /// The [`Reason::index`] of the kind named `name` ([`Reason::NAMES`]).
+    pub fn index_of(name: &str) -> Option<usize> {
+        Reason::NAMES.iter().position(|n| *n == name)
+    }
+
     /// Same reason ignoring its payload. Decisions are emitted when the kind changes, not
     /// when e.g. only the set of critical-section flags does (that would be a syscall for
     /// nothing on every guest irq entry).

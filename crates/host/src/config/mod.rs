@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use pvsched_policy::VmLimits;
+use pvsched_policy::{Reason, VmLimits};
 use serde::{Deserialize, Serialize};
 
 mod limits;
@@ -73,6 +73,19 @@ pub struct DaemonConfig {
     /// Also boost VMM threads on the guest's latency path (TCG: QEMU's main
     /// loop delivers guest timers) while any vCPU of the VM is boosted.
     pub boost_latency_path: bool,
+    /// The boost reasons (`pvsched_policy::Reason::BOOSTING` names) whose boosts
+    /// the fair class carries instead of the RT band: the thread stays
+    /// SCHED_OTHER, at `fair_boost_nice` with an EEVDF slice of
+    /// `fair_boost_slice_us` (Linux >= 6.12), so that when it wakes its short
+    /// slice wins the pick and preempts a longer-sliced task, and no boost moves
+    /// it between classes: the RT class never pushes or pulls it across CPUs
+    /// (the host-cost cause measured in BENCHMARKS.md). Empty: every boost is RT.
+    pub fair_boost_reasons: Vec<String>,
+    /// Nice of a fair-class boost (-20..=19): its weight against the host's CFS tasks
+    /// (in the same cpu cgroup: across cgroups only the slice counts).
+    pub fair_boost_nice: i8,
+    /// Slice of a fair-class boost, µs (100..=100000, what the kernel accepts).
+    pub fair_boost_slice_us: u64,
     /// Let the BPF source queue the records that cannot change a decision
     /// now (e.g. those of a boosted vCPU that is re-read on a timer anyway)
     /// without waking the daemon; they are read at its next wakeup. Each
@@ -112,6 +125,26 @@ pub struct DaemonConfig {
     pub kvm_params_dir: PathBuf,
 }
 
+impl DaemonConfig {
+    /// How the actuator turns a boost decision into kernel parameters. The
+    /// reason names are checked by `Config::parse`; an unknown one maps nothing.
+    pub fn boost_mapping(&self) -> crate::actuator::BoostMapping {
+        let mut m = crate::actuator::BoostMapping {
+            nice: self.fair_boost_nice,
+            slice_ns: self.fair_boost_slice_us * 1000,
+            ..crate::actuator::BoostMapping::RT
+        };
+        for i in self
+            .fair_boost_reasons
+            .iter()
+            .filter_map(|n| Reason::index_of(n))
+        {
+            m.fair[i] = true;
+        }
+        m
+    }
+}
+
 impl Default for DaemonConfig {
     fn default() -> Self {
         Self {
@@ -127,6 +160,9 @@ impl Default for DaemonConfig {
             priority: 5,
             mlock: true,
             boost_latency_path: true,
+            fair_boost_reasons: Vec::new(),
+            fair_boost_nice: -20,
+            fair_boost_slice_us: 100,
             lazy_events: true,
             quiet_idle_wakeups: true,
             quiet_any_idle_wakeups: true,
@@ -381,6 +417,34 @@ impl Config {
                 format!("must be 1..=99, not {}", d.priority),
             ));
         }
+        if let Some(bad) = d
+            .fair_boost_reasons
+            .iter()
+            .find(|n| !Reason::BOOSTING.contains(&n.as_str()))
+        {
+            return Err(invalid(
+                "daemon.fair_boost_reasons",
+                format!(
+                    "{bad:?} is not a boost reason ({})",
+                    Reason::BOOSTING.join(", ")
+                ),
+            ));
+        }
+        if !(-20..=19).contains(&d.fair_boost_nice) {
+            return Err(invalid(
+                "daemon.fair_boost_nice",
+                format!("must be -20..=19, not {}", d.fair_boost_nice),
+            ));
+        }
+        if !(100..=100_000).contains(&d.fair_boost_slice_us) {
+            return Err(invalid(
+                "daemon.fair_boost_slice_us",
+                format!(
+                    "must be 100..=100000 (the kernel's slice range), not {}",
+                    d.fair_boost_slice_us
+                ),
+            ));
+        }
         if !(0.0..=100.0).contains(&d.overload_cpu_pressure_percent) {
             return Err(invalid(
                 "daemon.overload_cpu_pressure_percent",
@@ -501,6 +565,40 @@ mod tests {
         assert_eq!(r.config.daemon, DaemonConfig::default());
         assert_eq!(r.config.discovery, DiscoveryConfig::default());
         assert_eq!(r.config.libvirt, LibvirtConfig::default());
+    }
+
+    #[test]
+    fn fair_boost_reasons_map_to_their_nice_and_slice_and_bad_values_are_refused() {
+        let r = Config::parse(
+            "[daemon]\nfair_boost_reasons = [\"proactive_wake\", \"lock_holder\"]\n\
+             fair_boost_nice = -10\nfair_boost_slice_us = 300\n",
+            "t.toml",
+        )
+        .unwrap();
+        let slice = Config::parse("[daemon]\nfair_boost_slice_us = 50\n", "t.toml");
+        let nice = Config::parse("[daemon]\nfair_boost_nice = -21\n", "t.toml");
+        let unboost = Config::parse("[daemon]\nfair_boost_reasons = [\"debt\"]\n", "t.toml");
+
+        let m = r.config.daemon.boost_mapping();
+        let fair: Vec<&str> = (0..Reason::COUNT)
+            .filter(|&i| m.fair[i])
+            .map(|i| Reason::NAMES[i])
+            .collect();
+        assert_eq!(fair, ["proactive_wake", "lock_holder"]);
+        assert_eq!((m.nice, m.slice_ns), (-10, 300_000));
+        assert_eq!(
+            DaemonConfig::default().boost_mapping().fair,
+            crate::actuator::BoostMapping::RT.fair
+        );
+        assert!(
+            matches!(slice, Err(ConfigError::Invalid { key, .. }) if key == "daemon.fair_boost_slice_us")
+        );
+        assert!(
+            matches!(nice, Err(ConfigError::Invalid { key, .. }) if key == "daemon.fair_boost_nice")
+        );
+        assert!(
+            matches!(unboost, Err(ConfigError::Invalid { key, .. }) if key == "daemon.fair_boost_reasons")
+        );
     }
 
     #[test]
