@@ -8,7 +8,7 @@ use pvsched_base::sched::{
 };
 use pvsched_base::thread::ThreadHandle;
 use pvsched_control::{Recording, TraceKind, TraceRecord};
-use pvsched_policy::{Decision, HostPolicy, Reason, SchedParams};
+use pvsched_policy::{Decision, HostPolicy, Reason};
 use tracing::{debug, warn};
 
 use crate::events::Quiet;
@@ -30,6 +30,9 @@ use crate::vm::ServedVm;
 pub struct BoostMapping {
     /// Per [`Reason::index`]: boosts for this reason are carried by the fair class.
     pub fair: [bool; Reason::COUNT],
+    /// Every boost of a VM that ran no guest RT work within `halt_boost_ns` is
+    /// carried by the fair class, whatever its reason.
+    pub fair_without_rt_work: bool,
     pub nice: i8,
     pub slice_ns: u64,
 }
@@ -38,20 +41,23 @@ impl BoostMapping {
     /// Every boost in the RT class.
     pub const RT: BoostMapping = BoostMapping {
         fair: [false; Reason::COUNT],
+        fair_without_rt_work: false,
         nice: -20,
         slice_ns: 100_000,
     };
 
-    /// The fair-class params of a boost for `reason`, if it is carried there.
-    fn fair_for(&self, reason: Reason) -> Option<ThreadParams> {
-        self.fair[reason.index()]
+    /// The fair-class params of a boost for `reason` in a VM with or without recent
+    /// guest RT work, if it is carried there.
+    fn fair_for(&self, reason: Reason, rt_work: bool) -> Option<ThreadParams> {
+        (self.fair[reason.index()] || (self.fair_without_rt_work && !rt_work))
             .then(|| ThreadParams::fair_with_slice(i32::from(self.nice), self.slice_ns))
     }
 }
 
 /// The kernel's parameters for a policy decision. Reset-on-fork always:
 /// children of a boosted vCPU thread never inherit the boost.
-pub fn thread_params(p: SchedParams, reason: Reason, boost: &BoostMapping) -> ThreadParams {
+pub fn thread_params(d: &Decision, boost: &BoostMapping) -> ThreadParams {
+    let p = d.params;
     let policy = match p.policy {
         HostPolicy::Other => SCHED_OTHER,
         HostPolicy::Batch => SCHED_BATCH,
@@ -61,7 +67,7 @@ pub fn thread_params(p: SchedParams, reason: Reason, boost: &BoostMapping) -> Th
     };
     let params = if matches!(policy, SCHED_FIFO | SCHED_RR) {
         boost
-            .fair_for(reason)
+            .fair_for(d.reason, d.rt_work)
             .unwrap_or(ThreadParams::rt(policy, u32::from(p.rt_priority)))
     } else {
         ThreadParams {
@@ -194,7 +200,7 @@ pub fn apply_decisions(vm: &mut ServedVm, decisions: &[Decision], ctx: ApplyCont
         let Some(m) = vm.vcpus.get_mut(d.vcpu as usize) else {
             continue;
         };
-        let want = thread_params(d.params, d.reason, boost);
+        let want = thread_params(d, boost);
         let was_boosted = m.boosted();
         let call = monotonic_ns();
         match m.apply(&want) {
@@ -279,7 +285,7 @@ fn record_decisions(
             tid: m.handle.tid,
             kind,
             reason: Some(d.reason.name().to_string()),
-            params: Some(thread_params(d.params, d.reason, boost).to_string()),
+            params: Some(thread_params(d, boost).to_string()),
         });
     }
 }
@@ -287,6 +293,7 @@ fn record_decisions(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pvsched_policy::SchedParams;
 
     fn mapping(fair: &[&str]) -> BoostMapping {
         let mut m = BoostMapping {
@@ -306,9 +313,27 @@ mod tests {
         nice: 0,
     };
 
+    /// The decision to put `params` on vCPU 0 for `reason`, in a VM with or without
+    /// recent guest RT work.
+    fn decided(params: SchedParams, reason: Reason, rt_work: bool) -> Decision {
+        Decision {
+            vcpu: 0,
+            params,
+            reason,
+            throttled: false,
+            in_debt: false,
+            rt_work,
+        }
+    }
+
+    /// [`thread_params`] of a decision in a VM with recent guest RT work.
+    fn params_of(params: SchedParams, reason: Reason, m: &BoostMapping) -> ThreadParams {
+        thread_params(&decided(params, reason, true), m)
+    }
+
     #[test]
     fn a_boost_decision_becomes_rr_with_reset_on_fork() {
-        let p = thread_params(
+        let p = params_of(
             SchedParams {
                 rt_priority: 3,
                 ..RR2
@@ -332,12 +357,12 @@ mod tests {
             priority: 2,
         };
 
-        let wake = thread_params(RR2, Reason::ProactiveWake, &m);
-        let section = thread_params(RR2, Reason::CriticalSection(1), &m);
-        let lock = thread_params(RR2, Reason::LockHolder, &m);
-        let own = thread_params(RR2, guest_rt, &m);
-        let halt = thread_params(RR2, Reason::ProactiveHalt, &m);
-        let unboost = thread_params(SchedParams::NORMAL, Reason::None, &m);
+        let wake = params_of(RR2, Reason::ProactiveWake, &m);
+        let section = params_of(RR2, Reason::CriticalSection(1), &m);
+        let lock = params_of(RR2, Reason::LockHolder, &m);
+        let own = params_of(RR2, guest_rt, &m);
+        let halt = params_of(RR2, Reason::ProactiveHalt, &m);
+        let unboost = params_of(SchedParams::NORMAL, Reason::None, &m);
 
         assert_eq!((wake, section, lock), (fair, fair, fair));
         assert!(is_fair_boost(&wake));
@@ -348,8 +373,30 @@ mod tests {
     }
 
     #[test]
+    fn with_fair_without_rt_work_a_vm_without_recent_rt_work_is_boosted_fair_and_one_with_it_rt() {
+        let m = BoostMapping {
+            fair_without_rt_work: true,
+            ..mapping(&[])
+        };
+        let fair = ThreadParams::fair_with_slice(-20, 100_000).reset_on_fork();
+        let rr2 = ThreadParams::rr(2).reset_on_fork();
+
+        let quiet_vm = thread_params(&decided(RR2, Reason::ProactiveWake, false), &m);
+        let rt_vm = thread_params(&decided(RR2, Reason::ProactiveWake, true), &m);
+        let unboost = thread_params(&decided(SchedParams::NORMAL, Reason::None, false), &m);
+        let default = thread_params(
+            &decided(RR2, Reason::ProactiveWake, false),
+            &BoostMapping::RT,
+        );
+
+        assert_eq!((quiet_vm, rt_vm), (fair, rr2));
+        assert_eq!(unboost, ThreadParams::other(0).reset_on_fork());
+        assert_eq!(default, rr2);
+    }
+
+    #[test]
     fn an_unboost_decision_keeps_its_nice() {
-        let p = thread_params(
+        let p = params_of(
             SchedParams {
                 nice: 5,
                 ..SchedParams::NORMAL
@@ -361,8 +408,8 @@ mod tests {
         assert_eq!(p, ThreadParams::other(5).reset_on_fork());
     }
 
-    #[test]
-    fn a_managed_thread_is_restored_to_its_original() {
+    /// Runs `f` on a managed handle of a thread of this process that waits meanwhile.
+    fn with_parked_thread<T>(f: impl FnOnce(i32, &mut Managed) -> T) -> T {
         let (tx, rx) = std::sync::mpsc::channel();
         let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
         let t = std::thread::spawn(move || {
@@ -371,43 +418,43 @@ mod tests {
         });
         let tid = rx.recv().unwrap();
         let mut m = Managed::open(std::process::id() as i32, tid).unwrap();
-        let nicer = ThreadParams::other(m.original.nice + 1);
-
-        assert!(m.apply(&nicer).unwrap());
-        assert!(!m.apply(&nicer).unwrap());
-        assert!(m.restore().unwrap());
-        assert_eq!(sched::get_params(tid).unwrap().nice, m.original.nice);
+        let out = f(tid, &mut m);
         done_tx.send(()).unwrap();
         t.join().unwrap();
+        out
+    }
+
+    #[test]
+    fn a_managed_thread_is_restored_to_its_original() {
+        with_parked_thread(|tid, m| {
+            let nicer = ThreadParams::other(m.original.nice + 1);
+
+            assert!(m.apply(&nicer).unwrap());
+            assert!(!m.apply(&nicer).unwrap());
+            assert!(m.restore().unwrap());
+            assert_eq!(sched::get_params(tid).unwrap().nice, m.original.nice);
+        });
     }
 
     #[test]
     fn a_fair_boost_counts_as_boosted_until_the_thread_is_restored() {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-        let t = std::thread::spawn(move || {
-            tx.send(pvsched_base::thread::gettid()).unwrap();
-            done_rx.recv().ok();
+        let seen = with_parked_thread(|_, m| {
+            // The original nice, so that no privilege is needed: the slice alone marks it.
+            let fair = BoostMapping {
+                nice: m.original.nice as i8,
+                slice_ns: 200_000,
+                ..mapping(&["proactive_halt"])
+            };
+            let boost = params_of(RR2, Reason::ProactiveHalt, &fair);
+
+            let before = m.boosted();
+            assert!(m.apply(&boost).unwrap());
+            let during = m.boosted();
+            assert!(!m.apply(&boost).unwrap());
+            assert!(m.restore().unwrap());
+            (before, during, m.boosted())
         });
-        let tid = rx.recv().unwrap();
-        let mut m = Managed::open(std::process::id() as i32, tid).unwrap();
-        // The original nice, so that no privilege is needed: the slice alone marks it.
-        let fair = BoostMapping {
-            nice: m.original.nice as i8,
-            slice_ns: 200_000,
-            ..mapping(&["proactive_halt"])
-        };
-        let boost = thread_params(RR2, Reason::ProactiveHalt, &fair);
 
-        let before = m.boosted();
-        assert!(m.apply(&boost).unwrap());
-        let during = m.boosted();
-        assert!(!m.apply(&boost).unwrap());
-        assert!(m.restore().unwrap());
-        let after = m.boosted();
-        done_tx.send(()).unwrap();
-        t.join().unwrap();
-
-        assert_eq!((before, during, after), (false, true, false));
+        assert_eq!(seen, (false, true, false));
     }
 }

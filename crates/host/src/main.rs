@@ -136,10 +136,12 @@ fn run(
             "threads a previous pvschedd left changed could not be restored; kept in the state file and tried again"
         );
     }
-    if !d.fair_boost_reasons.is_empty() && !pvsched_base::sched::fair_slices_supported() {
+    let fair = !d.fair_boost_reasons.is_empty() || d.fair_boost_without_rt_work;
+    if fair && !pvsched_base::sched::fair_slices_supported() {
         warn!(
             reasons = ?d.fair_boost_reasons,
-            "fair_boost_reasons: this kernel ignores a fair thread's slice request (Linux >= 6.12 \
+            without_rt_work = d.fair_boost_without_rt_work,
+            "boosts in the fair class: this kernel ignores a fair thread's slice request (Linux >= 6.12 \
              keeps it); those boosts are nice {} only",
             d.fair_boost_nice
         );

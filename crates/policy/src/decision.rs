@@ -169,6 +169,11 @@ pub struct Target {
     /// The VM was repaying at the last evaluation of this vCPU: its boost budget latched,
     /// or lock-holder extensions owed (unboosted vCPUs then run at `debt_nice`).
     pub in_debt: bool,
+    /// The VM ran guest RT work (an RT or deadline task, a pending hint naming one) within
+    /// `halt_boost_ns` at the last evaluation of this vCPU. A boosted target whose VM
+    /// starts or stops showing it is decided anew, so that a mechanism that carries the
+    /// boosts of such VMs differently (pvschedd's `fair_boost_without_rt_work`) follows.
+    pub rt_work: bool,
 }
 
 /// A change of target for one vCPU: apply `params` to its thread.
@@ -179,6 +184,8 @@ pub struct Decision {
     pub reason: Reason,
     pub throttled: bool,
     pub in_debt: bool,
+    /// See [`Target::rt_work`].
+    pub rt_work: bool,
 }
 
 /// Reusable output buffer of [`crate::VmState::handle`]: the decisions of one event, in

@@ -236,6 +236,7 @@ impl Vcpu {
                 since: 0,
                 throttled: false,
                 in_debt: false,
+                rt_work: false,
             },
             charged_since: None,
             charged_kind: None,
@@ -1098,12 +1099,15 @@ impl VmState {
             v.stats.over_budget += 1;
             self.stats.over_budget_total += 1;
         }
-        let changed = params != v.target.params || !reason.same_kind(&v.target.reason);
+        let changed = params != v.target.params
+            || !reason.same_kind(&v.target.reason)
+            || (params.is_rt() && vm_rt != v.target.rt_work);
         // Either debt may raise an unboosted vCPU's nice to debt_nice.
         let in_debt = in_debt || lock_debt;
         v.target.reason = reason;
         v.target.throttled = throttled;
         v.target.in_debt = in_debt;
+        v.target.rt_work = vm_rt;
         if changed {
             v.target.params = params;
             v.target.since = now;
@@ -1115,6 +1119,7 @@ impl VmState {
                 reason,
                 throttled,
                 in_debt,
+                rt_work: vm_rt,
             });
         }
     }

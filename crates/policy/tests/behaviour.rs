@@ -384,6 +384,35 @@ fn explicit_boost_request_boosts_when_honored() {
 }
 
 #[test]
+fn decisions_say_whether_the_vm_ran_rt_work_and_a_boost_is_decided_anew_when_that_ends() {
+    let mut vm = vm(
+        VmLimits {
+            max_boost_ns: u64::MAX / 4,
+            ..base()
+        },
+        1,
+    );
+
+    let rt_task = step(&mut vm, 10, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
+    // Idle after RT work: a halt boost, for halt_boost_ns (100 ms) from now.
+    let halting = step(&mut vm, 20, upd(0, idle(4)));
+    let within = step(&mut vm, 10 + 100 * MS, Event::Tick);
+    let after = step(&mut vm, 11 + 100 * MS, Event::Tick);
+
+    assert!(rt_task[0].rt_work);
+    assert_eq!(halting[0].reason, Reason::ProactiveHalt);
+    assert!(halting[0].rt_work);
+    assert!(within.is_empty(), "{within:?}");
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_eq!(
+        (after[0].reason, after[0].params),
+        (Reason::ProactiveHalt, halting[0].params),
+        "the same boost, decided anew"
+    );
+    assert!(!after[0].rt_work);
+}
+
+#[test]
 fn explicit_boost_request_is_ignored_when_not_honored() {
     let limits = VmLimits {
         honor_boost_request: false,

@@ -279,6 +279,7 @@ proptest! {
                 reason: t.reason,
                 throttled: t.throttled,
                 in_debt: t.in_debt,
+                rt_work: t.rt_work,
             };
             check_params(&new, &d)?;
         }

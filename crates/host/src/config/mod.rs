@@ -81,6 +81,12 @@ pub struct DaemonConfig {
     /// it between classes: the RT class never pushes or pulls it across CPUs
     /// (the host-cost cause measured in BENCHMARKS.md). Empty: every boost is RT.
     pub fair_boost_reasons: Vec<String>,
+    /// Carry every boost of a VM that ran no guest RT work within its
+    /// `halt_boost_ns` in the fair class, whatever the reason: such a VM's
+    /// boosts are for throughput (lock holders, message passing), which the
+    /// fair class serves without the RT class's pushes (BENCHMARKS.md, "Boosts
+    /// in the fair class"); a VM running RT work keeps the band's latency.
+    pub fair_boost_without_rt_work: bool,
     /// Nice of a fair-class boost (-20..=19): its weight against the host's CFS tasks
     /// (in the same cpu cgroup: across cgroups only the slice counts).
     pub fair_boost_nice: i8,
@@ -130,6 +136,7 @@ impl DaemonConfig {
     /// reason names are checked by `Config::parse`; an unknown one maps nothing.
     pub fn boost_mapping(&self) -> crate::actuator::BoostMapping {
         let mut m = crate::actuator::BoostMapping {
+            fair_without_rt_work: self.fair_boost_without_rt_work,
             nice: self.fair_boost_nice,
             slice_ns: self.fair_boost_slice_us * 1000,
             ..crate::actuator::BoostMapping::RT
@@ -161,6 +168,7 @@ impl Default for DaemonConfig {
             mlock: true,
             boost_latency_path: true,
             fair_boost_reasons: Vec::new(),
+            fair_boost_without_rt_work: false,
             fair_boost_nice: -20,
             fair_boost_slice_us: 100,
             lazy_events: true,
