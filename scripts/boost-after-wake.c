@@ -17,6 +17,8 @@
  *   rt-after      SCHED_RR 2, DELAY after the wakeup
  *   fair-before   nice -20 and the slice, 300 µs before the wakeup
  *   fair-always   nice -20 and the slice for the whole run
+ *   fair-twice    nice -19, then nice -20, both with the slice, DELAY after
+ *   rt-then-fair  SCHED_RR 1, then at once nice -20 and the slice, DELAY after
  *
  * Usage: boost-after-wake MODE [ROUNDS] [DELAY_US]   (root: nice -20, RT)
  * Prints the wakeup -> running delay: p50, p90, p99, max in µs.
@@ -42,9 +44,12 @@ struct sched_attr_v0 {
 	uint64_t runtime, deadline, period;
 };
 
-enum mode { NONE, FAIR_AFTER, RT_AFTER, FAIR_BEFORE, FAIR_ALWAYS };
+enum mode {
+	NONE, FAIR_AFTER, RT_AFTER, FAIR_BEFORE, FAIR_ALWAYS, FAIR_TWICE, RT_THEN_FAIR,
+};
 static const char *const mode_names[] = {
 	"none", "fair-after", "rt-after", "fair-before", "fair-always",
+	"fair-twice", "rt-then-fair",
 };
 
 static volatile int go;
@@ -101,6 +106,7 @@ static void unboost(pid_t tid)
 
 static void *hog(void *arg)
 {
+	(void)arg;
 	pin(0);
 	for (;;)
 		;
@@ -109,6 +115,7 @@ static void *hog(void *arg)
 
 static void *target(void *arg)
 {
+	(void)arg;
 	pin(0);
 	target_tid = syscall(SYS_gettid);
 	for (;;) {
@@ -139,10 +146,10 @@ int main(int argc, char **argv)
 
 	if (argc < 2)
 		goto usage;
-	for (i = 0; i <= FAIR_ALWAYS; i++)
+	for (i = 0; i <= RT_THEN_FAIR; i++)
 		if (!strcmp(argv[1], mode_names[i]))
 			break;
-	if (i > FAIR_ALWAYS || rounds < 100)
+	if (i > RT_THEN_FAIR || rounds < 100)
 		goto usage;
 	mode = i;
 	lat = calloc(rounds, sizeof(*lat));
@@ -168,10 +175,17 @@ int main(int argc, char **argv)
 		go = 1;
 		syscall(SYS_futex, &go, FUTEX_WAKE, 1, NULL, NULL, 0);
 		spin_ns(delay_ns);
-		if (mode == FAIR_AFTER)
+		if (mode == FAIR_AFTER) {
 			fair_boost(target_tid);
-		else if (mode == RT_AFTER)
+		} else if (mode == RT_AFTER) {
 			set_attr(target_tid, SCHED_RR, 0, 2, 0);
+		} else if (mode == FAIR_TWICE) {
+			set_attr(target_tid, SCHED_OTHER, -19, 0, 100000);
+			fair_boost(target_tid);
+		} else if (mode == RT_THEN_FAIR) {
+			set_attr(target_tid, SCHED_RR, 0, 1, 0);
+			fair_boost(target_tid);
+		}
 		while (go)
 			;
 		lat[i] = ran_at - woke;
@@ -188,7 +202,7 @@ int main(int argc, char **argv)
 	       (unsigned long long)lat[rounds - 1] / 1000);
 	return 0;
 usage:
-	fprintf(stderr, "usage: %s none|fair-after|rt-after|fair-before|fair-always [ROUNDS] [DELAY_US]\n",
+	fprintf(stderr, "usage: %s none|fair-after|rt-after|fair-before|fair-always|fair-twice|rt-then-fair [ROUNDS] [DELAY_US]\n",
 		argv[0]);
 	return 2;
 }
