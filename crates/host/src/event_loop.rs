@@ -422,7 +422,7 @@ impl Daemon {
         decisions.clear();
         self.decisions = decisions;
         self.update_recheck(now);
-        self.sync_quiet(vm_id);
+        self.sync_quiet(vm_id, now);
     }
 
     /// Whether records can be queued without a wakeup (configured, and a
@@ -432,16 +432,18 @@ impl Daemon {
     }
 
     /// Tells the event source which records of VM `vm_id`'s vCPUs need not
-    /// wake us, after the daemon's view of them changed.
-    fn sync_quiet(&mut self, vm_id: u32) {
+    /// wake us at `now`, after the daemon's view of them changed (and at every
+    /// scan: a VM's guest RT work ages out without an event).
+    fn sync_quiet(&mut self, vm_id: u32, now: u64) {
         if !self.quiet_active() {
             return;
         }
+        let quiet_without_rivals = self.cfg.config.daemon.quiet_without_rivals;
         let Some(vm) = self.vms.get_mut(vm_id as usize).and_then(Option::as_mut) else {
             return;
         };
         for v in 0..vm.vcpus.len() {
-            let quiet = vm.quiet(v as u32);
+            let quiet = vm.quiet(v as u32, now, quiet_without_rivals);
             let m = &mut vm.vcpus[v];
             if m.quiet != quiet {
                 m.quiet = quiet;

@@ -256,8 +256,9 @@ impl ServedVm {
         boosted && !halted
     }
 
-    /// Which records of vCPU `v` need not wake the daemon now.
-    pub fn quiet(&self, v: u32) -> Quiet {
+    /// Which records of vCPU `v` need not wake the daemon at `now`;
+    /// `quiet_without_rivals`: the daemon option of that name.
+    pub fn quiet(&self, v: u32, now: u64, quiet_without_rivals: bool) -> Quiet {
         let boosted = self.vcpus.get(v as usize).is_some_and(Managed::boosted);
         let shows_preempted = self.policy.lock_guest()
             && self.policy.status(v) == Some(pvsched_policy::RunStatus::Preempted);
@@ -266,6 +267,7 @@ impl ServedVm {
             self.policy.limits(),
             self.policy.lock_waited_on(v),
             shows_preempted,
+            quiet_without_rivals && !self.policy.rt_work_recent(now),
         )
     }
 

@@ -5,7 +5,7 @@
 //! Need root (CAP_BPF + CAP_PERFMON) and kernel BTF; skipped otherwise.
 
 use std::sync::mpsc;
-use std::sync::{Arc, Barrier};
+use std::sync::{Arc, Barrier, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -554,6 +554,13 @@ fn lazy_records_wait_for_the_next_read() {
     src.untrack(me);
 }
 
+/// Held by the tests that look at what the whole machine runs (idle CPUs,
+/// other processes): the spinners one of them starts are the others' rivals.
+fn machine_to_ourselves() -> MutexGuard<'static, ()> {
+    static MACHINE: Mutex<()> = Mutex::new(());
+    MACHINE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Restricts the calling thread to `cpus`.
 fn set_affinity(cpus: impl IntoIterator<Item = usize>) {
     // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside it
@@ -619,6 +626,7 @@ fn wakeups_onto_an_idle_cpu_are_flagged_and_quiet() {
     if !can_bpf() || std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
         return;
     }
+    let _machine = machine_to_ourselves();
     for on in [true, false] {
         // Arrange: a sleeper pinned to CPU 1, this thread (the waker side of
         // nothing: it sleeps by timer) on CPU 0; nothing of it lazy.
@@ -659,6 +667,7 @@ fn wakeups_while_another_cpu_idles_are_quiet_only_for_threads_that_can_move() {
     if !can_bpf() || std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
         return;
     }
+    let _machine = machine_to_ourselves();
     for (any, pinned) in [(true, false), (false, false), (true, true)] {
         // Arrange: CPU 0 kept busy by a spinner; the sleeper last runs on CPU 0
         // before each sleep (pinned there, then, unless `pinned`, let go).
@@ -742,6 +751,7 @@ fn switch_outs_and_wakeups_say_whether_another_process_holds_a_cpu() {
     if !can_bpf() {
         return;
     }
+    let _machine = machine_to_ourselves();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     for (find, spinners) in [(true, cpus), (true, 0), (false, 0)] {
         // Arrange: `spinners` processes that spin (one per CPU: whichever CPU
@@ -791,6 +801,82 @@ fn switch_outs_and_wakeups_say_whether_another_process_holds_a_cpu() {
             // Other processes of the machine run now and then.
             (true, _) => assert!(with * 2 <= seen.len(), "{with} of {seen:?}"),
             _ => assert_eq!(with, seen.len(), "{seen:?}"),
+        }
+        src.untrack(tid);
+    }
+}
+
+/// With `PVS_LAZY_NO_RIVAL` set for it, a tracked thread's wakeups seen while
+/// no CPU runs a task of another process are queued without waking the
+/// reader, and exactly those: with a spinning process of its own on every CPU
+/// they nearly all wake it.
+#[test]
+fn wakeups_without_rivals_are_quiet_when_the_reader_says_so() {
+    if !can_bpf() {
+        return;
+    }
+    let _machine = machine_to_ourselves();
+    use pvsched_host::events::wire::PVS_LAZY_NO_RIVAL;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for spinners in [0, cpus] {
+        // Arrange: wakeups onto idle CPUs not quiet on their own (so the bit
+        // is all that makes a record quiet), `spinners` spinning processes,
+        // and a tracked sleeper whose only lazy bit is PVS_LAZY_NO_RIVAL.
+        let mut src = load(BpfOptions {
+            quiet_idle_wakeups: false,
+            ..BpfOptions::default()
+        });
+        let mut rivals: Vec<std::process::Child> = (0..spinners)
+            .map(|_| {
+                std::process::Command::new("sh")
+                    .args(["-c", "while :; do :; done"])
+                    .spawn()
+                    .expect("spawn a spinning sh")
+            })
+            .collect();
+        for r in &rivals {
+            wait_until_spinning(r.id());
+        }
+        let (tx, rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let h = thread::spawn(move || {
+            tx.send(gettid()).unwrap();
+            go_rx.recv().unwrap();
+            for _ in 0..40 {
+                thread::sleep(Duration::from_millis(2));
+            }
+        });
+        let tid = rx.recv().unwrap();
+        src.try_track(tid, 3, 0).unwrap();
+        src.set_quiet(tid, Quiet::from_bits(PVS_LAZY_NO_RIVAL));
+
+        // Act: it sleeps and wakes 40 times.
+        go_tx.send(()).unwrap();
+        h.join().unwrap();
+        for r in &mut rivals {
+            r.kill().expect("kill the spinner");
+            r.wait().expect("reap the spinner");
+        }
+        let evs = collect(&mut src, Duration::from_millis(300), |_| false);
+
+        // Assert: quiet exactly when no rival was seen.
+        let wakings: Vec<(bool, bool)> = evs
+            .iter()
+            .filter(|e| tid_of(e) == tid as i32)
+            .filter(|e| matches!(e.kind, EventKind::Waking { .. }))
+            .map(|e| (e.rivals, e.quiet))
+            .collect();
+        assert!(wakings.len() >= 40, "spinners={spinners}: {evs:?}");
+        assert!(
+            wakings.iter().all(|&(rivals, quiet)| quiet != rivals),
+            "{wakings:?}"
+        );
+        let quiet = wakings.iter().filter(|&&(_, q)| q).count();
+        if spinners > 0 {
+            assert!(quiet * 10 <= wakings.len(), "{quiet} of {wakings:?}");
+        } else {
+            // Other processes of the machine run now and then.
+            assert!(quiet * 2 >= wakings.len(), "{quiet} of {wakings:?}");
         }
         src.untrack(tid);
     }

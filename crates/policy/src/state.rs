@@ -517,6 +517,13 @@ impl VmState {
         &self.locks
     }
 
+    /// Whether the VM ran guest RT work (an RT or deadline task, a boost request, a
+    /// pending hint) within `halt_boost_ns` of `now`: what spares it
+    /// `boost_only_against_rivals`.
+    pub fn rt_work_recent(&self, now: u64) -> bool {
+        recent(&self.limits, self.last_rt, now)
+    }
+
     /// The earliest `now` at which a [`Event::Tick`] could change a decision (proactive boost
     /// expiry, `max_boost` reached, throttle end, a budget latch setting or clearing), or
     /// `None` if only a new event can. May be <= [`VmState::now`] (then tick at once).

@@ -116,7 +116,9 @@ enum pvs_lazy {
 	PVS_LAZY_WAKING = 1u << 3,	/* WAKING */
 	PVS_LAZY_KVM_EXIT = 1u << 4,	/* KVM_EXIT (HLT and PAUSE) */
 	PVS_LAZY_KVM_WAKEUP = 1u << 5,	/* KVM_WAKEUP */
-	PVS_LAZY_ALL = (1u << 6) - 1,	/* KVM_IRQ always wakes: its target
+	PVS_LAZY_NO_RIVAL = 1u << 6,	/* SWITCH_OUT runnable and WAKING
+					 * flagged PVS_F_NO_RIVAL */
+	PVS_LAZY_ALL = (1u << 7) - 1,	/* KVM_IRQ always wakes: its target
 					 * vCPU is not the current thread */
 };
 

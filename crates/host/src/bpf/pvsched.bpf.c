@@ -271,15 +271,16 @@ static __always_inline void submit_quiet(struct pvs_event *e)
 }
 
 /* Submits e, without a wakeup if the daemon marked class (enum pvs_lazy)
- * lazy for vCPU v. */
+ * lazy for vCPU v, or marked PVS_LAZY_NO_RIVAL and e says no rival. */
 static __always_inline void submit_for(struct pvs_event *e, const struct pvs_vcpu *v, u32 class)
 {
 	u32 slot = v->lazy_slot;
-	u64 *bits;
+	u64 *bits, b;
 
 	if (lazy_wakeup) {
 		bits = bpf_map_lookup_elem(&lazy, &slot);
-		if (bits && (*(volatile u64 *)bits & class)) {
+		b = bits ? *(volatile u64 *)bits : 0;
+		if ((b & class) || ((b & PVS_LAZY_NO_RIVAL) && (e->flags & PVS_F_NO_RIVAL))) {
 			submit_quiet(e);
 			return;
 		}

@@ -116,6 +116,14 @@ pub struct DaemonConfig {
     /// per such record, stopping at the first rival. Off: every record counts
     /// as having rivals.
     pub find_rivals: bool,
+    /// With `find_rivals` and a VM's `boost_only_against_rivals`: while the VM
+    /// has run no guest RT work within its `halt_boost_ns`, its vCPUs'
+    /// preemptions and wakeups seen with no rival are queued without waking
+    /// the daemon (they can start no boost then). A lone VM passing messages
+    /// between its vCPUs woke it ~5000 times a second for nothing (BENCHMARKS.md,
+    /// "Records without rivals"). Guest RT work that starts then is seen at the
+    /// next read, within `scan_interval_us`.
+    pub quiet_without_rivals: bool,
     /// Offer guests idle hints (ABI `F_IDLE_HINTS`: each vCPU's measured wake-up
     /// latency, for a guest idle driver that polls instead of halting when a
     /// wake-up costs more than the poll). Off: the guest's idle path is its own.
@@ -175,6 +183,7 @@ impl Default for DaemonConfig {
             quiet_idle_wakeups: true,
             quiet_any_idle_wakeups: true,
             find_rivals: true,
+            quiet_without_rivals: true,
             offer_idle_hints: true,
             overload_cpu_pressure_percent: 30.0,
             kvm_params_dir: pvsched_base::kvm_params::DEFAULT_DIR.into(),

@@ -18,8 +18,8 @@ use pvsched_policy::VmLimits;
 #[cfg(test)]
 use super::wire::PVS_LAZY_KVM_EXIT;
 use super::wire::{
-    PVS_LAZY_ALL, PVS_LAZY_BLOCKED, PVS_LAZY_KVM_WAKEUP, PVS_LAZY_PREEMPTED, PVS_LAZY_SWITCH_IN,
-    PVS_LAZY_WAKING,
+    PVS_LAZY_ALL, PVS_LAZY_BLOCKED, PVS_LAZY_KVM_WAKEUP, PVS_LAZY_NO_RIVAL, PVS_LAZY_PREEMPTED,
+    PVS_LAZY_SWITCH_IN, PVS_LAZY_WAKING,
 };
 use super::EventSourceError;
 #[cfg(test)]
@@ -46,11 +46,18 @@ impl Quiet {
     /// starts an extension, its switch-in ends the preemption the waiters see.
     /// `shows_preempted`: its host half says preempted to a guest whose lock waiters act on
     /// that (they stop spinning): the switch-in that ends it must be published at once.
+    /// `no_rival_quiet`: its VM ran no guest RT work within `halt_boost_ns` and
+    /// `daemon.quiet_without_rivals` is on: with `boost_only_against_rivals` a preemption
+    /// or wakeup seen while no CPU runs a task from outside the VM starts no boost
+    /// (`PVS_LAZY_NO_RIVAL`: the program queues those flagged `PVS_F_NO_RIVAL` quietly).
+    /// Guest RT work starting then is seen at the next read (a record with rivals, a
+    /// doorbell, the scan), within `scan_interval_us`.
     pub fn for_vcpu(
         boosted: bool,
         limits: &VmLimits,
         waited_on: bool,
         shows_preempted: bool,
+        no_rival_quiet: bool,
     ) -> Quiet {
         if waited_on && limits.honor_lock_holders {
             return Quiet(PVS_LAZY_BLOCKED | PVS_LAZY_KVM_WAKEUP);
@@ -75,6 +82,9 @@ impl Quiet {
             // Nothing the guest says can start a boost on a preemption.
             bits |= PVS_LAZY_PREEMPTED;
         }
+        if no_rival_quiet && limits.boost_only_against_rivals {
+            bits |= PVS_LAZY_NO_RIVAL;
+        }
         Quiet(bits)
     }
 
@@ -93,7 +103,12 @@ impl Quiet {
             // Its target vCPU is not the current thread: always wakes.
             EventKind::KvmIrq => 0,
         };
-        self.0 & class != 0
+        let no_rival = !ev.rivals
+            && matches!(
+                ev.kind,
+                EventKind::SwitchOut { .. } | EventKind::Waking { .. }
+            );
+        self.0 & class != 0 || (no_rival && self.0 & PVS_LAZY_NO_RIVAL != 0)
     }
 
     /// The `enum pvs_lazy` bits.
@@ -235,7 +250,7 @@ mod tests {
 
     #[test]
     fn a_boosted_vcpu_wakes_the_daemon_for_nothing() {
-        let q = Quiet::for_vcpu(true, &VmLimits::default(), false, false);
+        let q = Quiet::for_vcpu(true, &VmLimits::default(), false, false, false);
 
         assert!(q.covers(&ev(EventKind::SwitchOut { runnable: true })));
         assert!(q.covers(&ev(EventKind::Waking {
@@ -247,7 +262,7 @@ mod tests {
 
     #[test]
     fn an_unboosted_vcpu_wakes_it_for_preemptions_and_wakeups_that_may_start_a_boost() {
-        let q = Quiet::for_vcpu(false, &VmLimits::default(), false, false);
+        let q = Quiet::for_vcpu(false, &VmLimits::default(), false, false, false);
 
         assert!(q.covers(&ev(EventKind::SwitchIn { cpu: 0 })));
         assert!(q.covers(&ev(EventKind::SwitchOut { runnable: false })));
@@ -265,7 +280,7 @@ mod tests {
             ..VmLimits::default()
         };
 
-        let q = Quiet::for_vcpu(false, &limits, false, false);
+        let q = Quiet::for_vcpu(false, &limits, false, false, false);
 
         assert!(q.covers(&ev(EventKind::SwitchOut { runnable: true })));
         assert!(q.covers(&ev(EventKind::Waking {
@@ -281,7 +296,7 @@ mod tests {
             ..VmLimits::default()
         };
         for boosted in [false, true] {
-            let q = Quiet::for_vcpu(boosted, &on, true, false);
+            let q = Quiet::for_vcpu(boosted, &on, true, false, false);
 
             assert!(!q.covers(&ev(EventKind::SwitchIn { cpu: 0 })));
             assert!(!q.covers(&ev(EventKind::SwitchOut { runnable: true })));
@@ -291,14 +306,40 @@ mod tests {
             honor_lock_holders: false,
             ..VmLimits::default()
         };
-        assert!(
-            Quiet::for_vcpu(true, &off, true, false).covers(&ev(EventKind::SwitchIn { cpu: 0 }))
-        );
+        assert!(Quiet::for_vcpu(true, &off, true, false, false)
+            .covers(&ev(EventKind::SwitchIn { cpu: 0 })));
+    }
+
+    #[test]
+    fn without_recent_rt_work_preemptions_and_wakeups_with_no_rival_are_quiet() {
+        let waking = EventKind::Waking {
+            source: super::super::WakeSource::Vcpu,
+            cpu_idle: false,
+        };
+        let alone = |kind| HostEvent {
+            rivals: false,
+            ..ev(kind)
+        };
+        let off = VmLimits {
+            boost_only_against_rivals: false,
+            ..VmLimits::default()
+        };
+
+        let q = Quiet::for_vcpu(false, &VmLimits::default(), false, false, true);
+        let rt_work = Quiet::for_vcpu(false, &VmLimits::default(), false, false, false);
+        let rule_off = Quiet::for_vcpu(false, &off, false, false, true);
+
+        assert!(q.covers(&alone(EventKind::SwitchOut { runnable: true })));
+        assert!(q.covers(&alone(waking)));
+        assert!(!q.covers(&ev(EventKind::SwitchOut { runnable: true })));
+        assert!(!q.covers(&ev(waking)));
+        assert!(!rt_work.covers(&alone(EventKind::SwitchOut { runnable: true })));
+        assert!(!rule_off.covers(&alone(waking)));
     }
 
     #[test]
     fn the_switch_in_of_a_vcpu_shown_preempted_to_a_lock_waiting_guest_wakes_it() {
-        let q = Quiet::for_vcpu(false, &VmLimits::default(), false, true);
+        let q = Quiet::for_vcpu(false, &VmLimits::default(), false, true, false);
 
         assert!(!q.covers(&ev(EventKind::SwitchIn { cpu: 0 })));
         assert!(q.covers(&ev(EventKind::SwitchOut { runnable: false })));
