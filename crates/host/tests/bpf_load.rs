@@ -558,7 +558,9 @@ fn lazy_records_wait_for_the_next_read() {
 /// other processes): the spinners one of them starts are the others' rivals.
 fn machine_to_ourselves() -> MutexGuard<'static, ()> {
     static MACHINE: Mutex<()> = Mutex::new(());
-    MACHINE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    MACHINE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Restricts the calling thread to `cpus`.
