@@ -109,13 +109,14 @@ pub fn descendants_time(root: u32, procs: &[(u32, u32, u64)]) -> u64 {
     total
 }
 
+/// The machine's busy ticks now ([`parse_proc_stat`] of /proc/stat).
+pub fn machine_busy_ticks() -> Option<u64> {
+    parse_proc_stat(&std::fs::read_to_string("/proc/stat").ok()?)
+}
+
 pub fn sample() -> Sample {
-    let busy = std::fs::read_to_string("/proc/stat")
-        .ok()
-        .and_then(|t| parse_proc_stat(&t))
-        .unwrap_or(0);
     Sample {
-        busy,
+        busy: machine_busy_ticks().unwrap_or(0),
         ours: ours(),
         at: Instant::now(),
     }

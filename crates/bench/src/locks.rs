@@ -27,7 +27,7 @@ use crate::locks_report::{
     self, DaemonLocks, GuestLocks, LockCase, LockMode, LocksMeta, LocksRaw, LocksReport,
     LockstressResult, Phase, SessionStatus, VmPhase, Workload, DEFINITIONS, VM_A, VM_B,
 };
-use crate::model::mode_order;
+use crate::model::{daemon_counters, mode_order};
 use crate::plot;
 use crate::progress::{human, Progress};
 use crate::report::Meta;
@@ -162,6 +162,11 @@ struct Ends {
     ticks: Vec<u64>,
     locks: Vec<(bool, Option<GuestLocks>)>,
     status: BTreeMap<String, pvsched_control::VmStatus>,
+    /// The machine's busy ticks.
+    busy: Option<u64>,
+    /// pvschedd's own ticks and its counters (pvsched modes).
+    daemon_ticks: Option<u64>,
+    daemon_counters: BTreeMap<String, f64>,
 }
 
 struct Bench<'a> {
@@ -208,6 +213,12 @@ impl Bench<'_> {
             status: daemon
                 .and_then(|d| d.status().ok())
                 .map(|st| st.vms.into_iter().map(|v| (v.name.clone(), v)).collect())
+                .unwrap_or_default(),
+            busy: foreign::machine_busy_ticks(),
+            daemon_ticks: daemon.and_then(|d| foreign::process_ticks(d.pid())),
+            daemon_counters: daemon
+                .and_then(|d| d.metrics_text().ok())
+                .map(|t| daemon_counters(&t))
                 .unwrap_or_default(),
         }
     }
@@ -377,6 +388,7 @@ impl Bench<'_> {
                 daemon: daemon_locks,
             });
         }
+        let machine_s = window_s * self.host_cpus as f64;
         let phase = Phase {
             case,
             mode,
@@ -385,6 +397,21 @@ impl Bench<'_> {
             host_cpus: self.host_cpus,
             foreign_cpu,
             vms,
+            machine_busy: match (start.busy, end.busy) {
+                (Some(a), Some(b)) if machine_s > 0.0 => {
+                    Some((b.saturating_sub(a) as f64 / hz / machine_s).clamp(0.0, 1.0))
+                }
+                _ => None,
+            },
+            daemon_cpu_s: match (start.daemon_ticks, end.daemon_ticks) {
+                (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / hz),
+                _ => None,
+            },
+            daemon_counters: start
+                .daemon_counters
+                .iter()
+                .filter_map(|(k, a)| Some((k.clone(), (end.daemon_counters.get(k)? - a).max(0.0))))
+                .collect(),
         };
         eprintln!("    {}", phase_line(&phase));
         self.phases.push(phase);
@@ -529,8 +556,12 @@ pub fn phase_line(p: &Phase) -> String {
             )
         })
         .collect();
+    let daemon = match (p.daemon_cpu_s, p.machine_seconds()) {
+        (Some(d), Some(m)) => format!(" | pvschedd {:.1} %", d / m * 100.0),
+        _ => String::new(),
+    };
     format!(
-        "{} | other load {:.0} %",
+        "{}{daemon} | other load {:.0} %",
         vms.join(" | "),
         p.foreign_cpu * 100.0
     )
@@ -990,6 +1021,9 @@ mod tests {
             host_cpus: 2,
             foreign_cpu: f,
             vms: vec![],
+            machine_busy: None,
+            daemon_cpu_s: None,
+            daemon_counters: BTreeMap::new(),
         };
         assert_eq!(
             least_disturbed(Some(p(0.3)), Some(p(0.2))).map(|x| x.foreign_cpu),
@@ -1015,6 +1049,9 @@ mod tests {
             window_s: 10.0,
             host_cpus: 2,
             foreign_cpu: 0.02,
+            machine_busy: None,
+            daemon_cpu_s: None,
+            daemon_counters: BTreeMap::new(),
             vms: vec![
                 VmPhase {
                     name: VM_A.into(),

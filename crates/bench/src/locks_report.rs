@@ -397,11 +397,29 @@ pub struct Phase {
     pub foreign_cpu: f64,
     /// In [`VM_A`], [`VM_B`] order.
     pub vms: Vec<VmPhase>,
+    /// Fraction of the machine busy over the window (/proc/stat; None:
+    /// unreadable, or a raw file from before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_busy: Option<f64>,
+    /// pvschedd's own CPU-seconds over the window (pvsched modes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daemon_cpu_s: Option<f64>,
+    /// pvschedd's counters over the window (`model::DAEMON_COUNTERS` keys:
+    /// event-thread wakeups by cause, doorbell rings, BPF records).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub daemon_counters: BTreeMap<String, f64>,
 }
 
 impl Phase {
     pub fn vm(&self, name: &str) -> Option<&VmPhase> {
         self.vms.iter().find(|v| v.name == name)
+    }
+
+    /// CPU-seconds the machine had over the window (window x CPUs); None
+    /// for an empty window.
+    pub fn machine_seconds(&self) -> Option<f64> {
+        let s = self.window_s * self.host_cpus as f64;
+        (s > 0.0).then_some(s)
     }
 
     /// ops/s of the VMs that ran the workload, summed; None when one of
@@ -530,6 +548,17 @@ pub struct ModeSummary {
     pub split_deviation_pct: Option<Spread>,
     pub vms: Vec<VmSummary>,
     pub other_load_pct_per_repeat: Vec<f64>,
+    /// Where the machine went, per repeat: busy, the VMs' QEMU processes
+    /// and pvschedd, percent of the machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_busy_pct: Option<Spread>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vms_pct: Option<Spread>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daemon_pct: Option<Spread>,
+    /// pvschedd's counters per second of window, pooled over the repeats.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub daemon_per_s: BTreeMap<String, f64>,
 }
 
 /// A throughput ratio, one mode over vanilla, paired by repeat.
@@ -745,7 +774,45 @@ fn mode_summary(phases: &[&Phase], names: &[String]) -> ModeSummary {
             .iter()
             .map(|p| round(p.foreign_cpu * 100.0, 1))
             .collect(),
+        machine_busy_pct: spread_of(
+            phases
+                .iter()
+                .filter_map(|p| Some(round(p.machine_busy? * 100.0, 1))),
+        ),
+        vms_pct: spread_of(phases.iter().filter_map(|p| {
+            let cpu_s: f64 = p.vms.iter().map(|v| v.cpu_s).sum();
+            Some(round(cpu_s / p.machine_seconds()? * 100.0, 1))
+        })),
+        daemon_pct: spread_of(
+            phases
+                .iter()
+                .filter_map(|p| Some(round(p.daemon_cpu_s? / p.machine_seconds()? * 100.0, 2))),
+        ),
+        daemon_per_s: per_second(phases),
     }
+}
+
+/// A [`Spread`] of `v`; None when it is empty.
+fn spread_of(v: impl Iterator<Item = f64>) -> Option<Spread> {
+    let v: Vec<f64> = v.collect();
+    (!v.is_empty()).then(|| Spread::of(v))
+}
+
+/// Each daemon counter summed over the phases that have it, per second of
+/// those phases' windows.
+fn per_second(phases: &[&Phase]) -> BTreeMap<String, f64> {
+    let mut sums: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    for p in phases {
+        for (k, v) in &p.daemon_counters {
+            let e = sums.entry(k.clone()).or_default();
+            e.0 += v;
+            e.1 += p.window_s;
+        }
+    }
+    sums.into_iter()
+        .filter(|(_, (_, secs))| *secs > 0.0)
+        .map(|(k, (n, secs))| (k, round(n / secs, 1)))
+        .collect()
 }
 
 /// Per repeat present in both, `num`'s figure / `den`'s (`f` picks it; a
@@ -1306,6 +1373,57 @@ pub fn markdown(r: &LocksReport) -> String {
         }
     }
 
+    let _ = writeln!(
+        o,
+        "\n## Where the machine went (over the windows)\n\n\
+         Per mode, median [min-max] over the repeats, percent of the machine: busy \
+         (/proc/stat), the VMs' QEMU processes, pvschedd's own process (utime + stime); \
+         what busy leaves beside them is the kernel's threads, the bench and other jobs. \
+         pvschedd's event-thread wakeups per second by cause and the BPF records it read \
+         (those queued without a wakeup in brackets), pooled over the windows.\n"
+    );
+    let _ = writeln!(
+        o,
+        "| case | mode | machine busy % | VMs % | pvschedd % | pvschedd wakeups/s: records / timer / doorbell | BPF records/s (quiet) |"
+    );
+    let _ = writeln!(o, "|---|---|--:|--:|--:|---|--:|");
+    for c in &r.cases {
+        for (mode, ms) in ordered(&c.modes) {
+            let d = |k: &str| {
+                ms.daemon_per_s
+                    .get(k)
+                    .map(|v| format!("{v:.0}"))
+                    .unwrap_or_default()
+            };
+            let wakeups = if ms.daemon_per_s.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "{} / {} / {}",
+                    d("wakeups_records"),
+                    d("wakeups_timer"),
+                    d("wakeups_doorbell")
+                )
+            };
+            let records = if ms.daemon_per_s.is_empty() {
+                String::new()
+            } else {
+                format!("{} ({})", d("bpf_records"), d("bpf_lazy_records"))
+            };
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                c.case,
+                mode,
+                opt_spread(&ms.machine_busy_pct, 1),
+                opt_spread(&ms.vms_pct, 1),
+                opt_spread(&ms.daemon_pct, 2),
+                wakeups,
+                records
+            );
+        }
+    }
+
     if !m.notes.is_empty() {
         let _ = writeln!(o, "\n## Notes\n");
         for n in &m.notes {
@@ -1363,6 +1481,9 @@ mod tests {
             host_cpus: 2,
             foreign_cpu: 0.01,
             vms,
+            machine_busy: None,
+            daemon_cpu_s: None,
+            daemon_counters: BTreeMap::new(),
         }
     }
 
@@ -1750,6 +1871,62 @@ mod tests {
             "| overcommitted | vanilla | lock-a | 1600 | 80 | — (no host halves) | — |",
             "| overcommitted | vanilla | lock-a | 9.50 [9.00-10.00] | 47.5 [45.0-50.0] | 47.5 [45.0-50.0] | 45.0, 50.0 | 10.0, 0.0 |",
             "Holder preemptions avoided = 1 -",
+        ] {
+            assert!(md.contains(needle), "{needle:?} not in\n{md}");
+        }
+    }
+
+    #[test]
+    fn the_machine_table_splits_busy_time_and_gives_the_daemons_wakeups_per_second() {
+        // Arrange: two pvsched-lock repeats of 10 s on 2 CPUs (20 CPU-s
+        // each); the VMs use 9 + 8 and 8 + 8 CPU-s, pvschedd 0.6 and 0.4;
+        // 3000 then 1000 record wakeups, 100 timer wakeups in the first only.
+        use LockCase::Overcommitted as O;
+        use LockMode::*;
+        let with = |rep, a, b, busy, daemon: f64, counters: &[(&str, f64)]| {
+            let mut p = phase(
+                O,
+                PvschedLock,
+                rep,
+                vec![vm(VM_A, Some(1.0), a, None), vm(VM_B, Some(1.0), b, None)],
+            );
+            p.machine_busy = Some(busy);
+            p.daemon_cpu_s = Some(daemon);
+            p.daemon_counters = counters.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+            p
+        };
+        let mut vanilla = phase(
+            O,
+            Vanilla,
+            1,
+            vec![
+                vm(VM_A, Some(1.0), 10.0, None),
+                vm(VM_B, Some(1.0), 9.8, None),
+            ],
+        );
+        vanilla.machine_busy = Some(1.0);
+        let r = build(&raw(vec![
+            vanilla,
+            with(
+                1,
+                9.0,
+                8.0,
+                0.95,
+                0.6,
+                &[("wakeups_records", 3000.0), ("wakeups_timer", 100.0)],
+            ),
+            with(2, 8.0, 8.0, 0.9, 0.4, &[("wakeups_records", 1000.0)]),
+        ]));
+
+        // Act
+        let md = markdown(&r);
+
+        // Assert: VMs 85 and 80 %, pvschedd 3 and 2 %; record wakeups
+        // 4000 over 20 s, timer wakeups 100 over the 10 s that counted them.
+        for needle in [
+            "## Where the machine went (over the windows)",
+            "| overcommitted | vanilla | 100.0 | 99.0 | n/a |  |  |",
+            "| overcommitted | pvsched-lock | 92.5 [90.0-95.0] | 82.5 [80.0-85.0] | 2.50 [2.00-3.00] | 200 / 10 /  |",
         ] {
             assert!(md.contains(needle), "{needle:?} not in\n{md}");
         }

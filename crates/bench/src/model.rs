@@ -182,6 +182,14 @@ pub const DAEMON_COUNTERS: [(&str, &str); 6] = [
     ("bpf_lazy_records", "pvsched_bpf_lazy_records"),
 ];
 
+/// The [`DAEMON_COUNTERS`] present in pvschedd's Prometheus text `text`, by key.
+pub fn daemon_counters(text: &str) -> BTreeMap<String, f64> {
+    DAEMON_COUNTERS
+        .iter()
+        .filter_map(|(key, name)| Some((key.to_string(), prometheus_value(text, name)?)))
+        .collect()
+}
+
 /// The value of the sample `name` (with its labels, as printed) in the
 /// Prometheus text `text`.
 pub fn prometheus_value(text: &str, name: &str) -> Option<f64> {

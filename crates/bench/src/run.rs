@@ -25,8 +25,7 @@ use crate::interrupts;
 use crate::ipi_sources;
 use crate::modcost::{self, ModCostRaw, ModCostSettings};
 use crate::model::{
-    mode_order, prometheus_buckets, prometheus_value, LatencyRun, Load, Mode, Results, SessionRun,
-    DAEMON_COUNTERS,
+    daemon_counters, mode_order, prometheus_buckets, LatencyRun, Load, Mode, Results, SessionRun,
 };
 use crate::plot;
 use crate::progress::{human, Progress};
@@ -423,11 +422,7 @@ impl Bench<'_> {
                         end.reaction_wakeup =
                             prometheus_buckets(&text, "pvsched_reaction_wakeup_seconds");
                         end.setattr = prometheus_buckets(&text, "pvsched_setattr_seconds");
-                        for (key, name) in DAEMON_COUNTERS {
-                            if let Some(v) = prometheus_value(&text, name) {
-                                end.counters.insert(key.to_string(), v);
-                            }
-                        }
+                        end.counters = daemon_counters(&text);
                         end.seconds = d.uptime().as_secs_f64();
                     }
                     Err(e) => self.note(format!("pvschedd metrics at the end: {e}")),
