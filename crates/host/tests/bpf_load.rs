@@ -744,6 +744,38 @@ fn wait_until_spinning(pid: u32) {
     }
 }
 
+/// Processes that spin until dropped (killed and reaped then).
+struct Spinners(Vec<std::process::Child>);
+
+impl Spinners {
+    /// Starts `n` and returns once each has run.
+    fn start(n: usize) -> Spinners {
+        let s = Spinners(
+            (0..n)
+                .map(|_| {
+                    std::process::Command::new("sh")
+                        .args(["-c", "while :; do :; done"])
+                        .spawn()
+                        .expect("spawn a spinning sh")
+                })
+                .collect(),
+        );
+        for c in &s.0 {
+            wait_until_spinning(c.id());
+        }
+        s
+    }
+}
+
+impl Drop for Spinners {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 /// A tracked thread's switch-outs and wakeups say whether some CPU ran a task
 /// of another process then (`rivals`): with a spinning process of its own on
 /// every CPU they nearly all do; with only this process and idle CPUs most do
@@ -762,24 +794,11 @@ fn switch_outs_and_wakeups_say_whether_another_process_holds_a_cpu() {
             find_rivals: find,
             ..BpfOptions::default()
         });
-        let mut rivals: Vec<std::process::Child> = (0..spinners)
-            .map(|_| {
-                std::process::Command::new("sh")
-                    .args(["-c", "while :; do :; done"])
-                    .spawn()
-                    .expect("spawn a spinning sh")
-            })
-            .collect();
-        for r in &rivals {
-            wait_until_spinning(r.id());
-        }
+        let rivals = Spinners::start(spinners);
 
         // Act: it sleeps and wakes 40 times.
         let tid = run_tracked_sleeper(&mut src, || {}, || {});
-        for r in &mut rivals {
-            r.kill().expect("kill the spinner");
-            r.wait().expect("reap the spinner");
-        }
+        drop(rivals);
         let evs = collect(&mut src, Duration::from_millis(300), |_| false);
 
         // Assert
@@ -828,17 +847,7 @@ fn wakeups_without_rivals_are_quiet_when_the_reader_says_so() {
             quiet_idle_wakeups: false,
             ..BpfOptions::default()
         });
-        let mut rivals: Vec<std::process::Child> = (0..spinners)
-            .map(|_| {
-                std::process::Command::new("sh")
-                    .args(["-c", "while :; do :; done"])
-                    .spawn()
-                    .expect("spawn a spinning sh")
-            })
-            .collect();
-        for r in &rivals {
-            wait_until_spinning(r.id());
-        }
+        let rivals = Spinners::start(spinners);
         let (tx, rx) = mpsc::channel();
         let (go_tx, go_rx) = mpsc::channel::<()>();
         let h = thread::spawn(move || {
@@ -855,10 +864,7 @@ fn wakeups_without_rivals_are_quiet_when_the_reader_says_so() {
         // Act: it sleeps and wakes 40 times.
         go_tx.send(()).unwrap();
         h.join().unwrap();
-        for r in &mut rivals {
-            r.kill().expect("kill the spinner");
-            r.wait().expect("reap the spinner");
-        }
+        drop(rivals);
         let evs = collect(&mut src, Duration::from_millis(300), |_| false);
 
         // Assert: quiet exactly when no rival was seen.

@@ -126,6 +126,33 @@ fn wait_for<T>(what: &str, timeout: Duration, mut probe: impl FnMut() -> Option<
         .unwrap_or_else(|| panic!("timed out: {what}"))
 }
 
+/// Starts pvschedd in `dir` with `config` (serving VM "e2e", 2 vCPUs), waits
+/// until vCPU thread `tid` is `boosted`, kills the daemon with SIGKILL, then
+/// ends the guest's RT work (`task` and any rtspin); returns the daemon's pid
+/// and the thread's parameters right after.
+fn kill_9_while_boosted(
+    dir: &Path,
+    config: &str,
+    vm: &Vm,
+    task: &pvsched_vmtest::GuestProcess,
+    tid: i32,
+    boosted: impl Fn(&ThreadParams) -> bool,
+) -> (i32, ThreadParams) {
+    let mut d = Daemon::start(dir, config);
+    d.wait_serving("e2e", 2);
+    wait_for("boosted again", Duration::from_secs(10), || {
+        boosted(&params(tid)).then_some(())
+    });
+    let pid = d.pid();
+    d.signal(libc::SIGKILL);
+    vm.exec_ok(
+        &format!("kill {}; killall rtspin; true", task.pid),
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    (pid, params(tid))
+}
+
 /// The output of a guest process started with `Vm::spawn`, for failure messages.
 fn guest_log(vm: &Vm, task: &pvsched_vmtest::GuestProcess) -> String {
     vm.exec(&format!("cat {}", task.log), Duration::from_secs(10))
@@ -330,19 +357,14 @@ fn sigterm_restores_at_once_and_a_restart_after_kill_9_restores_what_was_left() 
     assert_eq!(after_term.policy, SCHED_OTHER, "SIGTERM left {after_term}");
 
     // kill -9 while boosted leaves the thread boosted...
-    let mut d = Daemon::start(&dir, &vm_entries(&[("e2e", &f.vm)]));
-    d.wait_serving("e2e", 2);
-    wait_for("boosted again", Duration::from_secs(10), || {
-        (params(tid).policy == SCHED_FIFO).then_some(())
-    });
-    let pid = d.pid();
-    d.signal(libc::SIGKILL);
-    f.vm.exec_ok(
-        &format!("kill {}; killall rtspin; true", task.pid),
-        Duration::from_secs(10),
-    )
-    .unwrap();
-    let left = params(tid);
+    let (pid, left) = kill_9_while_boosted(
+        &dir,
+        &vm_entries(&[("e2e", &f.vm)]),
+        &f.vm,
+        &task,
+        tid,
+        |p| p.policy == SCHED_FIFO,
+    );
     assert_eq!(
         left.policy, SCHED_FIFO,
         "kill -9 of {pid} should leave the boost in place"
@@ -705,18 +727,7 @@ fn a_boost_in_the_fair_class_is_nice_minus_20_with_a_short_slice_and_every_exit_
     assert!(status.success(), "pvschedd exit {status:?}\n{}", d.log());
 
     // kill -9 while boosted leaves it; a successor with no VM restores it.
-    let mut d = Daemon::start(&dir, &toml);
-    d.wait_serving("e2e", 2);
-    wait_for("boosted again", Duration::from_secs(10), || {
-        in_fair_boost(&params(tid)).then_some(())
-    });
-    d.signal(libc::SIGKILL);
-    f.vm.exec_ok(
-        &format!("kill {}; killall rtspin; true", task.pid),
-        Duration::from_secs(10),
-    )
-    .unwrap();
-    let left = params(tid);
+    let (_, left) = kill_9_while_boosted(&dir, &toml, &f.vm, &task, tid, in_fair_boost);
     let mut empty = Daemon::start(&dir, &vm_entries(&[]));
     let restored = wait_for("restored by the successor", Duration::from_secs(1), || {
         let p = params(tid);
