@@ -52,6 +52,9 @@ pub struct CpuUse {
     /// vCPU's time (`boost_share_permille`).
     #[serde(default)]
     pub boost_budget_permille: Option<u32>,
+    /// pvsched: pvschedd's own process (utime + stime of every thread).
+    #[serde(default)]
+    pub daemon_s: Option<f64>,
     /// Time the guest's idle driver (pvsched.ko) spent polling, summed over
     /// the vCPUs, from its debugfs counters read just before and just after
     /// the phase; None when they could not be read.
@@ -75,6 +78,8 @@ pub struct Snapshot {
     pub hogs: BTreeMap<u32, u64>,
     pub busy: u64,
     pub boosted_s: Option<f64>,
+    /// pvschedd's ticks (the pvsched mode).
+    pub daemon: Option<u64>,
 }
 
 /// The difference `b - a` in CPU-seconds (`hz`: clock ticks per second).
@@ -108,6 +113,10 @@ pub fn between(a: &Snapshot, b: &Snapshot, hz: u64, host_cpus: usize) -> CpuUse 
             _ => None,
         },
         boost_budget_permille: None,
+        daemon_s: match (a.daemon, b.daemon) {
+            (Some(x), Some(y)) => Some(secs(x, y)),
+            _ => None,
+        },
         guest_poll_s: None,
         guest_idle: None,
     }
@@ -250,14 +259,17 @@ impl Probe<'_> {
                     msg: "no `cpu ` line with 8 counters".into(),
                 })
             })?;
-        let boosted_s = match self.daemon {
-            None => None,
+        let (boosted_s, daemon) = match self.daemon {
+            None => (None, None),
             Some(d) => {
                 let st = d.status()?;
                 let vm = st.vms.iter().find(|v| v.name == VM_NAME).ok_or_else(|| {
                     BenchError::Daemon(format!("pvschedd's status has no VM {VM_NAME:?}"))
                 })?;
-                Some(vm.boosted_s)
+                (
+                    Some(vm.boosted_s),
+                    Some(stat(format!("/proc/{}/stat", d.pid()))?),
+                )
             }
         };
         Ok(Snapshot {
@@ -268,6 +280,7 @@ impl Probe<'_> {
             hogs,
             busy,
             boosted_s,
+            daemon,
         })
     }
 
@@ -313,6 +326,9 @@ impl CpuUse {
         if let (Some(p), Some(d)) = (self.guest_poll_s, &self.guest_idle) {
             s.push_str(&format!(", guest idle polling {:.1} % ({d})", self.pct(p)));
         }
+        if let Some(d) = self.daemon_s {
+            s.push_str(&format!(", pvschedd {:.1} %", self.pct(d)));
+        }
         s
     }
 }
@@ -336,6 +352,7 @@ mod tests {
             hogs: hogs.iter().copied().collect(),
             busy: 0,
             boosted_s: None,
+            daemon: None,
         }
     }
 
@@ -356,6 +373,8 @@ mod tests {
         b.busy = 2000;
         a.boosted_s = Some(1.0);
         b.boosted_s = Some(3.5);
+        a.daemon = Some(40);
+        b.daemon = Some(90);
 
         // Act
         let u = between(&a, &b, 100, 2);
@@ -368,6 +387,7 @@ mod tests {
         assert_eq!(u.hog_s, vec![4.0], "only the worker seen at both ends");
         assert!((u.busy_s - 19.0).abs() < 1e-9);
         assert_eq!(u.boosted_s, Some(2.5));
+        assert_eq!(u.daemon_s, Some(0.5));
         assert!((u.pct(u.vm_s) - 25.0).abs() < 1e-9);
         assert!((u.pct(u.busy_s) - 95.0).abs() < 1e-9);
     }

@@ -20,7 +20,8 @@ pub const DEFINITION: &str = "Over the cyclictest phases of each session (the bu
     threads, `/proc/<pid>/task/<tid>/stat`, and the rest: the main loop, I/O threads), \
     stress-ng's process tree (reaped children included) and the machine's busy time \
     (`/proc/stat`, steal included; what busy leaves beside VM and load is the cyclictests, \
-    pvschedd, the bench, kernel threads and other jobs). Per repeat: that repeat's phases pooled; \
+    pvschedd, the bench, kernel threads and other jobs); in the pvsched mode pvschedd's own \
+    process (utime + stime of its threads, *pvschedd %*). Per repeat: that repeat's phases pooled; \
     the other columns pool every repeat. *vs vanilla*: this mode's pooled share / vanilla's. \
     *boosted*: the vCPU time pvschedd counted as boosted and not halted (its status `boosted_s`, \
     the difference over each phase) / (wall x vCPUs), beside the budget it enforces \
@@ -80,6 +81,9 @@ pub struct ModeShare {
     pub load_throughput_vs_vanilla: Option<f64>,
     /// The whole machine's busy time, percent.
     pub busy_pct: f64,
+    /// pvsched: pvschedd's own process, percent of the machine.
+    #[serde(default)]
+    pub daemon_pct: Option<f64>,
     /// Of the vCPU threads' time: the guest's idle driver polling, percent
     /// of the machine (None: its counters were not read).
     #[serde(default)]
@@ -121,6 +125,8 @@ struct Pool {
     boosted: Option<(f64, f64)>,
     budget_permille: Option<u32>,
     busy: f64,
+    /// (seconds, wall x host CPUs) of the phases pvschedd's time was read in.
+    daemon: Option<(f64, f64)>,
     /// (seconds, wall x host CPUs) of the phases with the guest's idle counters.
     poll: Option<(f64, f64)>,
     idle_drivers: Vec<String>,
@@ -155,6 +161,11 @@ impl Pool {
         }
         self.budget_permille = self.budget_permille.or(u.boost_budget_permille);
         self.busy += u.busy_s;
+        if let Some(d) = u.daemon_s {
+            let (s, w) = self.daemon.get_or_insert((0.0, 0.0));
+            *s += d;
+            *w += machine;
+        }
         if let Some(p) = u.guest_poll_s {
             let (s, w) = self.poll.get_or_insert((0.0, 0.0));
             *s += p;
@@ -326,6 +337,7 @@ pub fn build(
                     ),
                     load_throughput_vs_vanilla: throughput(mode),
                     busy_pct: all.pct(all.busy),
+                    daemon_pct: all.daemon.map(|(s, w)| pct_of(s, w)),
                     guest_poll_pct: all.poll.map(|(s, w)| pct_of(s, w)),
                     guest_idle: all.idle_drivers.clone(),
                     phases: all.phases,
@@ -452,6 +464,11 @@ fn reading(load: Load, e: Option<&Entitlement>, rows: &BTreeMap<String, ModeShar
                 .unwrap_or_default()
         ));
     }
+    if let Some(d) = p.daemon_pct {
+        out.push(format!(
+            "pvschedd's own process used {d:.2} % of the machine."
+        ));
+    }
     if let (Some(t), Some(l), Some(v)) = (p.load_throughput_vs_vanilla, p.load_pct, van) {
         let static_rt = rt
             .and_then(|r| r.load_throughput_vs_vanilla)
@@ -514,9 +531,9 @@ pub fn markdown(o: &mut String, shares: &[LoadShare]) {
         );
         let _ = writeln!(
             o,
-            "| mode | VM CPU % per repeat | VM % (vCPU threads + rest) | VM vs vanilla | vCPUs vs entitlement | boosted % of vCPU time (budget) | guest idle polling % (driver) | host load CPU % | host load CPU vs vanilla | host load throughput vs vanilla | machine busy % |"
+            "| mode | VM CPU % per repeat | VM % (vCPU threads + rest) | VM vs vanilla | vCPUs vs entitlement | boosted % of vCPU time (budget) | guest idle polling % (driver) | host load CPU % | host load CPU vs vanilla | host load throughput vs vanilla | pvschedd % | machine busy % |"
         );
-        let _ = writeln!(o, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
+        let _ = writeln!(o, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
         for m in Mode::ALL {
             let Some(r) = ls.modes.get(m.name()) else {
                 continue;
@@ -532,7 +549,7 @@ pub fn markdown(o: &mut String, shares: &[LoadShare]) {
             };
             let _ = writeln!(
                 o,
-                "| {} | {} | {:.1} ({:.1} + {:.1}) | {} | {} | {} | {} | {} | {} | {} | {:.1} |",
+                "| {} | {} | {:.1} ({:.1} + {:.1}) | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} |",
                 m.name(),
                 r.vm_pct_per_repeat
                     .iter()
@@ -550,6 +567,7 @@ pub fn markdown(o: &mut String, shares: &[LoadShare]) {
                 times(r.load_cpu_vs_vanilla),
                 r.load_throughput_vs_vanilla
                     .map_or_else(|| "n/a".into(), |t| format!("{:.1} %", t * 100.0)),
+                r.daemon_pct.map_or_else(String::new, |d| format!("{d:.2}")),
                 r.busy_pct
             );
         }
@@ -599,7 +617,8 @@ mod tests {
     use crate::report::{HostLoad, ModeReport};
 
     /// A phase of 10 s on 2 CPUs: VM `vm` CPU-s of which each vCPU `vcpu`,
-    /// the load `load`, one `--cpu` worker `hog`, pvschedd's `boosted`.
+    /// the load `load`, one `--cpu` worker `hog`, pvschedd's `boosted`
+    /// (and, when boosted, 0.4 CPU-s of pvschedd's own).
     fn phase(vm: f64, vcpu: f64, load: f64, hog: f64, boosted: Option<f64>) -> CpuUse {
         CpuUse {
             wall_s: 10.0,
@@ -611,6 +630,7 @@ mod tests {
             busy_s: 19.0,
             boosted_s: boosted,
             boost_budget_permille: boosted.map(|_| 200),
+            daemon_s: boosted.map(|_| 0.4),
             // pvsched (boosted) polls 1 s of the 20 in the guest's idle driver.
             guest_poll_s: Some(if boosted.is_some() { 1.0 } else { 0.0 }),
             guest_idle: Some(
@@ -878,8 +898,8 @@ mod tests {
         for needle in [
             "## Eventual fairness",
             "### loaded host (2 CPUs, 2 vCPUs)",
-            "| vanilla | 20.0 | 20.0 (15.0 + 5.0) | 1.00x | 0.50x |  | 0.0 (none (auto)) | 60.0 | 1.00x | 100.0 % | 95.0 |",
-            "| pvsched | 25.0, 30.0 | 27.5 (22.5 + 5.0) | 1.38x | 0.75x | 15.0 (20) | 5.0 (hinted) | 50.0 | 0.83x | 90.0 % | 95.0 |",
+            "| vanilla | 20.0 | 20.0 (15.0 + 5.0) | 1.00x | 0.50x |  | 0.0 (none (auto)) | 60.0 | 1.00x | 100.0 % |  | 95.0 |",
+            "| pvsched | 25.0, 30.0 | 27.5 (22.5 + 5.0) | 1.38x | 0.75x | 15.0 (20) | 5.0 (hinted) | 50.0 | 0.83x | 90.0 % | 2.00 | 95.0 |",
             "r = 0.300 CPUs, from stress-ng's --cpu workers under vanilla; d = [0.400, 0.400] CPUs",
         ] {
             assert!(md.contains(needle), "{needle:?} not in\n{md}");
