@@ -215,6 +215,15 @@ pub struct VmLimits {
     /// 16), and still 40 against 5 with a per-vCPU exemption (the siblings that take the
     /// RT task's timers and wake it lost their boosts). Default true.
     pub boost_only_against_rivals: bool,
+    /// Start the speculative boosts (critical sections and the proactive reasons) only
+    /// while the VM runs guest RT work (seen on any vCPU within `halt_boost_ns`), rivals
+    /// or not. A VM without RT work runs for throughput, and RT boosts of its vCPUs cost
+    /// it throughput on a host it shares: two overcommitted lock-heavy VMs ran at
+    /// 0.85-0.86x of vanilla with the speculative boosts and 1.02-1.05x with none, the
+    /// critical-section boosts most of the difference (BENCHMARKS.md, "What the
+    /// speculative boosts cost VMs without RT work"). The guest's own reasons and
+    /// lock-holder extensions are not affected. Default false.
+    pub speculative_boosts_need_rt_work: bool,
     /// How recent guest RT work must be for a halt boost, and how long a halt boost lasts.
     /// Default 100 ms.
     pub halt_boost_ns: u64,
@@ -334,6 +343,7 @@ impl Default for VmLimits {
             proactive_irq: true,
             proactive_halt: true,
             boost_only_against_rivals: true,
+            speculative_boosts_need_rt_work: false,
             halt_boost_ns: 100_000_000,
             proactive_boost_ns: 1_000_000,
             max_boost_ns: 50_000_000,

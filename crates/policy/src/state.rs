@@ -812,14 +812,14 @@ impl VmState {
                     v.status = RunStatus::Preempted;
                 }
                 let vm_rt = recent(limits, self.last_rt, now);
-                if limits.proactive_wake && !cpu_idle && rivals_allow_boost(limits, v, vm_rt) {
+                if limits.proactive_wake && !cpu_idle && speculation_allowed(limits, v, vm_rt) {
                     self.stats.proactive_boosts_total += 1;
                     start_proactive(limits, v, now, Reason::ProactiveWake);
                 }
             }
             Event::InterruptTargeted { .. } => {
                 if limits.proactive_irq
-                    && rivals_allow_boost(limits, v, recent(limits, self.last_rt, now))
+                    && speculation_allowed(limits, v, recent(limits, self.last_rt, now))
                 {
                     self.stats.proactive_boosts_total += 1;
                     start_proactive(limits, v, now, Reason::ProactiveIrq);
@@ -1187,6 +1187,13 @@ fn rivals_allow_boost(limits: &VmLimits, v: &Vcpu, vm_rt: bool) -> bool {
     !limits.boost_only_against_rivals || v.rivals || vm_rt
 }
 
+/// Whether a speculative boost (a critical section, a proactive reason) may start: what
+/// [`rivals_allow_boost`] allows, and with `speculative_boosts_need_rt_work` only for a VM
+/// that ran guest RT work recently (`vm_rt`).
+fn speculation_allowed(limits: &VmLimits, v: &Vcpu, vm_rt: bool) -> bool {
+    rivals_allow_boost(limits, v, vm_rt) && (vm_rt || !limits.speculative_boosts_need_rt_work)
+}
+
 /// Whether guest RT work last seen at `last_rt` (see [`GuestView::shows_rt_work`]) is
 /// within `halt_boost_ns` of `now`.
 fn recent(limits: &VmLimits, last_rt: Option<u64>, now: u64) -> bool {
@@ -1319,8 +1326,8 @@ fn best_boost(limits: &VmLimits, v: &Vcpu, vm_rt: bool, cs_ok: bool) -> Option<C
     // RT work, while nothing outside the VM competes (`boost_only_against_rivals`). A boost it already has is kept while the
     // flags stay set.
     let kept = matches!(v.target.reason, Reason::CriticalSection(_));
-    let allow_cs =
-        cs_ok && (kept || (v.status != RunStatus::Running && rivals_allow_boost(limits, v, vm_rt)));
+    let allow_cs = cs_ok
+        && (kept || (v.status != RunStatus::Running && speculation_allowed(limits, v, vm_rt)));
     let mut best = best_guest(limits, &v.guest, allow_cs);
     if limits.honor_lock_holders && v.lock_ext.is_some() {
         let params = rt_params(limits, limits.boost_policy, limits.boost_priority);

@@ -683,6 +683,46 @@ fn speculative_boosts_ignore_rivals_when_boost_only_against_rivals_is_off() {
 }
 
 #[test]
+fn with_speculative_boosts_needing_rt_work_only_a_vm_that_ran_it_gets_them_even_with_rivals() {
+    // Arrange: two VMs, both preempted and woken with rivals outside them; one runs only
+    // CFS tasks, the other a guest RT task on vCPU 1.
+    let limits = VmLimits {
+        speculative_boosts_need_rt_work: true,
+        ..rivals_only()
+    };
+    let mut batch = vm(limits.clone(), 2);
+    let mut rt = vm(limits, 2);
+    for vm in [&mut batch, &mut rt] {
+        step(vm, 5, Event::Running { vcpu: 0 });
+        step(vm, 10, upd(0, cs(2, abi::CS_HARDIRQ)));
+    }
+    step(&mut batch, 15, upd(1, task(2, abi::POLICY_NORMAL, 0, 0)));
+    step(&mut rt, 15, upd(1, task(2, abi::POLICY_FIFO, 5, 0)));
+
+    // Act: vCPU 0 preempted in its interrupt handler; its sibling woken on a busy CPU,
+    // then an interrupt for it.
+    let batch_cs = step(&mut batch, 20, was_preempted(0));
+    let batch_wake = step(&mut batch, 30, woken_busy(1, true));
+    let batch_irq = step(&mut batch, 40, Event::InterruptTargeted { vcpu: 1 });
+    let rt_cs = step(&mut rt, 20, was_preempted(0));
+
+    // Assert: none for the VM without RT work; the critical section for the other.
+    assert!(batch_cs.iter().all(|d| !d.params.is_rt()), "{batch_cs:?}");
+    assert!(
+        batch_wake.iter().all(|d| !d.params.is_rt()),
+        "{batch_wake:?}"
+    );
+    assert!(batch_irq.iter().all(|d| !d.params.is_rt()), "{batch_irq:?}");
+    assert_eq!(target(&batch, 0), (SchedParams::NORMAL, Reason::None));
+    assert_eq!(
+        rt_cs[0].reason,
+        Reason::CriticalSection(abi::CS_HARDIRQ),
+        "{rt_cs:?}"
+    );
+    assert!(rt_cs[0].params.is_rt(), "{rt_cs:?}");
+}
+
+#[test]
 fn a_boost_started_with_rivals_is_kept_when_they_leave() {
     let mut vm = vm(rivals_only(), 1);
     step(&mut vm, 5, Event::Running { vcpu: 0 });

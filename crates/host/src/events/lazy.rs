@@ -50,6 +50,8 @@ impl Quiet {
     /// `daemon.quiet_without_rivals` is on: with `boost_only_against_rivals` a preemption
     /// or wakeup seen while no CPU runs a task from outside the VM starts no boost
     /// (`PVS_LAZY_NO_RIVAL`: the program queues those flagged `PVS_F_NO_RIVAL` quietly).
+    /// With `speculative_boosts_need_rt_work` such a VM's preemptions and wakeups start no
+    /// speculative boost whatever the rivals, so all of them are queued quietly.
     /// Guest RT work starting then is seen at the next read (a record with rivals, a
     /// doorbell, the scan), within `scan_interval_us`.
     pub fn for_vcpu(
@@ -84,6 +86,9 @@ impl Quiet {
         }
         if no_rival_quiet && limits.boost_only_against_rivals {
             bits |= PVS_LAZY_NO_RIVAL;
+        }
+        if no_rival_quiet && limits.speculative_boosts_need_rt_work {
+            bits |= PVS_LAZY_PREEMPTED | PVS_LAZY_WAKING;
         }
         Quiet(bits)
     }
@@ -335,6 +340,38 @@ mod tests {
         assert!(!q.covers(&ev(waking)));
         assert!(!rt_work.covers(&alone(EventKind::SwitchOut { runnable: true })));
         assert!(!rule_off.covers(&alone(waking)));
+    }
+
+    #[test]
+    fn when_speculative_boosts_need_rt_work_a_vm_without_it_is_quiet_on_preemption_and_wakeup_even_with_rivals(
+    ) {
+        let waking = EventKind::Waking {
+            source: super::super::WakeSource::Vcpu,
+            cpu_idle: false,
+        };
+        let limits = VmLimits {
+            speculative_boosts_need_rt_work: true,
+            ..VmLimits::default()
+        };
+
+        let q = Quiet::for_vcpu(false, &limits, false, false, true);
+        let rt_work = Quiet::for_vcpu(false, &limits, false, false, false);
+        let waited_on = Quiet::for_vcpu(
+            false,
+            &VmLimits {
+                honor_lock_holders: true,
+                ..limits.clone()
+            },
+            true,
+            false,
+            true,
+        );
+
+        assert!(q.covers(&ev(EventKind::SwitchOut { runnable: true })));
+        assert!(q.covers(&ev(waking)));
+        assert!(!rt_work.covers(&ev(EventKind::SwitchOut { runnable: true })));
+        assert!(!rt_work.covers(&ev(waking)));
+        assert!(!waited_on.covers(&ev(EventKind::SwitchOut { runnable: true })));
     }
 
     #[test]
