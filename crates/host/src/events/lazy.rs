@@ -46,7 +46,7 @@ impl Quiet {
     /// starts an extension, its switch-in ends the preemption the waiters see.
     /// `shows_preempted`: its host half says preempted to a guest whose lock waiters act on
     /// that (they stop spinning): the switch-in that ends it must be published at once.
-    /// `no_rival_quiet`: its VM ran no guest RT work within `halt_boost_ns` and
+    /// `quiet_without_rt_work`: its VM ran no guest RT work within `halt_boost_ns` and
     /// `daemon.quiet_without_rivals` is on: with `boost_only_against_rivals` a preemption
     /// or wakeup seen while no CPU runs a task from outside the VM starts no boost
     /// (`PVS_LAZY_NO_RIVAL`: the program queues those flagged `PVS_F_NO_RIVAL` quietly).
@@ -59,7 +59,7 @@ impl Quiet {
         limits: &VmLimits,
         waited_on: bool,
         shows_preempted: bool,
-        no_rival_quiet: bool,
+        quiet_without_rt_work: bool,
     ) -> Quiet {
         if waited_on && limits.honor_lock_holders {
             return Quiet(PVS_LAZY_BLOCKED | PVS_LAZY_KVM_WAKEUP);
@@ -84,10 +84,10 @@ impl Quiet {
             // Nothing the guest says can start a boost on a preemption.
             bits |= PVS_LAZY_PREEMPTED;
         }
-        if no_rival_quiet && limits.boost_only_against_rivals {
+        if quiet_without_rt_work && limits.boost_only_against_rivals {
             bits |= PVS_LAZY_NO_RIVAL;
         }
-        if no_rival_quiet && limits.speculative_boosts_need_rt_work {
+        if quiet_without_rt_work && limits.speculative_boosts_need_rt_work {
             bits |= PVS_LAZY_PREEMPTED | PVS_LAZY_WAKING;
         }
         Quiet(bits)
