@@ -29,7 +29,7 @@ use crate::control::{self, ControlMsg};
 use crate::discovery::{self, DiscoveryMsg, DiscoveryRequest};
 use crate::doorbell::Doorbell;
 use crate::events::{EventSource, HostEvent};
-use crate::feed::HostEventMeaning;
+use crate::feed::{rivals_of, HostEventMeaning};
 use crate::metrics::Metrics;
 pub use crate::signals::{block_stop_signals, STOP_SIGNALS};
 use crate::statefile::{self, restore_records, ThreadRecord};
@@ -327,6 +327,7 @@ impl Daemon {
     }
 
     fn on_host_event(&mut self, ev: HostEvent) {
+        let rivals = rivals_of(&ev);
         let HostEvent {
             ts_ns: ts,
             tid,
@@ -334,7 +335,7 @@ impl Daemon {
             vcpu,
             kind,
             quiet: lazy,
-            rivals,
+            ..
         } = ev;
         let Some(vm) = self.vms.get_mut(vm_id as usize).and_then(Option::as_mut) else {
             return;

@@ -3,9 +3,21 @@
 //! it.
 
 use pvsched_control::TraceKind;
-use pvsched_policy::{Event, ExitReason, WakeSource};
+use pvsched_policy::{Event, ExitReason, Rivals, WakeSource};
 
-use crate::events::{self, EventKind, KvmExitReason};
+use crate::events::{self, EventKind, HostEvent, KvmExitReason};
+
+/// What the program saw on the other CPUs at `ev` ([`HostEvent::rivals`],
+/// [`HostEvent::host_rivals`]), as the policy names it.
+pub fn rivals_of(ev: &HostEvent) -> Rivals {
+    if ev.host_rivals {
+        Rivals::Host
+    } else if ev.rivals {
+        Rivals::PeerVms
+    } else {
+        Rivals::None
+    }
+}
 
 /// The policy's view of one host event of vCPU `vcpu`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -20,8 +32,8 @@ pub struct HostEventMeaning {
 }
 
 impl HostEventMeaning {
-    /// `rivals`: [`events::HostEvent::rivals`].
-    pub fn of(kind: EventKind, vcpu: u32, rivals: bool) -> Self {
+    /// `rivals`: [`rivals_of`] the event.
+    pub fn of(kind: EventKind, vcpu: u32, rivals: Rivals) -> Self {
         let (event, trace) = match kind {
             EventKind::SwitchOut { runnable: true } => (
                 Some(Event::Preempted { vcpu, rivals }),
@@ -73,13 +85,13 @@ mod tests {
 
     #[test]
     fn a_preemption_reads_the_slot_and_becomes_preempted() {
-        let m = HostEventMeaning::of(EventKind::SwitchOut { runnable: true }, 3, false);
+        let m = HostEventMeaning::of(EventKind::SwitchOut { runnable: true }, 3, Rivals::None);
 
         assert_eq!(
             m.event,
             Some(Event::Preempted {
                 vcpu: 3,
-                rivals: false
+                rivals: Rivals::None
             })
         );
         assert!(m.slot_may_matter);
@@ -87,9 +99,26 @@ mod tests {
 
     #[test]
     fn a_switch_in_needs_no_slot_read() {
-        let m = HostEventMeaning::of(EventKind::SwitchIn { cpu: 1 }, 0, true);
+        let m = HostEventMeaning::of(EventKind::SwitchIn { cpu: 1 }, 0, Rivals::Host);
 
         assert_eq!(m.event, Some(Event::Running { vcpu: 0 }));
         assert!(!m.slot_may_matter);
+    }
+
+    #[test]
+    fn the_rivals_a_record_saw_reach_the_policy_as_none_peer_vms_or_host() {
+        let ev = |rivals, host_rivals| HostEvent {
+            ts_ns: 1,
+            tid: 2,
+            vm: 0,
+            vcpu: 0,
+            kind: EventKind::SwitchOut { runnable: true },
+            quiet: false,
+            rivals,
+            host_rivals,
+        };
+        assert_eq!(rivals_of(&ev(false, false)), Rivals::None);
+        assert_eq!(rivals_of(&ev(true, false)), Rivals::PeerVms);
+        assert_eq!(rivals_of(&ev(true, true)), Rivals::Host);
     }
 }

@@ -890,6 +890,89 @@ fn wakeups_without_rivals_are_quiet_when_the_reader_says_so() {
     }
 }
 
+/// With a spinning process on every CPU that is registered as a served VM's
+/// VMM, a tracked thread's switch-outs and wakeups nearly all say "rivals,
+/// but no host rival" (`PVS_F_NO_HOST_RIVAL`), and with `PVS_LAZY_NO_HOST_RIVAL`
+/// set for it exactly those are queued quietly; unregistered, the same
+/// spinners are host rivals and nearly every record wakes the reader.
+#[test]
+fn rivals_that_are_served_vms_are_no_host_rivals_and_quiet_when_the_reader_says_so() {
+    if !can_bpf() {
+        return;
+    }
+    let _machine = machine_to_ourselves();
+    use pvsched_host::events::wire::PVS_LAZY_NO_HOST_RIVAL;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for served in [true, false] {
+        // Arrange: wakeups onto idle CPUs not quiet on their own, a spinner
+        // per CPU (registered as VM 4's VMM process or not), and a tracked
+        // sleeper whose only lazy bit is PVS_LAZY_NO_HOST_RIVAL.
+        let mut src = load(BpfOptions {
+            quiet_idle_wakeups: false,
+            ..BpfOptions::default()
+        });
+        let spinners = Spinners::start(cpus);
+        if served {
+            for c in &spinners.0 {
+                src.try_track_vmm(c.id(), 4).unwrap();
+            }
+        }
+        let (tx, rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let h = thread::spawn(move || {
+            tx.send(gettid()).unwrap();
+            go_rx.recv().unwrap();
+            for _ in 0..40 {
+                thread::sleep(Duration::from_millis(2));
+            }
+        });
+        let tid = rx.recv().unwrap();
+        src.try_track(tid, 3, 0).unwrap();
+        src.set_quiet(tid, Quiet::from_bits(PVS_LAZY_NO_HOST_RIVAL));
+
+        // Act: it sleeps and wakes 40 times.
+        go_tx.send(()).unwrap();
+        h.join().unwrap();
+        for c in &spinners.0 {
+            src.untrack_vmm(c.id());
+        }
+        drop(spinners);
+        let evs = collect(&mut src, Duration::from_millis(300), |_| false);
+
+        // Assert: quiet exactly when no host rival was seen; a rival is seen
+        // nearly always (a spinner may be off its CPU for a moment).
+        let seen: Vec<(bool, bool, bool)> = evs
+            .iter()
+            .filter(|e| tid_of(e) == tid as i32)
+            .filter(|e| {
+                matches!(
+                    e.kind,
+                    EventKind::Waking { .. } | EventKind::SwitchOut { .. }
+                )
+            })
+            .map(|e| (e.rivals, e.host_rivals, e.quiet))
+            .collect();
+        assert!(seen.len() >= 40, "served={served}: {evs:?}");
+        assert!(
+            seen.iter().all(|&(_, host, quiet)| quiet != host),
+            "served={served}: {seen:?}"
+        );
+        assert!(
+            seen.iter().all(|&(rivals, host, _)| rivals || !host),
+            "{seen:?}"
+        );
+        let rivals = seen.iter().filter(|&&(r, _, _)| r).count();
+        let host = seen.iter().filter(|&&(_, h, _)| h).count();
+        assert!(rivals * 10 >= seen.len() * 9, "{rivals} of {seen:?}");
+        if served {
+            assert!(host * 10 <= seen.len(), "{host} of {seen:?}");
+        } else {
+            assert!(host * 10 >= seen.len() * 9, "{host} of {seen:?}");
+        }
+        src.untrack(tid);
+    }
+}
+
 /// The KVM programs, run in the kernel with tracepoint arguments by
 /// BPF_PROG_TEST_RUN in this thread (no KVM guest runs here).
 #[test]

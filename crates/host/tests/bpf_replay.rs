@@ -101,6 +101,7 @@ fn invalid_records_are_errors() {
             DecodeError::UnknownKind(_) => "UnknownKind",
             DecodeError::BadFlags { .. } => "BadFlags",
             DecodeError::BadExitReason(_) => "BadExitReason",
+            DecodeError::BadRivals(_) => "BadRivals",
             DecodeError::BadWaker(_) => "BadWaker",
         };
         assert_eq!(name, r.error, "{}", r.what);

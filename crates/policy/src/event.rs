@@ -16,6 +16,23 @@ pub enum WakeSource {
     Unknown,
 }
 
+/// What else the host's CPUs ran at a report of a vCPU (preempted, halted, woken): what
+/// its VM competes with. Ordered: each variant adds to the one before it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Rivals {
+    /// Every CPU ran its idle task, pvschedd or a thread of the VM's own process: the VM
+    /// competes only with itself, and a boost would only reorder its own threads.
+    None,
+    /// Besides those, only threads of other VMs pvschedd serves: VMs that get the same
+    /// boosts, so that boosts between them cancel out
+    /// (see [`crate::VmLimits::peer_vms_are_rivals`]).
+    PeerVms,
+    /// A task that is none of those (a host task, an unserved VM). Also where nobody
+    /// looked.
+    #[default]
+    Host,
+}
+
 /// `kvm_exit` reasons the engine tells apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ExitReason {
@@ -42,21 +59,19 @@ pub enum Event {
     Running { vcpu: u32 },
     /// The host switched the vCPU thread out while it was runnable. `rivals`: see
     /// [`Event::Woken`].
-    Preempted { vcpu: u32, rivals: bool },
+    Preempted { vcpu: u32, rivals: Rivals },
     /// The host switched the vCPU thread out not runnable: the guest halted. `rivals`: see
     /// [`Event::Woken`].
-    Blocked { vcpu: u32, rivals: bool },
+    Blocked { vcpu: u32, rivals: Rivals },
     /// The host is waking the vCPU thread (`sched_waking`). `cpu_idle`: the
     /// host CPU it wakes on runs nothing else, so it runs at once and a
-    /// proactive boost would change nothing (none is started). `rivals`: some host CPU
-    /// runs a task from outside the VM (not idle, not pvschedd, not a thread of the VM's
-    /// own process). False: the VM competes only with itself, and a boost would only
-    /// reorder its own threads (see [`crate::VmLimits::boost_only_against_rivals`]).
+    /// proactive boost would change nothing (none is started). `rivals`: what the host's
+    /// other CPUs ran then (see [`crate::VmLimits::boost_only_against_rivals`]).
     Woken {
         vcpu: u32,
         source: WakeSource,
         cpu_idle: bool,
-        rivals: bool,
+        rivals: Rivals,
     },
     /// An interrupt was targeted at the vCPU (`kvm_apic_accept_irq`, `kvm_msi_set_irq`).
     InterruptTargeted { vcpu: u32 },

@@ -69,7 +69,7 @@ pub mod locks;
 pub mod state;
 
 pub use decision::{Decision, Decisions, Reason, SchedParams, Target};
-pub use event::{Event, EventKind, ExitReason, WakeSource};
+pub use event::{Event, EventKind, ExitReason, Rivals, WakeSource};
 pub use fairness::{Budget, BudgetParams};
 pub use guest::{GuestPolicy, GuestView, LockHolder, PendingHint};
 pub use idle::{advise, DurationHistogram, IdleMeter, PollPrice, WakeHint};

@@ -215,6 +215,16 @@ pub struct VmLimits {
     /// 16), and still 40 against 5 with a per-vCPU exemption (the siblings that take the
     /// RT task's timers and wake it lost their boosts). Default true.
     pub boost_only_against_rivals: bool,
+    /// With `boost_only_against_rivals`: whether threads of other VMs pvschedd serves are
+    /// rivals for the speculative boosts (critical sections, the proactive reasons). Off:
+    /// only a task that is no served VM's (a host task, an unserved VM) is. Served VMs get
+    /// the same boosts, so boosts between them cancel out and leave only their cost: two
+    /// overcommitted lock-heavy VMs ran at 0.85-0.86x of vanilla with them and 1.02-1.05x
+    /// without any boost (BENCHMARKS.md, "What the speculative boosts cost VMs without RT
+    /// work"); against host hogs the same boosts won a message-passing VM 1.3-1.5x. A VM
+    /// that ran guest RT work is spared the rule as before, and lock-holder extensions
+    /// count other VMs as rivals whatever this says (they are repaid). Default false.
+    pub peer_vms_are_rivals: bool,
     /// Start the speculative boosts (critical sections and the proactive reasons) only
     /// while the VM runs guest RT work (seen on any vCPU within `halt_boost_ns`), rivals
     /// or not. A VM without RT work runs for throughput, and RT boosts of its vCPUs cost
@@ -343,6 +353,7 @@ impl Default for VmLimits {
             proactive_irq: true,
             proactive_halt: true,
             boost_only_against_rivals: true,
+            peer_vms_are_rivals: false,
             speculative_boosts_need_rt_work: false,
             halt_boost_ns: 100_000_000,
             proactive_boost_ns: 1_000_000,

@@ -3,7 +3,7 @@
 use pvsched_abi as abi;
 
 use crate::decision::{Decision, Decisions, Reason, SchedParams, Target};
-use crate::event::{Event, EventKind, ExitReason};
+use crate::event::{Event, EventKind, ExitReason, Rivals};
 use crate::fairness::{Budget, BudgetParams};
 use crate::guest::{GuestPolicy, GuestView, LockHolder};
 use crate::idle::IdleMeter;
@@ -211,9 +211,9 @@ struct Vcpu {
     lock_charging: bool,
     /// What this vCPU repays of the lock debt per ns, permille (0: not repaying).
     repay_permille: u64,
-    /// The host's last report of it (preempted, halted, woken) saw a task from outside
-    /// the VM on some CPU (`Event::Woken`); true until a report says otherwise.
-    rivals: bool,
+    /// What the host's last report of it (preempted, halted, woken) saw on the other
+    /// CPUs (`Event::Woken`); `Rivals::Host` until a report says otherwise.
+    rivals: Rivals,
     stats: VcpuStats,
 }
 
@@ -248,7 +248,7 @@ impl Vcpu {
             lock_ext: None,
             lock_charging: false,
             repay_permille: 0,
-            rivals: true,
+            rivals: Rivals::Host,
             stats: VcpuStats::default(),
         }
     }
@@ -1177,21 +1177,28 @@ fn account_burst(v: &mut Vcpu, now: u64) {
     v.burst_since = v.burst_since.max(now);
 }
 
-/// Whether a speculative boost (a critical section, a proactive reason) or a lock-holder
-/// extension may start: with `boost_only_against_rivals`, only while something outside the
-/// VM competes or the VM ran guest RT work recently (`vm_rt`). Reordering the VM's own
-/// threads is what that work needs: its vCPU ahead of its siblings, and the siblings that
-/// take its timers and send it IPIs boosted too. A VM without it only loses to the
-/// stacking its boosts cause.
+/// Whether a lock-holder extension may start: with `boost_only_against_rivals`, only while
+/// something outside the VM competes (another served VM counts: an extension is repaid)
+/// or the VM ran guest RT work recently (`vm_rt`). Reordering the VM's own threads is what
+/// that work needs: its vCPU ahead of its siblings, and the siblings that take its timers
+/// and send it IPIs boosted too. A VM without it only loses to the stacking its boosts
+/// cause.
 fn rivals_allow_boost(limits: &VmLimits, v: &Vcpu, vm_rt: bool) -> bool {
-    !limits.boost_only_against_rivals || v.rivals || vm_rt
+    !limits.boost_only_against_rivals || v.rivals > Rivals::None || vm_rt
 }
 
-/// Whether a speculative boost (a critical section, a proactive reason) may start: what
-/// [`rivals_allow_boost`] allows, and with `speculative_boosts_need_rt_work` only for a VM
-/// that ran guest RT work recently (`vm_rt`).
+/// Whether a speculative boost (a critical section, a proactive reason) may start: as for
+/// an extension, except that other served VMs are rivals only with `peer_vms_are_rivals`
+/// (they get the same boosts, which then cancel out), and with
+/// `speculative_boosts_need_rt_work` only for a VM that ran guest RT work recently.
 fn speculation_allowed(limits: &VmLimits, v: &Vcpu, vm_rt: bool) -> bool {
-    rivals_allow_boost(limits, v, vm_rt) && (vm_rt || !limits.speculative_boosts_need_rt_work)
+    let least = if limits.peer_vms_are_rivals {
+        Rivals::PeerVms
+    } else {
+        Rivals::Host
+    };
+    let rivals_ok = !limits.boost_only_against_rivals || v.rivals >= least || vm_rt;
+    rivals_ok && (vm_rt || !limits.speculative_boosts_need_rt_work)
 }
 
 /// Whether guest RT work last seen at `last_rt` (see [`GuestView::shows_rt_work`]) is

@@ -4,7 +4,7 @@ use pvsched_abi as abi;
 use pvsched_abi::GuestHalf;
 use pvsched_policy::{
     AllowedPolicies, Decision, Decisions, Event, EventKind, ExitReason, HostPolicy, LimitsError,
-    Reason, RunStatus, SchedParams, VmLimits, VmState, WakeSource,
+    Reason, Rivals, RunStatus, SchedParams, VmLimits, VmState, WakeSource,
 };
 
 const MS: u64 = 1_000_000;
@@ -75,12 +75,18 @@ fn upd(vcpu: u32, guest: GuestHalf) -> Event {
 /// The host preempted vCPU `vcpu` (with rivals outside the VM: what the host reports
 /// unless it sees none).
 fn was_preempted(vcpu: u32) -> Event {
-    Event::Preempted { vcpu, rivals: true }
+    Event::Preempted {
+        vcpu,
+        rivals: Rivals::Host,
+    }
 }
 
 /// vCPU `vcpu` halted (with rivals, as [`was_preempted`]).
 fn halted(vcpu: u32) -> Event {
-    Event::Blocked { vcpu, rivals: true }
+    Event::Blocked {
+        vcpu,
+        rivals: Rivals::Host,
+    }
 }
 
 fn rt(policy: HostPolicy, prio: u8) -> SchedParams {
@@ -515,7 +521,7 @@ fn proactive_wake_boosts_until_a_tick_at_its_deadline() {
             vcpu: 0,
             source: WakeSource::Timer,
             cpu_idle: false,
-            rivals: true,
+            rivals: Rivals::Host,
         },
     );
     let early = step(&mut vm, 100 + MS - 1, Event::Tick);
@@ -541,7 +547,7 @@ fn a_wakeup_onto_an_idle_host_cpu_starts_no_proactive_boost() {
             vcpu: 0,
             source: WakeSource::Timer,
             cpu_idle: true,
-            rivals: true,
+            rivals: Rivals::Host,
         },
     );
 
@@ -572,7 +578,7 @@ fn a_vcpu_preempted_in_a_critical_section_with_no_rival_outside_its_vm_is_not_bo
         20,
         Event::Preempted {
             vcpu: 0,
-            rivals: false,
+            rivals: Rivals::None,
         },
     );
     step(&mut vm, 30, Event::Running { vcpu: 0 });
@@ -586,7 +592,7 @@ fn a_vcpu_preempted_in_a_critical_section_with_no_rival_outside_its_vm_is_not_bo
 }
 
 /// The host woke vCPU `vcpu` on a busy CPU, seeing rivals outside the VM or not.
-fn woken_busy(vcpu: u32, rivals: bool) -> Event {
+fn woken_busy(vcpu: u32, rivals: Rivals) -> Event {
     Event::Woken {
         vcpu,
         source: WakeSource::Timer,
@@ -602,10 +608,10 @@ fn with_no_rival_a_vm_without_recent_rt_work_gets_no_proactive_boost() {
     step(&mut vm, 10, upd(0, task(2, abi::POLICY_NORMAL, 0, 0)));
 
     // Act: vCPU 1 woken and interrupted with nothing from outside the VM running.
-    let wake = step(&mut vm, 20, woken_busy(1, false));
+    let wake = step(&mut vm, 20, woken_busy(1, Rivals::None));
     let irq = step(&mut vm, 30, Event::InterruptTargeted { vcpu: 1 });
     // ... then woken with a rival.
-    let contended = step(&mut vm, 40, woken_busy(1, true));
+    let contended = step(&mut vm, 40, woken_busy(1, Rivals::Host));
 
     // Assert
     assert!(wake.is_empty(), "{wake:?}");
@@ -624,7 +630,7 @@ fn with_no_rival_a_vm_that_ran_guest_rt_work_recently_keeps_its_speculative_boos
         30,
         Event::Preempted {
             vcpu: 0,
-            rivals: false,
+            rivals: Rivals::None,
         },
     );
 
@@ -632,11 +638,11 @@ fn with_no_rival_a_vm_that_ran_guest_rt_work_recently_keeps_its_speculative_boos
     // no RT work itself, is woken within halt_boost_ns of that work, and again long after.
     let halt = step(&mut vm, 40, upd(0, idle(4)));
     step(&mut vm, 50, upd(0, task(6, abi::POLICY_NORMAL, 0, 0)));
-    let soon = step(&mut vm, 60, woken_busy(1, false));
+    let soon = step(&mut vm, 60, woken_busy(1, Rivals::None));
     step(&mut vm, 70, upd(1, task(2, abi::POLICY_NORMAL, 0, 0)));
     let late_at = 10 + base().halt_boost_ns + MS;
     tick_until(&mut vm, late_at);
-    let late = step(&mut vm, late_at, woken_busy(1, false));
+    let late = step(&mut vm, late_at, woken_busy(1, Rivals::None));
 
     // Assert
     assert_eq!(halt[0].reason, Reason::ProactiveHalt, "{halt:?}");
@@ -661,7 +667,7 @@ fn speculative_boosts_ignore_rivals_when_boost_only_against_rivals_is_off() {
         20,
         Event::Preempted {
             vcpu: 0,
-            rivals: false,
+            rivals: Rivals::None,
         },
     );
     let wake = step(
@@ -671,7 +677,7 @@ fn speculative_boosts_ignore_rivals_when_boost_only_against_rivals_is_off() {
             vcpu: 1,
             source: WakeSource::Timer,
             cpu_idle: false,
-            rivals: false,
+            rivals: Rivals::None,
         },
     );
 
@@ -702,7 +708,7 @@ fn with_speculative_boosts_needing_rt_work_only_a_vm_that_ran_it_gets_them_even_
     // Act: vCPU 0 preempted in its interrupt handler; its sibling woken on a busy CPU,
     // then an interrupt for it.
     let batch_cs = step(&mut batch, 20, was_preempted(0));
-    let batch_wake = step(&mut batch, 30, woken_busy(1, true));
+    let batch_wake = step(&mut batch, 30, woken_busy(1, Rivals::Host));
     let batch_irq = step(&mut batch, 40, Event::InterruptTargeted { vcpu: 1 });
     let rt_cs = step(&mut rt, 20, was_preempted(0));
 
@@ -723,6 +729,81 @@ fn with_speculative_boosts_needing_rt_work_only_a_vm_that_ran_it_gets_them_even_
 }
 
 #[test]
+fn with_only_other_served_vms_as_rivals_a_vm_without_rt_work_gets_no_speculative_boost_unless_they_count(
+) {
+    // Arrange: two copies of a VM that runs no RT work, with vCPU 0 in an interrupt
+    // handler; the second counts other served VMs as rivals.
+    let counted = VmLimits {
+        peer_vms_are_rivals: true,
+        ..rivals_only()
+    };
+    let mut vms = [vm(rivals_only(), 2), vm(counted, 2)];
+    for vm in &mut vms {
+        step(vm, 5, Event::Running { vcpu: 0 });
+        step(vm, 10, upd(0, cs(2, abi::CS_HARDIRQ)));
+        step(vm, 15, upd(1, task(2, abi::POLICY_NORMAL, 0, 0)));
+    }
+    let preempted_by_peer = Event::Preempted {
+        vcpu: 0,
+        rivals: Rivals::PeerVms,
+    };
+
+    // Act: vCPU 0 preempted and vCPU 1 woken while only another served VM's threads run;
+    // then vCPU 1 woken again with a host task running.
+    let [ref mut plain, ref mut peers_count] = vms;
+    let cs_plain = step(plain, 20, preempted_by_peer);
+    let wake_plain = step(plain, 30, woken_busy(1, Rivals::PeerVms));
+    let host_plain = step(plain, 40, woken_busy(1, Rivals::Host));
+    let cs_counted = step(peers_count, 20, preempted_by_peer);
+    let wake_counted = step(peers_count, 30, woken_busy(1, Rivals::PeerVms));
+
+    // Assert: by default only the host task starts a boost; counted, the peer does.
+    assert!(cs_plain.iter().all(|d| !d.params.is_rt()), "{cs_plain:?}");
+    assert!(wake_plain.is_empty(), "{wake_plain:?}");
+    assert_eq!(
+        host_plain[0].reason,
+        Reason::ProactiveWake,
+        "{host_plain:?}"
+    );
+    assert_eq!(
+        cs_counted[0].reason,
+        Reason::CriticalSection(abi::CS_HARDIRQ),
+        "{cs_counted:?}"
+    );
+    assert_eq!(
+        wake_counted[0].reason,
+        Reason::ProactiveWake,
+        "{wake_counted:?}"
+    );
+}
+
+#[test]
+fn with_only_other_served_vms_as_rivals_a_vm_that_ran_rt_work_keeps_its_speculative_boosts() {
+    // Arrange: vCPU 1 runs a guest RT task; vCPU 0 is in an interrupt handler.
+    let mut vm = vm(rivals_only(), 2);
+    step(&mut vm, 5, Event::Running { vcpu: 0 });
+    step(&mut vm, 10, upd(0, cs(2, abi::CS_HARDIRQ)));
+    step(&mut vm, 15, upd(1, task(2, abi::POLICY_FIFO, 5, 0)));
+
+    // Act: vCPU 0 preempted while only another served VM's threads run.
+    let out = step(
+        &mut vm,
+        20,
+        Event::Preempted {
+            vcpu: 0,
+            rivals: Rivals::PeerVms,
+        },
+    );
+
+    // Assert
+    assert_eq!(
+        out[0].reason,
+        Reason::CriticalSection(abi::CS_HARDIRQ),
+        "{out:?}"
+    );
+}
+
+#[test]
 fn a_boost_started_with_rivals_is_kept_when_they_leave() {
     let mut vm = vm(rivals_only(), 1);
     step(&mut vm, 5, Event::Running { vcpu: 0 });
@@ -734,7 +815,7 @@ fn a_boost_started_with_rivals_is_kept_when_they_leave() {
         30,
         Event::Preempted {
             vcpu: 0,
-            rivals: false,
+            rivals: Rivals::None,
         },
     );
 
@@ -832,7 +913,7 @@ fn the_cycle_rt_work_idle_halt_rt_work_keeps_the_same_thread_parameters() {
             vcpu: 0,
             source: WakeSource::Timer,
             cpu_idle: false,
-            rivals: true,
+            rivals: Rivals::Host,
         },
     ));
     seen.extend(step(
@@ -940,7 +1021,7 @@ fn proactive_boosts_can_be_switched_off() {
             vcpu: 0,
             source: WakeSource::Io,
             cpu_idle: false,
-            rivals: true,
+            rivals: Rivals::Host,
         },
     );
     let b = step(&mut vm, 200, Event::InterruptTargeted { vcpu: 0 });
@@ -1332,7 +1413,7 @@ fn a_latched_boost_budget_refuses_every_reason() {
             vcpu: 1,
             source: WakeSource::Io,
             cpu_idle: false,
-            rivals: true,
+            rivals: Rivals::Host,
         },
     );
 
@@ -1542,7 +1623,7 @@ fn audio_period(vm: &mut VmState, vcpu: u32, t0: u64, seq: &mut u32) -> Vec<(u64
                 vcpu,
                 source: WakeSource::Timer,
                 cpu_idle: false,
-                rivals: true,
+                rivals: Rivals::Host,
             },
         ),
         (t0 + 5 * us, Event::Running { vcpu }),
@@ -1644,7 +1725,7 @@ fn out_of_range_vcpu_is_ignored_and_counted() {
             vcpu: u32::MAX,
             source: WakeSource::Unknown,
             cpu_idle: false,
-            rivals: true,
+            rivals: Rivals::Host,
         },
     );
 
@@ -2026,12 +2107,36 @@ fn a_holder_preempted_with_no_rival_outside_its_vm_is_not_extended() {
         2 * MS,
         Event::Preempted {
             vcpu: 1,
-            rivals: false,
+            rivals: Rivals::None,
         },
     );
 
     assert!(alone.is_empty(), "{alone:?}");
     assert_eq!(vm.vm_stats().lock_extensions, 0);
+}
+
+#[test]
+fn a_holder_preempted_by_another_served_vm_is_extended() {
+    // Lock extensions are repaid, so another served VM is a rival for them even when it is
+    // none for the speculative boosts (peer_vms_are_rivals off, the default).
+    let mut vm = holder_and_waiter(VmLimits {
+        boost_only_against_rivals: true,
+        peer_vms_are_rivals: false,
+        ..locks()
+    });
+
+    let by_peer = step(
+        &mut vm,
+        2 * MS,
+        Event::Preempted {
+            vcpu: 1,
+            rivals: Rivals::PeerVms,
+        },
+    );
+
+    assert_eq!(by_peer.len(), 1, "{by_peer:?}");
+    assert_eq!(by_peer[0].reason, Reason::LockHolder);
+    assert_eq!(vm.vm_stats().lock_extensions, 1);
 }
 
 #[test]

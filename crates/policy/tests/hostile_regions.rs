@@ -16,7 +16,7 @@ use common::{arb_half, arb_limits, check_budgets, check_params, Charged};
 use proptest::prelude::*;
 use pvsched_abi as abi;
 use pvsched_abi::{GuestHalf, OwnedRegion};
-use pvsched_policy::{Decisions, Event, ExitReason, VmLimits, VmState, WakeSource};
+use pvsched_policy::{Decisions, Event, ExitReason, Rivals, VmLimits, VmState, WakeSource};
 
 /// Cases of the property; each runs up to 150 steps.
 const CASES: u32 = 20_000;
@@ -103,13 +103,19 @@ fn arb_index() -> impl Strategy<Value = u32> {
 fn arb_step() -> impl Strategy<Value = Step> {
     let host = prop_oneof![
         arb_index().prop_map(|vcpu| Event::Running { vcpu }),
-        arb_index().prop_map(|vcpu| Event::Preempted { vcpu, rivals: true }),
-        arb_index().prop_map(|vcpu| Event::Blocked { vcpu, rivals: true }),
+        arb_index().prop_map(|vcpu| Event::Preempted {
+            vcpu,
+            rivals: Rivals::Host
+        }),
+        arb_index().prop_map(|vcpu| Event::Blocked {
+            vcpu,
+            rivals: Rivals::Host
+        }),
         arb_index().prop_map(|vcpu| Event::Woken {
             vcpu,
             source: WakeSource::Io,
             cpu_idle: false,
-            rivals: true,
+            rivals: Rivals::Host,
         }),
         arb_index().prop_map(|vcpu| Event::InterruptTargeted { vcpu }),
         arb_index().prop_map(|vcpu| Event::KvmExit {

@@ -7,7 +7,8 @@ use common::{arb_half, arb_limits, check_budgets, check_params, Charged};
 use proptest::prelude::*;
 use pvsched_abi as abi;
 use pvsched_policy::{
-    Decision, Decisions, Event, ExitReason, GuestView, RunStatus, VmLimits, VmState, WakeSource,
+    Decision, Decisions, Event, ExitReason, GuestView, Rivals, RunStatus, VmLimits, VmState,
+    WakeSource,
 };
 
 /// Ticks at one instant before we call it a livelock (one per vCPU state change at most).
@@ -34,14 +35,19 @@ fn arb_event() -> impl Strategy<Value = Event> {
         Just(ExitReason::Pause),
         Just(ExitReason::Other),
     ];
+    let rivals = prop_oneof![
+        Just(Rivals::None),
+        Just(Rivals::PeerVms),
+        Just(Rivals::Host),
+    ];
     prop_oneof![
         5 => (arb_vcpu(), arb_half(), prop::bool::weighted(0.9)).prop_map(
             |(vcpu, guest, consistent)| Event::GuestUpdate { vcpu, guest, consistent }
         ),
         1 => arb_vcpu().prop_map(|vcpu| Event::Running { vcpu }),
-        1 => (arb_vcpu(), any::<bool>()).prop_map(|(vcpu, rivals)| Event::Preempted { vcpu, rivals }),
-        1 => (arb_vcpu(), any::<bool>()).prop_map(|(vcpu, rivals)| Event::Blocked { vcpu, rivals }),
-        1 => (arb_vcpu(), wake, any::<bool>(), any::<bool>()).prop_map(
+        1 => (arb_vcpu(), rivals.clone()).prop_map(|(vcpu, rivals)| Event::Preempted { vcpu, rivals }),
+        1 => (arb_vcpu(), rivals.clone()).prop_map(|(vcpu, rivals)| Event::Blocked { vcpu, rivals }),
+        1 => (arb_vcpu(), wake, any::<bool>(), rivals).prop_map(
             |(vcpu, source, cpu_idle, rivals)| Event::Woken {
                 vcpu,
                 source,

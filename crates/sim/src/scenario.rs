@@ -288,6 +288,10 @@ pub struct PvschedSpec {
     pub idle_poll_budget_permille: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub boost_only_against_rivals: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer_vms_are_rivals: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speculative_boosts_need_rt_work: Option<bool>,
 }
 
 impl Default for PvschedSpec {
@@ -304,6 +308,8 @@ impl Default for PvschedSpec {
             cs_window_ns: None,
             idle_poll_budget_permille: None,
             boost_only_against_rivals: None,
+            peer_vms_are_rivals: None,
+            speculative_boosts_need_rt_work: None,
         }
     }
 }
@@ -323,7 +329,9 @@ impl PvschedSpec {
             cs_budget_ns,
             cs_window_ns,
             idle_poll_budget_permille,
-            boost_only_against_rivals
+            boost_only_against_rivals,
+            peer_vms_are_rivals,
+            speculative_boosts_need_rt_work
         );
         l.validate().map_err(|e| SimError::Scenario {
             what: "[pvsched]".into(),
@@ -664,5 +672,33 @@ mod tests {
         assert!(rule(&format!(
             "{base}\n[pvsched]\nboost_only_against_rivals = true\n"
         )));
+    }
+
+    #[test]
+    fn the_peer_vm_and_rt_work_rules_follow_pvschedd_unless_a_scenario_sets_them() {
+        let base = include_str!("../scenarios/lock-holder.toml");
+        let limits = |text: &str| {
+            Scenario::parse(text, "t")
+                .and_then(|sc| sc.limits_for(None))
+                .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let defaults = pvsched_policy::VmLimits::default();
+
+        let plain = limits(base);
+        let set = limits(&format!(
+            "{base}\n[pvsched]\npeer_vms_are_rivals = {}\nspeculative_boosts_need_rt_work = {}\n",
+            !defaults.peer_vms_are_rivals, !defaults.speculative_boosts_need_rt_work
+        ));
+
+        assert_eq!(plain.peer_vms_are_rivals, defaults.peer_vms_are_rivals);
+        assert_eq!(
+            plain.speculative_boosts_need_rt_work,
+            defaults.speculative_boosts_need_rt_work
+        );
+        assert_eq!(set.peer_vms_are_rivals, !defaults.peer_vms_are_rivals);
+        assert_eq!(
+            set.speculative_boosts_need_rt_work,
+            !defaults.speculative_boosts_need_rt_work
+        );
     }
 }

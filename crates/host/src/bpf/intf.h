@@ -59,7 +59,11 @@ enum pvs_event_flag {
 	 * the VM competes only with itself, so a boost would only reorder its own
 	 * threads (see find_rivals in pvsched.bpf.c) */
 	PVS_F_NO_RIVAL = 1u << 11,
-	PVS_F_ALL = (1u << 12) - 1,
+	/* SWITCH_OUT and WAKING: no CPU ran a task from outside every VM the
+	 * daemon serves (vmm_tgid): any rival is another served VM's thread.
+	 * Set whenever PVS_F_NO_RIVAL is. */
+	PVS_F_NO_HOST_RIVAL = 1u << 12,
+	PVS_F_ALL = (1u << 13) - 1,
 };
 
 /*
@@ -118,7 +122,8 @@ enum pvs_lazy {
 	PVS_LAZY_KVM_WAKEUP = 1u << 5,	/* KVM_WAKEUP */
 	PVS_LAZY_NO_RIVAL = 1u << 6,	/* SWITCH_OUT runnable and WAKING
 					 * flagged PVS_F_NO_RIVAL */
-	PVS_LAZY_ALL = (1u << 7) - 1,	/* KVM_IRQ always wakes: its target
+	PVS_LAZY_NO_HOST_RIVAL = 1u << 7, /* ... flagged PVS_F_NO_HOST_RIVAL */
+	PVS_LAZY_ALL = (1u << 8) - 1,	/* KVM_IRQ always wakes: its target
 					 * vCPU is not the current thread */
 };
 

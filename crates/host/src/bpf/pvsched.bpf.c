@@ -99,10 +99,12 @@ const volatile u32 nr_cpus = 1;
  * CPU runs a task from outside its VM: each runs its idle task, the daemon
  * or a thread of the same process. The policy then starts no speculative
  * boost: it would only reorder the VM's own threads, and the RT class's push
- * and pull would stack two of its vCPUs on one CPU while another idles. Each
- * CPU keeps the process it runs in its line of cpu_lines (one store when that
- * changes); the check reads every possible CPU's line (bpf_loop), stopping
- * at the first rival.
+ * and pull would stack two of its vCPUs on one CPU while another idles. And
+ * PVS_F_NO_HOST_RIVAL when every such task is a thread of a VM the daemon
+ * serves (vmm_tgid): those get the same boosts, which cancel out. Each CPU
+ * keeps the process it runs, and whether it is a served VM's, in its line of
+ * cpu_lines (stores only when that changes); the check reads every possible
+ * CPU's line (bpf_loop), stopping at the first rival that is no served VM's.
  */
 const volatile bool find_rivals = true;
 /* Possible CPUs (the cpu_lines map's size), set by the loader. */
@@ -158,7 +160,10 @@ struct pvs_cpu_line {
 	/* find_rivals: the tgid of the task it runs; 0 for its idle task and
 	 * the daemon (neither is anyone's rival) */
 	u32 owner;
-	u32 pad0;
+	/* whether owner was a served VM's process (vmm_tgid) when it took the
+	 * CPU: a VM registered while its thread runs here counts as a host
+	 * task until this CPU switches process (boosts allowed: the old rule) */
+	u32 owner_served;
 	u64 pad[6];
 };
 
@@ -271,7 +276,8 @@ static __always_inline void submit_quiet(struct pvs_event *e)
 }
 
 /* Submits e, without a wakeup if the daemon marked class (enum pvs_lazy)
- * lazy for vCPU v, or marked PVS_LAZY_NO_RIVAL and e says no rival. */
+ * lazy for vCPU v, or marked PVS_LAZY_NO_RIVAL (PVS_LAZY_NO_HOST_RIVAL) and
+ * e says no rival (none but served VMs). */
 static __always_inline void submit_for(struct pvs_event *e, const struct pvs_vcpu *v, u32 class)
 {
 	u32 slot = v->lazy_slot;
@@ -280,7 +286,8 @@ static __always_inline void submit_for(struct pvs_event *e, const struct pvs_vcp
 	if (lazy_wakeup) {
 		bits = bpf_map_lookup_elem(&lazy, &slot);
 		b = bits ? *(volatile u64 *)bits : 0;
-		if ((b & class) || ((b & PVS_LAZY_NO_RIVAL) && (e->flags & PVS_F_NO_RIVAL))) {
+		if ((b & class) || ((b & PVS_LAZY_NO_RIVAL) && (e->flags & PVS_F_NO_RIVAL)) ||
+		    ((b & PVS_LAZY_NO_HOST_RIVAL) && (e->flags & PVS_F_NO_HOST_RIVAL))) {
 			submit_quiet(e);
 			return;
 		}
@@ -325,6 +332,7 @@ static __always_inline unsigned int task_state(struct task_struct___pvs *t)
 struct rival_search {
 	u32 tgid;
 	bool found;
+	bool found_host;
 };
 
 static long rival_on_cpu(u32 cpu, void *ctx)
@@ -338,12 +346,16 @@ static long rival_on_cpu(u32 cpu, void *ctx)
 	owner = *(volatile u32 *)&l->owner;
 	if (owner && owner != s->tgid) {
 		s->found = true;
-		return 1; /* stop */
+		if (!*(volatile u32 *)&l->owner_served) {
+			s->found_host = true;
+			return 1; /* stop */
+		}
 	}
 	return 0;
 }
 
-/* PVS_F_NO_RIVAL if no CPU runs a task from outside process tgid (find_rivals). */
+/* PVS_F_NO_RIVAL | PVS_F_NO_HOST_RIVAL if no CPU runs a task from outside
+ * process tgid, PVS_F_NO_HOST_RIVAL if only served VMs' (find_rivals). */
 static __always_inline u32 rival_flag(u32 tgid)
 {
 	struct rival_search s = { .tgid = tgid };
@@ -351,7 +363,9 @@ static __always_inline u32 rival_flag(u32 tgid)
 	if (!find_rivals)
 		return 0;
 	bpf_loop(nr_cpu_ids, rival_on_cpu, &s, 0);
-	return s.found ? 0 : PVS_F_NO_RIVAL;
+	if (s.found_host)
+		return 0;
+	return s.found ? PVS_F_NO_HOST_RIVAL : PVS_F_NO_RIVAL | PVS_F_NO_HOST_RIVAL;
 }
 
 static __always_inline void emit_switch(u32 kind, u32 tid, struct pvs_vcpu *v, u32 flags,
@@ -398,8 +412,13 @@ int BPF_PROG(pvs_sched_switch, bool preempt, struct task_struct___pvs *prev,
 			*(volatile u64 *)&l->idle = idle;
 			__sync_fetch_and_add(&idle_cpus, idle ? 1 : -1);
 		}
-		if (l && find_rivals && l->owner != owner)
+		if (l && find_rivals && l->owner != owner) {
+			u32 served = owner && bpf_map_lookup_elem(&vmm_tgid, &owner);
+
 			*(volatile u32 *)&l->owner = owner;
+			if (l->owner_served != served)
+				*(volatile u32 *)&l->owner_served = served;
+		}
 	}
 
 	v = bpf_map_lookup_elem(&tracked, &prev_tid);

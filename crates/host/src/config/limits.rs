@@ -65,6 +65,7 @@ limits_config! {
     proactive_irq: bool,
     proactive_halt: bool,
     boost_only_against_rivals: bool,
+    peer_vms_are_rivals: bool,
     speculative_boosts_need_rt_work: bool,
     halt_boost_ns: u64,
     proactive_boost_ns: u64,

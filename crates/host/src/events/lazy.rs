@@ -18,8 +18,8 @@ use pvsched_policy::VmLimits;
 #[cfg(test)]
 use super::wire::PVS_LAZY_KVM_EXIT;
 use super::wire::{
-    PVS_LAZY_ALL, PVS_LAZY_BLOCKED, PVS_LAZY_KVM_WAKEUP, PVS_LAZY_NO_RIVAL, PVS_LAZY_PREEMPTED,
-    PVS_LAZY_SWITCH_IN, PVS_LAZY_WAKING,
+    PVS_LAZY_ALL, PVS_LAZY_BLOCKED, PVS_LAZY_KVM_WAKEUP, PVS_LAZY_NO_HOST_RIVAL, PVS_LAZY_NO_RIVAL,
+    PVS_LAZY_PREEMPTED, PVS_LAZY_SWITCH_IN, PVS_LAZY_WAKING,
 };
 use super::EventSourceError;
 #[cfg(test)]
@@ -49,7 +49,10 @@ impl Quiet {
     /// `quiet_without_rt_work`: its VM ran no guest RT work within `halt_boost_ns` and
     /// `daemon.quiet_without_rivals` is on: with `boost_only_against_rivals` a preemption
     /// or wakeup seen while no CPU runs a task from outside the VM starts no boost
-    /// (`PVS_LAZY_NO_RIVAL`: the program queues those flagged `PVS_F_NO_RIVAL` quietly).
+    /// (`PVS_LAZY_NO_RIVAL`: the program queues those flagged `PVS_F_NO_RIVAL` quietly),
+    /// and without `peer_vms_are_rivals` nor one seen while only other served VMs' threads
+    /// ran (`PVS_LAZY_NO_HOST_RIVAL`; an extension such a preemption could start needs a
+    /// wait naming the vCPU, which makes it `waited_on`).
     /// With `speculative_boosts_need_rt_work` such a VM's preemptions and wakeups start no
     /// speculative boost whatever the rivals, so all of them are queued quietly.
     /// Guest RT work starting then is seen at the next read (a record with rivals, a
@@ -86,6 +89,9 @@ impl Quiet {
         }
         if quiet_without_rt_work && limits.boost_only_against_rivals {
             bits |= PVS_LAZY_NO_RIVAL;
+            if !limits.peer_vms_are_rivals {
+                bits |= PVS_LAZY_NO_HOST_RIVAL;
+            }
         }
         if quiet_without_rt_work && limits.speculative_boosts_need_rt_work {
             bits |= PVS_LAZY_PREEMPTED | PVS_LAZY_WAKING;
@@ -108,12 +114,13 @@ impl Quiet {
             // Its target vCPU is not the current thread: always wakes.
             EventKind::KvmIrq => 0,
         };
-        let no_rival = !ev.rivals
-            && matches!(
-                ev.kind,
-                EventKind::SwitchOut { .. } | EventKind::Waking { .. }
-            );
-        self.0 & class != 0 || (no_rival && self.0 & PVS_LAZY_NO_RIVAL != 0)
+        let looks = matches!(
+            ev.kind,
+            EventKind::SwitchOut { .. } | EventKind::Waking { .. }
+        );
+        self.0 & class != 0
+            || (looks && !ev.rivals && self.0 & PVS_LAZY_NO_RIVAL != 0)
+            || (looks && !ev.host_rivals && self.0 & PVS_LAZY_NO_HOST_RIVAL != 0)
     }
 
     /// The `enum pvs_lazy` bits.
@@ -250,6 +257,7 @@ mod tests {
             kind,
             quiet: false,
             rivals: true,
+            host_rivals: true,
         }
     }
 
@@ -323,6 +331,7 @@ mod tests {
         };
         let alone = |kind| HostEvent {
             rivals: false,
+            host_rivals: false,
             ..ev(kind)
         };
         let off = VmLimits {
@@ -340,6 +349,34 @@ mod tests {
         assert!(!q.covers(&ev(waking)));
         assert!(!rt_work.covers(&alone(EventKind::SwitchOut { runnable: true })));
         assert!(!rule_off.covers(&alone(waking)));
+    }
+
+    #[test]
+    fn without_recent_rt_work_preemptions_and_wakeups_with_only_served_vms_as_rivals_are_quiet_unless_they_count(
+    ) {
+        let waking = EventKind::Waking {
+            source: super::super::WakeSource::Vcpu,
+            cpu_idle: false,
+        };
+        let peers = |kind| HostEvent {
+            host_rivals: false,
+            ..ev(kind)
+        };
+        let counted = VmLimits {
+            peer_vms_are_rivals: true,
+            ..VmLimits::default()
+        };
+
+        let q = Quiet::for_vcpu(false, &VmLimits::default(), false, false, true);
+        let rt_work = Quiet::for_vcpu(false, &VmLimits::default(), false, false, false);
+        let peers_count = Quiet::for_vcpu(false, &counted, false, false, true);
+
+        assert!(q.covers(&peers(EventKind::SwitchOut { runnable: true })));
+        assert!(q.covers(&peers(waking)));
+        assert!(!q.covers(&ev(waking)));
+        assert!(!rt_work.covers(&peers(waking)));
+        assert!(!peers_count.covers(&peers(EventKind::SwitchOut { runnable: true })));
+        assert!(!peers_count.covers(&peers(waking)));
     }
 
     #[test]

@@ -74,6 +74,11 @@ pub struct HostEvent {
     /// (and in recordings made before the field existed).
     #[serde(default = "rivals_unknown")]
     pub rivals: bool,
+    /// As [`HostEvent::rivals`], for a task from outside every VM pvschedd
+    /// serves (`PVS_F_NO_HOST_RIVAL` clear): false when the only rivals
+    /// were other served VMs' threads, or none. Implies `rivals`.
+    #[serde(default = "rivals_unknown")]
+    pub host_rivals: bool,
 }
 
 /// [`HostEvent::rivals`] where nobody looked: the policy's default.
@@ -349,6 +354,7 @@ mod tests {
             },
             quiet: true,
             rivals: false,
+            host_rivals: false,
         };
         let s = serde_json::to_string(&ev).unwrap();
         assert_eq!(serde_json::from_str::<HostEvent>(&s).unwrap(), ev);

@@ -247,6 +247,7 @@ impl ProcPollSource {
                 quiet: false,
                 // Not looked at: the policy's default.
                 rivals: true,
+                host_rivals: true,
             });
             n += 1;
         }

@@ -31,7 +31,9 @@ const _: () = assert!(size_of::<pvs_event>() == EVENT_SIZE);
 /// Flags each kind may carry; anything else is a decode error.
 pub const fn allowed_flags(kind: u32) -> Option<u32> {
     match kind {
-        PVS_EV_SWITCH_OUT => Some(PVS_F_RUNNABLE | PVS_F_NO_RIVAL | PVS_F_QUIET),
+        PVS_EV_SWITCH_OUT => {
+            Some(PVS_F_RUNNABLE | PVS_F_NO_RIVAL | PVS_F_NO_HOST_RIVAL | PVS_F_QUIET)
+        }
         PVS_EV_SWITCH_IN => Some(PVS_F_QUIET),
         PVS_EV_WAKING => Some(
             PVS_F_WAKER_VCPU
@@ -39,6 +41,7 @@ pub const fn allowed_flags(kind: u32) -> Option<u32> {
                 | PVS_F_WAKER_IRQ
                 | PVS_F_CPU_IDLE
                 | PVS_F_NO_RIVAL
+                | PVS_F_NO_HOST_RIVAL
                 | PVS_F_QUIET,
         ),
         PVS_EV_KVM_EXIT => Some(PVS_F_EXIT_HLT | PVS_F_EXIT_PAUSE | PVS_F_ISA_VMX | PVS_F_QUIET),
@@ -58,6 +61,8 @@ pub enum DecodeError {
     BadExitReason(u32),
     #[error("record of {len} bytes, expected {EVENT_SIZE}")]
     BadLength { len: usize },
+    #[error("record flagged with no rival but a host rival (flags {0:#x})")]
+    BadRivals(u32),
     #[error("waking record with more than one waker class (flags {0:#x})")]
     BadWaker(u32),
     #[error("unknown event kind {0}")]
@@ -144,6 +149,10 @@ impl RawEvent {
         if flags & !allowed != 0 {
             return Err(DecodeError::BadFlags { kind, flags });
         }
+        // No rival at all is no rival from outside the served VMs either.
+        if flags & PVS_F_NO_RIVAL != 0 && flags & PVS_F_NO_HOST_RIVAL == 0 {
+            return Err(DecodeError::BadRivals(flags));
+        }
         let kind = match kind {
             PVS_EV_SWITCH_OUT => EventKind::SwitchOut {
                 runnable: flags & PVS_F_RUNNABLE != 0,
@@ -192,6 +201,7 @@ impl RawEvent {
             kind,
             quiet: flags & PVS_F_QUIET != 0,
             rivals: flags & PVS_F_NO_RIVAL == 0,
+            host_rivals: flags & PVS_F_NO_HOST_RIVAL == 0,
         })
     }
 }
@@ -228,6 +238,7 @@ mod tests {
             kind,
             quiet: false,
             rivals: true,
+            host_rivals: true,
         }
     }
 
@@ -347,18 +358,27 @@ mod tests {
     }
 
     #[test]
-    fn a_record_without_rivals_is_decoded_so_and_every_other_has_them() {
+    fn a_record_without_rivals_or_with_only_served_vms_as_rivals_is_decoded_so_and_every_other_has_host_rivals(
+    ) {
+        let rivals = |kind, flags| {
+            let ev = decode(&raw(kind, flags).to_bytes()).unwrap();
+            (ev.rivals, ev.host_rivals)
+        };
         for kind in [PVS_EV_SWITCH_OUT, PVS_EV_WAKING] {
-            assert!(
-                !decode(&raw(kind, PVS_F_NO_RIVAL).to_bytes())
-                    .unwrap()
-                    .rivals
+            let none = PVS_F_NO_RIVAL | PVS_F_NO_HOST_RIVAL;
+            assert_eq!(rivals(kind, none), (false, false));
+            assert_eq!(rivals(kind, PVS_F_NO_HOST_RIVAL), (true, false));
+            assert_eq!(rivals(kind, 0), (true, true));
+            // No rival at all cannot come with a host rival.
+            assert_eq!(
+                decode(&raw(kind, PVS_F_NO_RIVAL).to_bytes()),
+                Err(DecodeError::BadRivals(PVS_F_NO_RIVAL))
             );
-            assert!(decode(&raw(kind, 0).to_bytes()).unwrap().rivals);
         }
         // Only switch-outs and wakeups look for rivals.
         for kind in [PVS_EV_SWITCH_IN, PVS_EV_KVM_WAKEUP, PVS_EV_KVM_IRQ] {
             assert!(decode(&raw(kind, PVS_F_NO_RIVAL).to_bytes()).is_err());
+            assert!(decode(&raw(kind, PVS_F_NO_HOST_RIVAL).to_bytes()).is_err());
         }
     }
 

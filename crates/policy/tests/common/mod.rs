@@ -126,6 +126,7 @@ pub fn arb_limits() -> impl Strategy<Value = VmLimits> {
                     proactive_irq: h[5],
                     proactive_halt: h[6],
                     boost_only_against_rivals: h[4] ^ h[5],
+                    peer_vms_are_rivals: h[0] ^ h[2],
                     speculative_boosts_need_rt_work: h[1] ^ h[3],
                     halt_boost_ns: th.max(pb),
                     proactive_boost_ns: pb,

@@ -4,7 +4,7 @@
 //! host could produce; the host model is not run.
 
 use pvsched_abi as abi;
-use pvsched_policy::{Event, VmStats};
+use pvsched_policy::{Event, Rivals, VmStats};
 
 use super::{Ev, Mode, Sim};
 use crate::guest::{Behaviour, GClass, Lock, LockPhase, TState, Task, VWork};
@@ -124,7 +124,7 @@ fn mutex_waiter_then_holder_preempted(mode: Mode) -> Sim {
         1,
         Event::Preempted {
             vcpu: 1,
-            rivals: true,
+            rivals: Rivals::Host,
         },
     );
     s
@@ -195,7 +195,7 @@ fn a_spin_waiter_publishes_any_only_when_a_sibling_was_preempted_at_its_contenti
         1,
         Event::Preempted {
             vcpu: 1,
-            rivals: true,
+            rivals: Rivals::Host,
         },
     );
     let after_first = stats(&s);
@@ -212,7 +212,7 @@ fn a_spin_waiter_publishes_any_only_when_a_sibling_was_preempted_at_its_contenti
         2,
         Event::Preempted {
             vcpu: 2,
-            rivals: true,
+            rivals: Rivals::Host,
         },
     );
     let st = stats(&s);
@@ -255,7 +255,7 @@ fn a_spinner_handed_the_lock_while_spinning_clears_its_wait() {
         1,
         Event::Preempted {
             vcpu: 1,
-            rivals: true,
+            rivals: Rivals::Host,
         },
     );
     s.task_burst_done(0, 0, 0);

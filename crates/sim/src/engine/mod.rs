@@ -23,7 +23,7 @@ use tasks::add_guest_tasks;
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-use pvsched_policy::Event;
+use pvsched_policy::{Event, Rivals};
 
 use crate::costs::Costs;
 use crate::daemon::{Daemon, DISCOVERY_INTERVAL_NS};
@@ -650,18 +650,20 @@ impl Sim {
         }
     }
 
-    /// Whether some host CPU runs a thread from outside VM `vm`: what pvschedd's BPF
-    /// programs flag (`find_rivals`). The simulated daemon takes no host CPU, so only
-    /// idle CPUs and the VM's own vCPU and main-loop threads are no rivals.
-    pub(super) fn rivals_of(&self, vm: u32) -> bool {
-        (0..self.host.cpus()).any(|cpu| {
-            self.host
-                .current(cpu)
-                .is_some_and(|t| match self.threads[t as usize].owner {
-                    Owner::Vcpu { vm: of, .. } | Owner::MainLoop(of) => of != vm,
-                    Owner::HostTask(_) => true,
-                })
-        })
+    /// What the host CPUs run besides VM `vm`: what pvschedd's BPF programs flag
+    /// (`find_rivals`). The simulated daemon takes no host CPU, so only idle CPUs and the
+    /// VM's own vCPU and main-loop threads are no rivals; every simulated VM is served
+    /// (the mode is the whole host's), so another VM's thread is a peer VM's.
+    pub(super) fn rivals_of(&self, vm: u32) -> Rivals {
+        (0..self.host.cpus())
+            .filter_map(|cpu| self.host.current(cpu))
+            .map(|t| match self.threads[t as usize].owner {
+                Owner::Vcpu { vm: of, .. } | Owner::MainLoop(of) if of == vm => Rivals::None,
+                Owner::Vcpu { .. } | Owner::MainLoop(_) => Rivals::PeerVms,
+                Owner::HostTask(_) => Rivals::Host,
+            })
+            .max()
+            .unwrap_or(Rivals::None)
     }
 
     fn thread_off(&mut self, tid: Tid, at: u64, how: SwitchOut) {
