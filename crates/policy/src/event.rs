@@ -24,8 +24,7 @@ pub enum Rivals {
     /// competes only with itself, and a boost would only reorder its own threads.
     None,
     /// Besides those, only threads of other VMs pvschedd serves: VMs that get the same
-    /// boosts, so that boosts between them cancel out
-    /// (see [`crate::VmLimits::peer_vms_are_rivals`]).
+    /// boosts (see [`crate::VmLimits::peer_vms_are_rivals`]).
     PeerVms,
     /// A task that is none of those (a host task, an unserved VM). Also where nobody
     /// looked.

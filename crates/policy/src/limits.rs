@@ -218,11 +218,12 @@ pub struct VmLimits {
     /// With `boost_only_against_rivals`: whether threads of other VMs pvschedd serves are
     /// rivals for the speculative boosts (critical sections, the proactive reasons). Off:
     /// only a task that is no served VM's (a host task, an unserved VM) is. Served VMs get
-    /// the same boosts, so boosts between them cancel out and leave only their cost: two
-    /// overcommitted lock-heavy VMs ran at 0.85-0.86x of vanilla with them and 1.02-1.05x
-    /// without any boost (BENCHMARKS.md, "What the speculative boosts cost VMs without RT
-    /// work"); against host hogs the same boosts won a message-passing VM 1.3-1.5x. A VM
-    /// that ran guest RT work is spared the rule as before, and lock-holder extensions
+    /// the same boosts, so between them a boost only changes which VM runs first, and pays
+    /// pvschedd's work for it: two overcommitted lock-heavy VMs ran at 0.80-0.86x of
+    /// vanilla with them and 0.97-1.09x without (BENCHMARKS.md, "Peer VMs are no rivals";
+    /// the simulator, which charges the daemon nothing, has them gaining 1.15-1.21x under
+    /// KVM costs). Against host hogs the same boosts won a message-passing VM 1.3-1.5x. A
+    /// VM that ran guest RT work is spared the rule as before, and lock-holder extensions
     /// count other VMs as rivals whatever this says (they are repaid). Default false.
     pub peer_vms_are_rivals: bool,
     /// Start the speculative boosts (critical sections and the proactive reasons) only

@@ -1189,7 +1189,7 @@ fn rivals_allow_boost(limits: &VmLimits, v: &Vcpu, vm_rt: bool) -> bool {
 
 /// Whether a speculative boost (a critical section, a proactive reason) may start: as for
 /// an extension, except that other served VMs are rivals only with `peer_vms_are_rivals`
-/// (they get the same boosts, which then cancel out), and with
+/// (they get the same boosts: see that limit), and with
 /// `speculative_boosts_need_rt_work` only for a VM that ran guest RT work recently.
 fn speculation_allowed(limits: &VmLimits, v: &Vcpu, vm_rt: bool) -> bool {
     let least = if limits.peer_vms_are_rivals {

@@ -101,7 +101,7 @@ const volatile u32 nr_cpus = 1;
  * boost: it would only reorder the VM's own threads, and the RT class's push
  * and pull would stack two of its vCPUs on one CPU while another idles. And
  * PVS_F_NO_HOST_RIVAL when every such task is a thread of a VM the daemon
- * serves (vmm_tgid): those get the same boosts, which cancel out. Each CPU
+ * serves (vmm_tgid): those get the same boosts (peer_vms_are_rivals). Each CPU
  * keeps the process it runs, and whether it is a served VM's, in its line of
  * cpu_lines (stores only when that changes); the check reads every possible
  * CPU's line (bpf_loop), stopping at the first rival that is no served VM's.
