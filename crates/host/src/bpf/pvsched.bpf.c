@@ -161,8 +161,9 @@ struct pvs_cpu_line {
 	 * the daemon (neither is anyone's rival) */
 	u32 owner;
 	/* whether owner was a served VM's process (vmm_tgid) when it took the
-	 * CPU: a VM registered while its thread runs here counts as a host
-	 * task until this CPU switches process (boosts allowed: the old rule) */
+	 * CPU, or when one of its tracked threads last switched in here: a VM
+	 * registered while its process holds this CPU counts as a host task
+	 * until then (boosts allowed: the old rule) */
 	u32 owner_served;
 	u64 pad[6];
 };
@@ -394,7 +395,7 @@ int BPF_PROG(pvs_sched_switch, bool preempt, struct task_struct___pvs *prev,
 	struct pvs_cpu_state *c = this_cpu_state();
 	u32 hidden = 0;
 	bool runnable;
-	struct pvs_vcpu *v;
+	struct pvs_vcpu *v, *v_next = bpf_map_lookup_elem(&tracked, &next_tid);
 
 	if (c) {
 		c->irq_depth = 0; /* nothing schedules inside IRQ context */
@@ -412,7 +413,10 @@ int BPF_PROG(pvs_sched_switch, bool preempt, struct task_struct___pvs *prev,
 			*(volatile u64 *)&l->idle = idle;
 			__sync_fetch_and_add(&idle_cpus, idle ? 1 : -1);
 		}
-		if (l && find_rivals && l->owner != owner) {
+		/* A tracked thread's process is served: its switch-in also
+		 * mends a line written before its VM was registered. */
+		if (l && find_rivals &&
+		    (l->owner != owner || (!l->owner_served && v_next))) {
 			u32 served = owner && bpf_map_lookup_elem(&vmm_tgid, &owner);
 
 			*(volatile u32 *)&l->owner = owner;
@@ -449,7 +453,7 @@ int BPF_PROG(pvs_sched_switch, bool preempt, struct task_struct___pvs *prev,
 				    PVS_F_RUNNABLE | rival_flag(c->hidden_tgid), next_tid);
 	}
 
-	v = bpf_map_lookup_elem(&tracked, &next_tid);
+	v = v_next;
 	if (!v)
 		return 0;
 	v->switch_seq++; /* one CPU at a time switches a thread in */
