@@ -919,7 +919,7 @@ impl VmState {
         // With nothing from outside the VM on the host, an extension only preempts
         // another of the VM's own threads (measured: the lone lock VM at 0.85x of vanilla
         // with extensions, 0.98x without).
-        if !rivals_allow_boost(&self.limits, v, vm_rt) {
+        if !rivals_allow_extension(&self.limits, v, vm_rt) {
             return;
         }
         let preempted = v.status == RunStatus::Preempted;
@@ -1183,7 +1183,7 @@ fn account_burst(v: &mut Vcpu, now: u64) {
 /// that work needs: its vCPU ahead of its siblings, and the siblings that take its timers
 /// and send it IPIs boosted too. A VM without it only loses to the stacking its boosts
 /// cause.
-fn rivals_allow_boost(limits: &VmLimits, v: &Vcpu, vm_rt: bool) -> bool {
+fn rivals_allow_extension(limits: &VmLimits, v: &Vcpu, vm_rt: bool) -> bool {
     !limits.boost_only_against_rivals || v.rivals > Rivals::None || vm_rt
 }
 
