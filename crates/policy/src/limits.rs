@@ -324,6 +324,13 @@ pub struct VmLimits {
     /// Lock debt (on-CPU extension time not yet repaid) at which further extensions are
     /// refused until it is repaid below, > 0. Default 10 ms.
     pub lock_debt_max_ns: u64,
+    /// Lock debt at which the VM starts repaying (its vCPUs at `debt_nice`), <=
+    /// `lock_debt_max_ns`; once started, repayment lasts until the debt is 0. Below it the
+    /// debt waits for more: each start and end of a repayment is a nice change of every
+    /// vCPU and a daemon wakeup. Repaying from the first ns, two overcommitted lock VMs
+    /// woke pvschedd's timer 1000-1200 times a second, in 4 ms turns 660-700
+    /// (BENCHMARKS.md, "Repaying lock debt in turns"). 0: from the first ns. Default 4 ms.
+    pub lock_repay_from_ns: u64,
     /// Also extend a vCPU a wait names as the holder while it runs (not only once it is
     /// preempted): the boost keeps the host's fair class from preempting it. Default false.
     pub lock_extend_running: bool,
@@ -373,6 +380,7 @@ impl Default for VmLimits {
             honor_lock_holders: false,
             lock_extension_ns: 1_000_000,
             lock_debt_max_ns: 10_000_000,
+            lock_repay_from_ns: 4_000_000,
             lock_extend_running: false,
         }
     }
@@ -415,6 +423,8 @@ pub enum LimitsError {
     LockDebtMaxNs,
     #[error("lock_extension_ns must be > 0")]
     LockExtensionNs,
+    #[error("lock_repay_from_ns must be <= lock_debt_max_ns ({max}), not {from}")]
+    LockRepayFromNs { from: u64, max: u64 },
     #[error("max_boost_ns must be > 0")]
     MaxBoostNs,
     #[error("max_rt_priority must be 1..=99, not {0}")]
@@ -505,6 +515,12 @@ impl VmLimits {
         if self.lock_extension_ns == 0 {
             return Err(LimitsError::LockExtensionNs);
         }
+        if self.lock_repay_from_ns > self.lock_debt_max_ns {
+            return Err(LimitsError::LockRepayFromNs {
+                from: self.lock_repay_from_ns,
+                max: self.lock_debt_max_ns,
+            });
+        }
         if self.max_boost_ns == 0 {
             return Err(LimitsError::MaxBoostNs);
         }
@@ -582,9 +598,16 @@ mod tests {
     #[test]
     fn validate_names_each_bad_field() {
         type Mutation = fn(&mut VmLimits);
-        let cases: [(Mutation, LimitsError); 24] = [
+        let cases: [(Mutation, LimitsError); 25] = [
             (|l| l.lock_debt_max_ns = 0, LimitsError::LockDebtMaxNs),
             (|l| l.lock_extension_ns = 0, LimitsError::LockExtensionNs),
+            (
+                |l| l.lock_repay_from_ns = 10_000_001,
+                LimitsError::LockRepayFromNs {
+                    from: 10_000_001,
+                    max: 10_000_000,
+                },
+            ),
             (
                 |l| l.idle_poll_budget_permille = 1001,
                 LimitsError::IdlePollBudgetPermille(1001),

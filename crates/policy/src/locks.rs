@@ -62,6 +62,8 @@ pub struct LockLedger {
     charging: u32,
     /// Sum of the repayment rates (permille) of the vCPUs repaying right now.
     repaying_permille: u64,
+    /// The VM repays: the debt reached `lock_repay_from_ns` and is not cleared yet.
+    owing: bool,
     /// Extensions granted.
     pub extensions: u64,
     /// Extensions refused: the debt had reached `lock_debt_max_ns`.
@@ -71,8 +73,9 @@ pub struct LockLedger {
 }
 
 impl LockLedger {
-    /// Integrates `dt` ns of the rates in force.
-    pub(crate) fn advance(&mut self, dt: u64) {
+    /// Integrates `dt` ns of the rates in force; repayment starts once the debt has
+    /// reached `repay_from_ns` (0: at once) and lasts until it is cleared.
+    pub(crate) fn advance(&mut self, dt: u64, repay_from_ns: u64) {
         let added = dt.saturating_mul(u64::from(self.charging));
         self.extended_ns = self.extended_ns.saturating_add(added);
         let owed = self.debt_ns.saturating_add(added);
@@ -87,6 +90,11 @@ impl LockLedger {
         } else {
             (repay_milli % 1000) as u64
         };
+        if left == 0 {
+            self.owing = false;
+        } else if left >= repay_from_ns {
+            self.owing = true;
+        }
     }
 
     /// Changes the rates: `charging` vCPUs extended on a CPU, repaying at `permille` in all.
@@ -103,9 +111,11 @@ impl LockLedger {
         self.repaying_permille
     }
 
-    /// Whether the VM owes extension time.
+    /// Whether the VM repays extension time: its debt reached the point where repayment
+    /// starts, and is not cleared yet. (A smaller debt waits: each start and end of a
+    /// repayment is a nice change of every vCPU.)
     pub fn in_debt(&self) -> bool {
-        self.debt_ns > 0
+        self.owing
     }
 
     /// Extension time not repaid yet, ns.
@@ -126,7 +136,7 @@ impl LockLedger {
     /// In how many ns the debt is repaid at the rates in force; `None` when it is not
     /// shrinking (or there is none).
     pub fn clears_in_ns(&self) -> Option<u64> {
-        if self.debt_ns == 0 {
+        if !self.owing {
             return None;
         }
         let drain = self
@@ -164,30 +174,54 @@ mod tests {
     fn extension_time_becomes_debt_and_repayment_clears_it() {
         let mut l = LockLedger::default();
         l.set_rates(1, 0);
-        l.advance(1_000_000);
+        l.advance(1_000_000, 0);
         assert_eq!((l.debt_ns(), l.extended_ns()), (1_000_000, 1_000_000));
         // One vCPU repaying at nice 5: 1 ms / 2.056 = 486,382 ns (rounded up).
         l.set_rates(0, 2056);
         assert_eq!(l.clears_in_ns(), Some(486_382));
-        l.advance(486_381);
+        l.advance(486_381, 0);
         assert!(l.in_debt());
-        l.advance(1);
+        l.advance(1, 0);
         assert!(!l.in_debt());
         assert_eq!(l.repaid_ns(), 1_000_000);
         // Nothing more to repay: more time at the rate repays nothing.
-        l.advance(1_000_000);
+        l.advance(1_000_000, 0);
         assert_eq!((l.debt_ns(), l.repaid_ns()), (0, 1_000_000));
         assert_eq!(l.clears_in_ns(), None);
+    }
+
+    #[test]
+    fn repayment_starts_once_the_debt_reaches_repay_from_and_lasts_until_it_is_cleared() {
+        let mut l = LockLedger::default();
+        l.set_rates(1, 0);
+        l.advance(600_000, 1_000_000);
+        assert_eq!(l.debt_ns(), 600_000);
+        assert!(!l.in_debt());
+        assert_eq!(l.clears_in_ns(), None);
+        l.advance(400_000, 1_000_000);
+        assert!(l.in_debt());
+        // Repaying, it owes until the debt is 0, below repay_from too.
+        l.set_rates(0, 2000);
+        l.advance(400_000, 1_000_000);
+        assert_eq!(l.debt_ns(), 200_000);
+        assert!(l.in_debt());
+        assert_eq!(l.clears_in_ns(), Some(100_000));
+        l.advance(100_000, 1_000_000);
+        assert!(!l.in_debt());
+        // A new debt below repay_from waits again.
+        l.set_rates(1, 0);
+        l.advance(10_000, 1_000_000);
+        assert!(!l.in_debt());
     }
 
     #[test]
     fn debt_that_grows_faster_than_it_is_repaid_has_no_clearing_time() {
         let mut l = LockLedger::default();
         l.set_rates(1, 0);
-        l.advance(10);
+        l.advance(10, 0);
         l.set_rates(1, 900);
         assert_eq!(l.clears_in_ns(), None);
-        l.advance(1000);
+        l.advance(1000, 0);
         assert_eq!(l.debt_ns(), 10 + 1000 - 900);
     }
 }

@@ -722,7 +722,7 @@ impl VmState {
                 .boosted_ns_total
                 .saturating_add(u64::try_from(charged_ns).unwrap_or(u64::MAX));
         }
-        self.locks.advance(dt);
+        self.locks.advance(dt, self.limits.lock_repay_from_ns);
         self.now = now;
     }
 

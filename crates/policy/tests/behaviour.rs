@@ -2060,10 +2060,12 @@ fn waits_for_any(seq: u32) -> GuestHalf {
     }
 }
 
-/// The rule-test limits with lock holders honoured (off by default).
+/// The rule-test limits with lock holders honoured (off by default), repaying from the
+/// first ns of debt.
 fn locks() -> VmLimits {
     VmLimits {
         honor_lock_holders: true,
+        lock_repay_from_ns: 0,
         ..base()
     }
 }
@@ -2268,6 +2270,49 @@ fn only_vcpus_on_a_cpu_repay_the_lock_debt() {
         target(&vm, 1),
         (cfs(HostPolicy::Other, 5), Reason::LockDebt)
     );
+}
+
+#[test]
+fn lock_debt_below_lock_repay_from_waits_and_is_repaid_in_one_turn_once_it_reaches_it() {
+    // Arrange: repayment from 1.5 ms of debt.
+    let mut vm = holder_and_waiter(VmLimits {
+        lock_repay_from_ns: 1_500_000,
+        ..locks()
+    });
+
+    // Act: a first extension of 0.9 ms on a CPU (preempted at 2 ms, back at 2.1 ms, ended
+    // at 3 ms), then a second one of 0.9 ms (preempted at 5 ms, back at 5.1, ended at 6).
+    step(&mut vm, 2 * MS, was_preempted(1));
+    step(&mut vm, 2 * MS + 100_000, Event::Running { vcpu: 1 });
+    let first = tick_until(&mut vm, 5 * MS);
+    let owed_after_first = vm.vm_stats().lock_debt_ns;
+    step(&mut vm, 5 * MS, was_preempted(1));
+    step(&mut vm, 5 * MS + 100_000, Event::Running { vcpu: 1 });
+    let second = tick_until(&mut vm, 10 * MS);
+
+    // Assert: no repayment after the first (0.9 ms < 1.5 ms: the debt waits); after the
+    // second, 1.8 ms repaid in one turn at debt_nice by both vCPUs (1.8 ms / (2 x 2.056)
+    // = 437,744 ns), then nice 0 again.
+    assert!(
+        first.iter().all(|(_, d)| d.reason != Reason::LockDebt),
+        "{first:?}"
+    );
+    assert_eq!(owed_after_first, 900_000);
+    let debt: Vec<_> = second
+        .iter()
+        .map(|(t, d)| (*t, d.vcpu, d.params.nice))
+        .collect();
+    assert_eq!(
+        debt,
+        vec![
+            (6 * MS, 0, 5),
+            (6 * MS, 1, 5),
+            (6 * MS + 437_744, 0, 0),
+            (6 * MS + 437_744, 1, 0),
+        ]
+    );
+    let s = vm.vm_stats();
+    assert_eq!((s.lock_debt_ns, s.lock_repaid_ns), (0, 1_800_000));
 }
 
 #[test]

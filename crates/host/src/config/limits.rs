@@ -84,6 +84,7 @@ limits_config! {
     honor_lock_holders: bool,
     lock_extension_ns: u64,
     lock_debt_max_ns: u64,
+    lock_repay_from_ns: u64,
     lock_extend_running: bool,
 }
 

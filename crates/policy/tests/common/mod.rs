@@ -150,6 +150,7 @@ pub fn arb_limits() -> impl Strategy<Value = VmLimits> {
                     honor_lock_holders: !h[1],
                     lock_extension_ns: pb,
                     lock_debt_max_ns: th,
+                    lock_repay_from_ns: th / 2,
                     lock_extend_running: h[3],
                 }
             },
