@@ -329,7 +329,9 @@ pub struct VmLimits {
     /// debt waits for more: each start and end of a repayment is a nice change of every
     /// vCPU and a daemon wakeup. Repaying from the first ns, two overcommitted lock VMs
     /// woke pvschedd's timer 1000-1200 times a second, in 4 ms turns 660-700
-    /// (BENCHMARKS.md, "Repaying lock debt in turns"). 0: from the first ns. Default 4 ms.
+    /// (BENCHMARKS.md, "Repaying lock debt in turns"). A smaller debt is repaid all the
+    /// same once it has waited `locks::DEBT_WAIT_NS` (100 ms). 0: from the first ns.
+    /// Default 4 ms.
     pub lock_repay_from_ns: u64,
     /// Also extend a vCPU a wait names as the holder while it runs (not only once it is
     /// preempted): the boost keeps the host's fair class from preempting it. Default false.

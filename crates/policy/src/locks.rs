@@ -38,6 +38,11 @@ pub fn repay_permille(base: i8, repay: i8) -> u64 {
 }
 
 /// A lock-holder extension in force on one vCPU.
+/// Longest a lock debt below `lock_repay_from_ns` waits before it is repaid all the same:
+/// eventual fairness must not depend on more extensions coming. A tenth of a second is
+/// nothing against the CPU split over 10 s, and at most ten repayments a second.
+pub const DEBT_WAIT_NS: u64 = 100_000_000;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Extension {
     /// When it ends at the latest.
@@ -62,8 +67,11 @@ pub struct LockLedger {
     charging: u32,
     /// Sum of the repayment rates (permille) of the vCPUs repaying right now.
     repaying_permille: u64,
-    /// The VM repays: the debt reached `lock_repay_from_ns` and is not cleared yet.
+    /// The VM repays: the debt reached `lock_repay_from_ns` (or waited
+    /// [`DEBT_WAIT_NS`]) and is not cleared yet.
     owing: bool,
+    /// How long the debt has waited below `lock_repay_from_ns`, ns.
+    waited_ns: u64,
     /// Extensions granted.
     pub extensions: u64,
     /// Extensions refused: the debt had reached `lock_debt_max_ns`.
@@ -92,8 +100,13 @@ impl LockLedger {
         };
         if left == 0 {
             self.owing = false;
-        } else if left >= repay_from_ns {
-            self.owing = true;
+            self.waited_ns = 0;
+        } else if !self.owing {
+            self.waited_ns = self.waited_ns.saturating_add(dt);
+            if left >= repay_from_ns || self.waited_ns >= DEBT_WAIT_NS {
+                self.owing = true;
+                self.waited_ns = 0;
+            }
         }
     }
 
@@ -131,6 +144,12 @@ impl LockLedger {
     /// Debt repaid, ns, ever.
     pub fn repaid_ns(&self) -> u64 {
         self.repaid_ns
+    }
+
+    /// In how many ns a debt waiting below `lock_repay_from_ns` starts to be repaid
+    /// ([`DEBT_WAIT_NS`]); `None` when none waits.
+    pub fn repay_starts_in_ns(&self) -> Option<u64> {
+        (!self.owing && self.debt_ns > 0).then(|| DEBT_WAIT_NS.saturating_sub(self.waited_ns))
     }
 
     /// In how many ns the debt is repaid at the rates in force; `None` when it is not
@@ -208,10 +227,17 @@ mod tests {
         assert_eq!(l.clears_in_ns(), Some(100_000));
         l.advance(100_000, 1_000_000);
         assert!(!l.in_debt());
-        // A new debt below repay_from waits again.
+        // A new debt below repay_from waits again, for DEBT_WAIT_NS at the most.
         l.set_rates(1, 0);
         l.advance(10_000, 1_000_000);
         assert!(!l.in_debt());
+        l.set_rates(0, 0);
+        assert_eq!(l.repay_starts_in_ns(), Some(DEBT_WAIT_NS - 10_000));
+        l.advance(DEBT_WAIT_NS - 10_001, 1_000_000);
+        assert!(!l.in_debt());
+        l.advance(1, 1_000_000);
+        assert!(l.in_debt());
+        assert_eq!(l.repay_starts_in_ns(), None);
     }
 
     #[test]

@@ -576,6 +576,9 @@ impl VmState {
         if let Some(dt) = self.locks.clears_in_ns() {
             offer(self.now.saturating_add(dt));
         }
+        if let Some(dt) = self.locks.repay_starts_in_ns() {
+            offer(self.now.saturating_add(dt));
+        }
         best
     }
 
