@@ -248,6 +248,14 @@ impl Drop for LazyCells {
 mod tests {
     use super::*;
 
+    /// A wakeup by another vCPU onto a busy CPU: one that may start a boost.
+    fn waking_on_busy_cpu() -> EventKind {
+        EventKind::Waking {
+            source: super::super::WakeSource::Vcpu,
+            cpu_idle: false,
+        }
+    }
+
     fn ev(kind: EventKind) -> HostEvent {
         HostEvent {
             ts_ns: 1,
@@ -296,10 +304,7 @@ mod tests {
         let q = Quiet::for_vcpu(false, &limits, false, false, false);
 
         assert!(q.covers(&ev(EventKind::SwitchOut { runnable: true })));
-        assert!(q.covers(&ev(EventKind::Waking {
-            source: super::super::WakeSource::Vcpu,
-            cpu_idle: false,
-        })));
+        assert!(q.covers(&ev(waking_on_busy_cpu())));
     }
 
     #[test]
@@ -325,10 +330,7 @@ mod tests {
 
     #[test]
     fn without_recent_rt_work_preemptions_and_wakeups_with_no_rival_are_quiet() {
-        let waking = EventKind::Waking {
-            source: super::super::WakeSource::Vcpu,
-            cpu_idle: false,
-        };
+        let waking = waking_on_busy_cpu();
         let alone = |kind| HostEvent {
             rivals: false,
             host_rivals: false,
@@ -354,10 +356,7 @@ mod tests {
     #[test]
     fn without_recent_rt_work_preemptions_and_wakeups_with_only_served_vms_as_rivals_are_quiet_unless_they_count(
     ) {
-        let waking = EventKind::Waking {
-            source: super::super::WakeSource::Vcpu,
-            cpu_idle: false,
-        };
+        let waking = waking_on_busy_cpu();
         let peers = |kind| HostEvent {
             host_rivals: false,
             ..ev(kind)
@@ -382,10 +381,7 @@ mod tests {
     #[test]
     fn when_speculative_boosts_need_rt_work_a_vm_without_it_is_quiet_on_preemption_and_wakeup_even_with_rivals(
     ) {
-        let waking = EventKind::Waking {
-            source: super::super::WakeSource::Vcpu,
-            cpu_idle: false,
-        };
+        let waking = waking_on_busy_cpu();
         let limits = VmLimits {
             speculative_boosts_need_rt_work: true,
             ..VmLimits::default()

@@ -654,16 +654,18 @@ impl Sim {
     /// (`find_rivals`). The simulated daemon takes no host CPU, so only idle CPUs and the
     /// VM's own vCPU and main-loop threads are no rivals; every simulated VM is served
     /// (the mode is the whole host's), so another VM's thread is a peer VM's.
+    /// Stops at the first host task, as the programs' search does (called at every
+    /// switch-out and wakeup of a vCPU).
     pub(super) fn rivals_of(&self, vm: u32) -> Rivals {
-        (0..self.host.cpus())
-            .filter_map(|cpu| self.host.current(cpu))
-            .map(|t| match self.threads[t as usize].owner {
-                Owner::Vcpu { vm: of, .. } | Owner::MainLoop(of) if of == vm => Rivals::None,
-                Owner::Vcpu { .. } | Owner::MainLoop(_) => Rivals::PeerVms,
-                Owner::HostTask(_) => Rivals::Host,
-            })
-            .max()
-            .unwrap_or(Rivals::None)
+        let mut seen = Rivals::None;
+        for t in (0..self.host.cpus()).filter_map(|cpu| self.host.current(cpu)) {
+            match self.threads[t as usize].owner {
+                Owner::Vcpu { vm: of, .. } | Owner::MainLoop(of) if of == vm => {}
+                Owner::Vcpu { .. } | Owner::MainLoop(_) => seen = Rivals::PeerVms,
+                Owner::HostTask(_) => return Rivals::Host,
+            }
+        }
+        seen
     }
 
     fn thread_off(&mut self, tid: Tid, at: u64, how: SwitchOut) {
