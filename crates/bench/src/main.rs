@@ -170,10 +170,16 @@ struct Cli {
     #[arg(long, value_name = "N", default_value_t = pvsched_bench::modcost::DEFAULT_REPEAT)]
     modcost_repeat: usize,
     /// Guest module overhead phase: `perf bench sched pipe -l` loops per run
-    /// (about 100 µs each under TCG).
+    /// (about 100-130 µs of host time each under TCG).
     #[arg(long, value_name = "LOOPS", default_value_t = pvsched_bench::modcost::DEFAULT_LOOPS,
           value_parser = clap::value_parser!(u32).range(100..))]
     modcost_loops: u32,
+    /// Guest module overhead phase: the clock of perf's µs/op. `icount`
+    /// (TCG): the guest's time under `-icount shift=0,sleep=off`, 1 ns per
+    /// guest instruction, one vCPU; `host`: the guest clock on host time.
+    /// KVM always uses the host's.
+    #[arg(long, value_enum, default_value = "icount")]
+    modcost_clock: pvsched_bench::modcost::ModCostClock,
     /// cyclictest histogram size in µs (later samples count as overflows at the max).
     #[arg(long, default_value_t = 100_000)]
     buckets: u32,
@@ -369,6 +375,7 @@ fn settings(cli: Cli) -> Result<Settings> {
         modcost: ModCostSettings {
             repeat: cli.modcost_repeat,
             loops: cli.modcost_loops,
+            clock: cli.modcost_clock,
         },
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
