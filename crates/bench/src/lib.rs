@@ -15,6 +15,7 @@ pub mod error;
 pub mod foreign;
 pub mod guest;
 pub mod host;
+pub mod host_cost_targets;
 pub mod interrupts;
 pub mod ipi_sources;
 pub mod locks;
@@ -31,6 +32,7 @@ pub mod rogue_report;
 pub mod run;
 pub mod share;
 pub mod share_report;
+pub mod simulated;
 
 // Shared with the simulator; re-exported so `crate::stats::…` and
 // `crate::plot::…` keep their paths.

@@ -59,6 +59,13 @@ pub enum ModCostClock {
 }
 
 impl ModCostClock {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Icount => "icount",
+            Self::Host => "host",
+        }
+    }
+
     /// What µs/op means under this clock, for the report.
     fn unit(self) -> &'static str {
         match self {
@@ -992,6 +999,7 @@ mod tests {
             modes: vec![],
             results: Default::default(),
             modcost: None,
+            simulated: None,
         };
         let old = serde_json::to_string(&file).unwrap();
         assert!(!old.contains("modcost"));

@@ -238,6 +238,13 @@ pub struct Report {
     /// The guest module's overhead on `perf bench sched pipe` (the phase ran).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub modcost: Option<crate::modcost::ModCostReport>,
+    /// The same policy under KVM, simulated (the loaded host ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub simulated: Option<crate::simulated::Simulated>,
+    /// The host-cost targets with what remains where missed (read off the
+    /// rest of the report).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_cost_targets: Vec<crate::host_cost_targets::HostCostTarget>,
 }
 
 pub fn ratio(a: f64, b: f64) -> Option<f64> {
@@ -483,7 +490,7 @@ fn host_costs_markdown(o: &mut String, r: &Report) {
 /// The pvsched mode's report of each load's first scenario (the
 /// session-wide figures, such as the daemon's histograms, are the same in
 /// every interval of a load).
-fn pvsched_per_load(r: &Report) -> Vec<(&str, &ModeReport)> {
+pub(crate) fn pvsched_per_load(r: &Report) -> Vec<(&str, &ModeReport)> {
     let mut seen = std::collections::BTreeSet::new();
     r.scenarios
         .iter()
@@ -758,6 +765,8 @@ pub fn build(
         targets: all_targets,
         plots: Vec::new(),
         modcost: None,
+        simulated: None,
+        host_cost_targets: Vec::new(),
     }
 }
 
@@ -991,6 +1000,8 @@ pub fn markdown(r: &Report) -> String {
 
     budget_markdown(&mut o, r);
     host_costs_markdown(&mut o, r);
+    crate::simulated::markdown(&mut o, r.simulated.as_ref());
+    crate::host_cost_targets::markdown(&mut o, &r.host_cost_targets);
 
     if !r.targets.is_empty() {
         let _ = writeln!(o, "\n## Targets (loaded host)\n");

@@ -95,6 +95,10 @@ pub struct RawFile {
     /// The guest module overhead phase (absent from older raw.json files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub modcost: Option<ModCostRaw>,
+    /// The same policy under KVM, simulated at the run's intervals (absent
+    /// from older raw.json files, and from runs without the loaded host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub simulated: Option<crate::simulated::Simulated>,
 }
 
 /// Nominal seconds of one (load, mode) session and its phase count.
@@ -951,6 +955,17 @@ fn run_in(
         m.errors.into_iter().for_each(|e| b.error(e));
         modcost_raw = m.raw;
     }
+    let simulated = if s.loads.contains(&Load::Loaded) && s.modes.contains(&Mode::Pvsched) {
+        match crate::simulated::run(&s.intervals, s.doorbell) {
+            Ok(x) => Some(x),
+            Err(e) => {
+                b.error(format!("the KVM simulation: {e}"));
+                None
+            }
+        }
+    } else {
+        None
+    };
 
     let meta = Meta {
         command: s.command.clone(),
@@ -979,6 +994,7 @@ fn run_in(
         modes: s.modes.clone(),
         results: b.results,
         modcost: modcost_raw,
+        simulated,
     };
     let ok = b.errors == 0;
     drop(b.vm);
@@ -1005,6 +1021,8 @@ pub fn render(out: &Path, raw: &RawFile) -> Result<Report> {
         &raw.modes,
     );
     report.modcost = raw.modcost.as_ref().map(modcost::summarize);
+    report.simulated = raw.simulated.clone();
+    report.host_cost_targets = crate::host_cost_targets::build(&report);
     for sc in &report.scenarios {
         write(&format!("{}-{}us.json", sc.load, sc.interval_us), &json(sc))?;
     }
