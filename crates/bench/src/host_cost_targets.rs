@@ -90,6 +90,26 @@ fn latches(r: &Report, load: &str) -> Option<u64> {
     )
 }
 
+fn us_list(v: &[f64]) -> String {
+    v.iter()
+        .map(|v| format!("{v:.0}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Whether a's repeats sit above b's or the two overlap.
+fn spread_verdict(a: &[f64], b: &[f64]) -> &'static str {
+    let lo = a.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = b.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if a.is_empty() || b.is_empty() {
+        "no repeats to compare"
+    } else if lo > hi {
+        "every pvsched repeat above every vanilla one"
+    } else {
+        "the repeats overlap: within this run's spread"
+    }
+}
+
 fn join(v: &[u64]) -> String {
     crate::report::join(v)
 }
@@ -260,19 +280,12 @@ pub fn build(r: &Report) -> Vec<HostCostTarget> {
                     })
                     .unwrap_or_default();
                 format!(
-                    "{:.0} µs more per round trip; p99 per repeat pvsched {} µs, vanilla {} \
-                     µs{d}",
+                    "{:.0} µs more per round trip; p50 per repeat pvsched {} µs, vanilla {} \
+                     µs: {}{d}",
                     p.p50_us - v.p50_us,
-                    p.p99_us_per_repeat
-                        .iter()
-                        .map(|v| format!("{v:.0}"))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    v.p99_us_per_repeat
-                        .iter()
-                        .map(|v| format!("{v:.0}"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    us_list(&p.p50_us_per_repeat),
+                    us_list(&v.p50_us_per_repeat),
+                    spread_verdict(&p.p50_us_per_repeat, &v.p50_us_per_repeat)
                 )
             };
             out.push(HostCostTarget {
@@ -478,6 +491,58 @@ mod tests {
         let re = u.iter().find(|t| t.target.contains("reaction")).unwrap();
         assert_eq!(re.met, Some(true));
         assert!(re.remains.is_empty());
+    }
+
+    fn idle_pingpong(pv: &[f64], va: &[f64]) -> Report {
+        let pp = |v: &[f64]| crate::report::PingPong {
+            p50_us: crate::stats::median(v).unwrap(),
+            p50_us_per_repeat: v.to_vec(),
+            ..Default::default()
+        };
+        let mut s = Scenario {
+            load: "idle".into(),
+            interval_us: 500,
+            ..Default::default()
+        };
+        let (mut p, mut v) = (mode(300, 60), mode(700, 60));
+        p.pingpong = Some(pp(pv));
+        v.pingpong = Some(pp(va));
+        s.modes.insert("pvsched".into(), p);
+        s.modes.insert("vanilla".into(), v);
+        Report {
+            scenarios: vec![s],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_slower_idle_pingpong_says_whether_its_repeats_overlap_vanillas() {
+        let overlap = build(&idle_pingpong(
+            &[224.0, 230.0, 210.0],
+            &[221.0, 205.0, 235.0],
+        ));
+        let apart = build(&idle_pingpong(
+            &[260.0, 270.0, 255.0],
+            &[221.0, 205.0, 235.0],
+        ));
+        let faster = build(&idle_pingpong(
+            &[200.0, 190.0, 210.0],
+            &[221.0, 205.0, 235.0],
+        ));
+
+        assert_eq!(overlap[0].met, Some(false));
+        assert!(
+            overlap[0].result.starts_with("224 vs 221 µs"),
+            "{overlap:?}"
+        );
+        assert!(overlap[0]
+            .remains
+            .contains("p50 per repeat pvsched 224, 230, 210 µs, vanilla 221, 205, 235 µs: the repeats overlap"));
+        assert!(apart[0]
+            .remains
+            .contains("every pvsched repeat above every vanilla one"));
+        assert_eq!(faster[0].met, Some(true));
+        assert!(faster[0].remains.is_empty());
     }
 
     #[test]

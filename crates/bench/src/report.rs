@@ -73,6 +73,9 @@ pub struct PingPong {
     pub p50_us: f64,
     pub p99_us: f64,
     pub p99_us_per_repeat: Vec<f64>,
+    /// Each repeat's p50, in run order (absent from older reports).
+    #[serde(default)]
+    pub p50_us_per_repeat: Vec<f64>,
     pub round_trips: u64,
 }
 
@@ -336,6 +339,7 @@ fn mode_report(results: &Results, load: Load, interval: u32, mode: Mode) -> Mode
         p50_us: median(pings.iter().map(|p| p.p50_us).collect()),
         p99_us: median(pings.iter().map(|p| p.p99_us).collect()),
         p99_us_per_repeat: pings.iter().map(|p| p.p99_us).collect(),
+        p50_us_per_repeat: pings.iter().map(|p| p.p50_us).collect(),
         round_trips: pings.iter().map(|p| p.round_trips).sum(),
     });
     let rates = mean_rates(results, load, mode);
