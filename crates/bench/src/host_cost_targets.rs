@@ -34,8 +34,7 @@ fn x(r: f64) -> String {
     format!("{r:.2}x")
 }
 
-fn scenario<'a>(r: &'a Report, load: &str) -> impl Iterator<Item = &'a Scenario> {
-    let load = load.to_string();
+fn scenario<'a>(r: &'a Report, load: &'a str) -> impl Iterator<Item = &'a Scenario> {
     r.scenarios.iter().filter(move |s| s.load == load)
 }
 
@@ -110,10 +109,6 @@ fn spread_verdict(a: &[f64], b: &[f64]) -> &'static str {
     }
 }
 
-fn join(v: &[u64]) -> String {
-    crate::report::join(v)
-}
-
 /// The targets, in the order of the host-cost issue.
 pub fn build(r: &Report) -> Vec<HostCostTarget> {
     let mut out = Vec::new();
@@ -125,7 +120,7 @@ pub fn build(r: &Report) -> Vec<HostCostTarget> {
         ) else {
             continue;
         };
-        let ratio = |a: u64, b: u64| (b > 0).then(|| a as f64 / b as f64);
+        let ratio = |a: u64, b: u64| crate::report::ratio(a as f64, b as f64);
         let (Some(h), Some(g)) = (
             ratio(p.host.summary.p99_us, v.host.summary.p99_us),
             ratio(p.guest.summary.p99_us, v.guest.summary.p99_us),
@@ -141,8 +136,8 @@ pub fn build(r: &Report) -> Vec<HostCostTarget> {
             remains.push(format!(
                 "guest: p99 per repeat {} µs (vanilla {}); the boost budget latched {} times \
                  over the loaded sessions",
-                join(&p.guest.p99_us_per_repeat),
-                join(&v.guest.p99_us_per_repeat),
+                crate::report::join(&p.guest.p99_us_per_repeat),
+                crate::report::join(&v.guest.p99_us_per_repeat),
                 latches(r, "loaded").map_or("n/a".into(), |n| n.to_string())
             ));
         }

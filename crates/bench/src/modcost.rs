@@ -94,7 +94,7 @@ pub struct ModCostSettings {
 /// TCG is several percent, and 9 was meant to put a 2 % difference clear of
 /// zero (it did not, at up to 15 %); under icount 4 runs already do.
 pub const DEFAULT_REPEAT: usize = 9;
-/// About 2 s per run under TCG (~90-100 µs per operation).
+/// About 2-3 s per run under TCG (~100-130 µs of host time per operation).
 pub const DEFAULT_LOOPS: u32 = 20_000;
 /// The target: the module may cost at most this much, percent of
 /// the median time per operation.

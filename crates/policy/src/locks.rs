@@ -37,12 +37,12 @@ pub fn repay_permille(base: i8, repay: i8) -> u64 {
     wb * 1000 / wr - 1000
 }
 
-/// A lock-holder extension in force on one vCPU.
 /// Longest a lock debt below `lock_repay_from_ns` waits before it is repaid all the same:
 /// eventual fairness must not depend on more extensions coming. A tenth of a second is
 /// nothing against the CPU split over 10 s, and at most ten repayments a second.
 pub const DEBT_WAIT_NS: u64 = 100_000_000;
 
+/// A lock-holder extension in force on one vCPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Extension {
     /// When it ends at the latest.
