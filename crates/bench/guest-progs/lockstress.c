@@ -4,7 +4,7 @@
  * for the lock-holder scenario (eCS-like workloads: rwsem and mutex
  * contention whose holder is a known task on a known CPU).
  *
- *   lockstress [-d SECONDS] [-t THREADS] [-w files|mmap] [-D DIR]
+ *   lockstress [-d SECONDS] [-t THREADS] [-w WORKLOAD] [-D DIR]
  *
  * Workloads (-w, default files):
  * - files: every thread creates a file (open O_CREAT|O_EXCL) in ONE shared
@@ -50,7 +50,7 @@
 #define WRITE_BYTES 4096
 #define WRITE_SLOTS 64
 
-enum workload { W_FILES, W_RENAME, W_WRITE, W_MMAP };
+enum workload { W_FILES, W_RENAME, W_WRITE, W_MMAP, W_RENAME_OWN };
 
 /* One counter per thread, each on its own cache line. */
 struct counter {
@@ -58,7 +58,7 @@ struct counter {
 	char pad[64 - sizeof(uint64_t)];
 } __attribute__((aligned(64)));
 
-static const char *const names[] = { "files", "rename", "write", "mmap" };
+static const char *const names[] = { "files", "rename", "write", "mmap", "rename-own" };
 static struct counter counts[MAX_THREADS];
 static _Atomic int stop;
 static enum workload work = W_FILES;
@@ -116,8 +116,14 @@ static int rename_op(int id)
 {
 	char a[256], b[256];
 
-	snprintf(a, sizeof(a), "%s/a/t%d", dir, id);
-	snprintf(b, sizeof(b), "%s/b/t%d", dir, id);
+	if (work == W_RENAME_OWN) {
+		/* One directory per thread: no lock another thread takes. */
+		snprintf(a, sizeof(a), "%s/t%d/a", dir, id);
+		snprintf(b, sizeof(b), "%s/t%d/b", dir, id);
+	} else {
+		snprintf(a, sizeof(a), "%s/a/t%d", dir, id);
+		snprintf(b, sizeof(b), "%s/b/t%d", dir, id);
+	}
 	if (rename(a, b) || rename(b, a)) {
 		fprintf(stderr, "lockstress: rename t%d: %s\n", id, strerror(errno));
 		return -1;
@@ -169,7 +175,8 @@ static void *worker(void *arg)
 
 		switch (work) {
 		case W_FILES: rc = files_op(id, seq); break;
-		case W_RENAME: rc = rename_op(id); break;
+		case W_RENAME:
+		case W_RENAME_OWN: rc = rename_op(id); break;
 		case W_WRITE: rc = write_op(id, seq); break;
 		default: rc = mmap_op(); break;
 		}
@@ -186,7 +193,7 @@ static void *worker(void *arg)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: lockstress [-d SECONDS] [-t THREADS] [-w files|rename|write|mmap] [-D DIR]\n");
+	fprintf(stderr, "usage: lockstress [-d SECONDS] [-t THREADS] [-w files|rename|rename-own|write|mmap] [-D DIR]\n");
 	exit(2);
 }
 
@@ -209,6 +216,8 @@ int main(int argc, char **argv)
 				work = W_FILES;
 			else if (!strcmp(optarg, "rename"))
 				work = W_RENAME;
+			else if (!strcmp(optarg, "rename-own"))
+				work = W_RENAME_OWN;
 			else if (!strcmp(optarg, "write"))
 				work = W_WRITE;
 			else if (!strcmp(optarg, "mmap"))
@@ -240,6 +249,23 @@ int main(int argc, char **argv)
 		snprintf(cmd, sizeof(cmd), "rm -rf '%s'/* 2>/dev/null", dir);
 		if (system(cmd) == -1)
 			fprintf(stderr, "lockstress: cleaning %s failed\n", dir);
+	}
+	if (work == W_RENAME_OWN) {
+		char name[256];
+
+		for (int i = 0; i < threads; i++) {
+			int fd;
+
+			snprintf(name, sizeof(name), "%s/t%d", dir, i);
+			mkdir(name, 0700);
+			snprintf(name, sizeof(name), "%s/t%d/a", dir, i);
+			fd = open(name, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+			if (fd < 0) {
+				fprintf(stderr, "lockstress: open %s: %s\n", name, strerror(errno));
+				return 1;
+			}
+			close(fd);
+		}
 	}
 	if (work == W_RENAME) {
 		char name[256];

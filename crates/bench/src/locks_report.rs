@@ -190,14 +190,16 @@ pub enum Workload {
     Files,
     Write,
     Mmap,
+    RenameOwn,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 4] = [
+    pub const ALL: [Workload; 5] = [
         Workload::Rename,
         Workload::Files,
         Workload::Write,
         Workload::Mmap,
+        Workload::RenameOwn,
     ];
 
     pub fn name(self) -> &'static str {
@@ -206,6 +208,7 @@ impl Workload {
             Workload::Files => "files",
             Workload::Write => "write",
             Workload::Mmap => "mmap",
+            Workload::RenameOwn => "rename-own",
         }
     }
 
@@ -229,6 +232,11 @@ impl Workload {
                  mmap_lock for writing (mmap, munmap) against reading (faults); one op = \
                  mmap + 4 faults + munmap"
             }
+            Workload::RenameOwn => {
+                "the control without a shared lock: every thread renames its own file within \
+                 its own tmpfs directory and back (that directory's i_rwsem only, which no \
+                 other thread takes); one op = 2 renames"
+            }
         }
     }
 }
@@ -248,7 +256,7 @@ impl FromStr for Workload {
             .ok_or_else(|| BenchError::Unknown {
                 what: "lock workload",
                 given: s.to_string(),
-                choices: "rename, files, write, mmap",
+                choices: "rename, files, write, mmap, rename-own",
             })
     }
 }
@@ -314,6 +322,10 @@ pub struct DaemonLocks {
     pub contentions: u64,
     pub holder_preempted: u64,
     pub extensions: u64,
+    /// Of them, granted when the host preempted a vCPU a wait already named
+    /// (0 in raw files from before the counter).
+    #[serde(default)]
+    pub extensions_at_preemption: u64,
     pub extensions_refused: u64,
     pub preemptions_avoided: u64,
     pub extended_ms: f64,
@@ -337,6 +349,7 @@ impl DaemonLocks {
             contentions: d(a.contentions, b.contentions),
             holder_preempted: d(a.holder_preempted, b.holder_preempted),
             extensions: d(a.extensions, b.extensions),
+            extensions_at_preemption: d(a.extensions_at_preemption, b.extensions_at_preemption),
             extensions_refused: d(a.extensions_refused, b.extensions_refused),
             preemptions_avoided: d(a.preemptions_avoided, b.preemptions_avoided),
             extended_ms: f(a.extended_ms, b.extended_ms),
@@ -349,6 +362,7 @@ impl DaemonLocks {
         self.contentions += o.contentions;
         self.holder_preempted += o.holder_preempted;
         self.extensions += o.extensions;
+        self.extensions_at_preemption += o.extensions_at_preemption;
         self.extensions_refused += o.extensions_refused;
         self.preemptions_avoided += o.preemptions_avoided;
         self.extended_ms += o.extended_ms;
@@ -432,6 +446,15 @@ impl Phase {
         ran.iter()
             .map(|v| v.result.as_ref().map(|r| r.ops_per_s))
             .sum()
+    }
+
+    /// Operations per CPU-second the VMs that ran the workload spent: their
+    /// summed ops/s over the CPUs their QEMU processes used. None without a
+    /// result or CPU time.
+    pub fn ops_per_cpu_s(&self) -> Option<f64> {
+        let ops = self.total_ops_per_s()?;
+        let cpu_s: f64 = self.vms.iter().filter(|v| v.ran).map(|v| v.cpu_s).sum();
+        (cpu_s > 0.0 && self.window_s > 0.0).then(|| ops / (cpu_s / self.window_s))
     }
 
     /// Each VM's share of the VMs' CPU time (0..1), in `vms` order; None
@@ -546,6 +569,10 @@ pub struct ModeSummary {
     /// per repeat.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub split_deviation_pct: Option<Spread>,
+    /// Operations per CPU-second of the VMs that ran the workload, per
+    /// repeat ([`Phase::ops_per_cpu_s`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ops_per_cpu_s: Option<Spread>,
     pub vms: Vec<VmSummary>,
     pub other_load_pct_per_repeat: Vec<f64>,
     /// Where the machine went, per repeat: busy, the VMs' QEMU processes
@@ -589,6 +616,37 @@ pub struct Avoided {
     /// preempted without lock handling).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub avoided_pct: Option<f64>,
+}
+
+/// Vanilla's work per CPU-second alone and overcommitted, from one run.
+/// Both VMs get their CPU time in the overcommitted case whatever the mode
+/// (the machine is full and the split even), so lock handling can raise
+/// their throughput only by raising the work they do per CPU-second: at the
+/// alone case's rate they would do `alone / overcommitted` of vanilla's.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Efficiency {
+    /// Median ops per CPU-second, vanilla, alone.
+    pub alone: f64,
+    /// The same, overcommitted (both VMs).
+    pub overcommitted: f64,
+    /// alone / overcommitted.
+    pub alone_over_overcommitted: f64,
+}
+
+/// [`Efficiency`] of `cases`, when both have vanilla.
+pub fn efficiency(cases: &[CaseReport]) -> Option<Efficiency> {
+    let rate = |case: LockCase| {
+        let c = cases.iter().find(|c| c.case == case.name())?;
+        let m = c.modes.get(LockMode::Vanilla.name())?;
+        m.ops_per_cpu_s.as_ref().map(|s| s.median)
+    };
+    let alone = rate(LockCase::Alone)?;
+    let overcommitted = rate(LockCase::Overcommitted)?;
+    (overcommitted > 0.0).then(|| Efficiency {
+        alone,
+        overcommitted,
+        alone_over_overcommitted: round(alone / overcommitted, 3),
+    })
 }
 
 /// One case of the run.
@@ -646,6 +704,10 @@ pub struct LocksReport {
     pub meta: LocksMeta,
     pub cases: Vec<CaseReport>,
     pub targets: Vec<LockTarget>,
+    /// What overcommitting costs vanilla's work per CPU-second (None
+    /// unless the run has vanilla in both cases).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub efficiency: Option<Efficiency>,
     /// PNG files, relative to the output directory.
     pub plots: Vec<String>,
 }
@@ -765,6 +827,11 @@ fn mode_summary(phases: &[&Phase], names: &[String]) -> ModeSummary {
         repeats: phases.len(),
         total_ops_per_s: (!totals.is_empty()).then(|| Spread::of(totals)),
         split_deviation_pct: (!devs.is_empty()).then(|| Spread::of(devs)),
+        ops_per_cpu_s: spread_of(
+            phases
+                .iter()
+                .filter_map(|p| Some(round(p.ops_per_cpu_s()?, 1))),
+        ),
         vms: names
             .iter()
             .enumerate()
@@ -1025,6 +1092,7 @@ pub fn build(raw: &LocksRaw) -> LocksReport {
         schema: "pvsched-bench-locks/1".into(),
         meta: raw.meta.clone(),
         targets: targets(&cases),
+        efficiency: efficiency(&cases),
         cases,
         plots: Vec::new(),
     }
@@ -1312,23 +1380,38 @@ pub fn markdown(r: &LocksReport) -> String {
     if !daemon_rows.is_empty() {
         let _ = writeln!(
             o,
-            "\n## pvschedd's lock counters over the windows (sums over the repeats)\n"
+            "\n## pvschedd's lock counters over the windows (sums over the repeats)\n\n\
+             Extensions at the preemption: a wait already named the vCPU when the host \
+             preempted it (a host scheduler that asked the guest before preempting, as \
+             eCS's does, could have kept it on its CPU instead). The others began with \
+             a wait pvschedd saw only after the preemption: nothing but a reaction can \
+             serve those.\n"
         );
         let _ = writeln!(
             o,
-            "| case | mode | VM | contentions | holder preempted | extensions | refused (debt) | preemptions avoided | extended ms | repaid ms | debt ms at the ends |"
+            "| case | mode | VM | contentions | holder preempted | extensions | at the preemption | refused (debt) | preemptions avoided | extended ms | repaid ms | debt ms at the ends |"
         );
-        let _ = writeln!(o, "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|");
+        let _ = writeln!(o, "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
         for (c, mode, v, d) in daemon_rows {
+            let at = if d.extensions > 0 {
+                format!(
+                    "{} ({:.0} %)",
+                    d.extensions_at_preemption,
+                    d.extensions_at_preemption as f64 / d.extensions as f64 * 100.0
+                )
+            } else {
+                d.extensions_at_preemption.to_string()
+            };
             let _ = writeln!(
                 o,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} |",
                 c.case,
                 mode,
                 v.name,
                 d.contentions,
                 d.holder_preempted,
                 d.extensions,
+                at,
                 d.extensions_refused,
                 d.preemptions_avoided,
                 d.extended_ms,
@@ -1336,6 +1419,40 @@ pub fn markdown(r: &LocksReport) -> String {
                 d.debt_ms_at_end
             );
         }
+    }
+
+    let _ = writeln!(
+        o,
+        "\n## Work per CPU-second of the VMs\n\n\
+         The VMs' summed ops/s over the CPUs their QEMU processes used (only the VMs \
+         that ran the workload), per repeat: median [min-max].\n"
+    );
+    let _ = writeln!(o, "| case | mode | ops per CPU-second | per repeat |");
+    let _ = writeln!(o, "|---|---|--:|---|");
+    for c in &r.cases {
+        for (mode, ms) in ordered(&c.modes) {
+            if let Some(e) = &ms.ops_per_cpu_s {
+                let _ = writeln!(
+                    o,
+                    "| {} | {} | {} | {} |",
+                    c.case,
+                    mode,
+                    spread(e, 0),
+                    list(&e.per_repeat, 0)
+                );
+            }
+        }
+    }
+    if let Some(e) = &r.efficiency {
+        let _ = writeln!(
+            o,
+            "\nVanilla alone did {:.0} ops per CPU-second, overcommitted {:.0}: \
+             {:.2}x. Overcommitted, the machine is full and each mode gets the VMs \
+             their CPU time, so lock handling raises their throughput only as far as it \
+             raises their work per CPU-second: at the alone rate they would do {:.2}x \
+             of vanilla's throughput.",
+            e.alone, e.overcommitted, e.alone_over_overcommitted, e.alone_over_overcommitted
+        );
     }
 
     let _ = writeln!(
@@ -1828,6 +1945,49 @@ mod tests {
     }
 
     #[test]
+    fn work_per_cpu_second_counts_the_vms_that_ran_and_compares_alone_with_overcommitted() {
+        // Arrange: vanilla overcommitted, both VMs at 100 ops/s on 10 CPU-s each over 10 s
+        // (2 CPUs: 100 ops per CPU-s); alone, lock-a at 300 ops/s on 15 CPU-s (1.5 CPUs:
+        // 200 per CPU-s) beside an idle lock-b whose 0.5 CPU-s do not count.
+        use LockCase::{Alone, Overcommitted};
+        let over = phase(
+            Overcommitted,
+            LockMode::Vanilla,
+            1,
+            vec![
+                vm(VM_A, Some(100.0), 10.0, None),
+                vm(VM_B, Some(100.0), 10.0, None),
+            ],
+        );
+        let alone = phase(
+            Alone,
+            LockMode::Vanilla,
+            1,
+            vec![vm(VM_A, Some(300.0), 15.0, None), vm(VM_B, None, 0.5, None)],
+        );
+
+        // Act
+        let r = build(&raw(vec![over.clone(), alone.clone()]));
+        let only_over = build(&raw(vec![over.clone()]));
+
+        // Assert
+        assert_eq!(over.ops_per_cpu_s(), Some(100.0));
+        assert_eq!(alone.ops_per_cpu_s(), Some(200.0));
+        let e = r.efficiency.as_ref().expect("both cases have vanilla");
+        assert_eq!(
+            (e.alone, e.overcommitted, e.alone_over_overcommitted),
+            (200.0, 100.0, 2.0)
+        );
+        assert!(only_over.efficiency.is_none());
+        let md = markdown(&r);
+        assert!(md.contains("| alone | vanilla | 200 | 200 |"), "{md}");
+        assert!(
+            md.contains("at the alone rate they would do 2.00x of vanilla's throughput"),
+            "{md}"
+        );
+    }
+
+    #[test]
     fn daemon_counters_between_two_statuses_are_differences() {
         // Arrange
         let status = |generation: u64, contentions: u64, extended: f64| -> VmStatus {
@@ -1836,7 +1996,8 @@ mod tests {
                 "generation": generation, "guest_bound": true, "in_debt": false, "debt_ms": 0.0,
                 "boosts": 0, "throttles": 0, "clamped_inputs": 0, "boosted_s": 0.0,
                 "locks": { "contentions": contentions, "holder_preempted": contentions / 10,
-                           "extensions": contentions / 20, "extensions_refused": 1,
+                           "extensions": contentions / 20,
+                           "extensions_at_preemption": contentions / 50, "extensions_refused": 1,
                            "preemptions_avoided": contentions / 40, "extended_ms": extended,
                            "repaid_ms": extended / 2.0, "debt_ms": 0.5 },
                 "vcpus": [], "latency_path": []
@@ -1854,6 +2015,7 @@ mod tests {
             (400, 40, 20)
         );
         assert_eq!(same.preemptions_avoided, 10);
+        assert_eq!(same.extensions_at_preemption, 8);
         assert_eq!((same.extended_ms, same.repaid_ms), (4.0, 2.0));
         assert_eq!(same.extensions_refused, 0);
         assert_eq!(same.debt_ms_at_end, 0.5);

@@ -93,7 +93,9 @@ struct Cli {
     /// Lock scenario: the guest workload: rename (a file renamed between two
     /// directories: the rename mutex and two directory rwsems), files
     /// (create + unlink in one directory: its rwsem), write (4 KiB writes
-    /// into one file: its rwsem), mmap (mmap/fault/munmap: mmap_lock).
+    /// into one file: its rwsem), mmap (mmap/fault/munmap: mmap_lock),
+    /// rename-own (the control: renames within each thread's own directory,
+    /// no lock shared between threads).
     #[arg(long, default_value = "rename")]
     lock_workload: Workload,
     /// Lock scenario: workload threads per guest [default: 2 per vCPU].

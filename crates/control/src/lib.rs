@@ -212,6 +212,10 @@ pub struct LockStatus {
     /// Extensions granted: a preempted holder's vCPU boosted for at most
     /// `lock_extension_ns`.
     pub extensions: u64,
+    /// Of them, those granted when the host preempted a vCPU a wait already
+    /// named; the rest began with a wait seen after the preemption.
+    #[serde(default)]
+    pub extensions_at_preemption: u64,
     /// Extensions refused: the VM's lock debt had reached `lock_debt_max_ns`.
     pub extensions_refused: u64,
     /// Extensions whose holder ran again before the extension ended.

@@ -62,11 +62,12 @@ fn boosted_by_reason(vm: &VmStatus) -> String {
 fn locks(vm: &VmStatus) -> String {
     let l = &vm.locks;
     format!(
-        "  lock contentions {} (holder preempted {})  |  extensions {} (refused {}, \
-         preemptions cut short {}), {:.2} ms  |  lock debt {:.2} ms (repaid {:.2} ms)",
+        "  lock contentions {} (holder preempted {})  |  extensions {} (at the preemption {}, \
+         refused {}, preemptions cut short {}), {:.2} ms  |  lock debt {:.2} ms (repaid {:.2} ms)",
         l.contentions,
         l.holder_preempted,
         l.extensions,
+        l.extensions_at_preemption,
         l.extensions_refused,
         l.preemptions_avoided,
         l.extended_ms,
@@ -204,6 +205,7 @@ mod tests {
                 contentions: 120,
                 holder_preempted: 9,
                 extensions: 8,
+                extensions_at_preemption: 5,
                 extensions_refused: 1,
                 preemptions_avoided: 7,
                 extended_ms: 4.5,
@@ -283,7 +285,9 @@ mod tests {
             "{fine}"
         );
         assert!(
-            fine.contains("extensions 8 (refused 1, preemptions cut short 7), 4.50 ms"),
+            fine.contains(
+                "extensions 8 (at the preemption 5, refused 1, preemptions cut short 7), 4.50 ms"
+            ),
             "{fine}"
         );
         assert!(

@@ -323,6 +323,7 @@ impl Daemon {
                         contentions: stats.lock_contentions,
                         holder_preempted: stats.lock_holder_preempted,
                         extensions: stats.lock_extensions,
+                        extensions_at_preemption: stats.lock_extensions_at_preemption,
                         extensions_refused: stats.lock_extensions_refused,
                         preemptions_avoided: stats.lock_preemptions_avoided,
                         extended_ms: stats.lock_extended_ns as f64 * 1e-6,

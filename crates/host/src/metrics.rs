@@ -37,10 +37,11 @@ pub struct VmKindLabel {
 }
 
 /// The lock counts of a VM (`pvsched_lock_events{kind}`), in [`LockMetrics::counts`] order.
-pub const LOCK_COUNT_KINDS: [&str; 5] = [
+pub const LOCK_COUNT_KINDS: [&str; 6] = [
     "contentions",
     "holder_preempted",
     "extensions",
+    "extensions_at_preemption",
     "extensions_refused",
     "preemptions_avoided",
 ];
@@ -119,7 +120,7 @@ pub struct VmMetrics {
 #[derive(Clone)]
 pub struct LockMetrics {
     /// [`LOCK_COUNT_KINDS`].
-    pub counts: [Gauge; 5],
+    pub counts: [Gauge; 6],
     /// [`LOCK_TIME_KINDS`], seconds.
     pub seconds: [Gauge<f64, AtomicU64>; 3],
 }

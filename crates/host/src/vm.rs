@@ -299,6 +299,7 @@ impl ServedVm {
             stats.lock_contentions,
             stats.lock_holder_preempted,
             stats.lock_extensions,
+            stats.lock_extensions_at_preemption,
             stats.lock_extensions_refused,
             stats.lock_preemptions_avoided,
         ];

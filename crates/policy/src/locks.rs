@@ -74,6 +74,11 @@ pub struct LockLedger {
     waited_ns: u64,
     /// Extensions granted.
     pub extensions: u64,
+    /// Of them, those granted at the preemption itself: a wait already named
+    /// the vCPU when the host preempted it. The others began with a wait
+    /// published (or read) after the preemption: only a reaction can serve
+    /// those, whatever the host's scheduler lets the daemon do.
+    pub at_preemption: u64,
     /// Extensions refused: the debt had reached `lock_debt_max_ns`.
     pub refused: u64,
     /// Extensions whose vCPU ran before they ended (a preemption cut short).

@@ -128,6 +128,8 @@ pub struct VmStats {
     /// Lock-holder extensions granted, refused (lock debt at its cap), and cut short by the
     /// vCPU running again (a preemption avoided).
     pub lock_extensions: u64,
+    /// Of the extensions, those granted at the preemption (a wait named the vCPU already).
+    pub lock_extensions_at_preemption: u64,
     pub lock_extensions_refused: u64,
     pub lock_preemptions_avoided: u64,
     /// Extension time on a CPU, ns; of it repaid, ns; not repaid yet, ns.
@@ -648,6 +650,7 @@ impl VmState {
                 .saturating_add(v.guest.lock_preempted);
         }
         s.lock_extensions = self.locks.extensions;
+        s.lock_extensions_at_preemption = self.locks.at_preemption;
         s.lock_extensions_refused = self.locks.refused;
         s.lock_preemptions_avoided = self.locks.avoided;
         s.lock_extended_ns = self.locks.extended_ns();
@@ -791,8 +794,8 @@ impl VmState {
                 v.status = RunStatus::Preempted;
                 v.stats.preemptions += 1;
                 // Only a wait naming this vCPU: see lock_wait_changed for unknown holders.
-                if self.lock_waited_on(i as u32) {
-                    self.try_extend(i, now);
+                if self.lock_waited_on(i as u32) && self.try_extend(i, now) {
+                    self.locks.at_preemption += 1;
                 }
             }
             Event::Blocked { rivals, .. } => {
@@ -892,7 +895,9 @@ impl VmState {
         }
         match after {
             // Also for a wait read again: its holder may have been preempted since.
-            LockHolder::Vcpu(h) => self.try_extend(h as usize, now),
+            LockHolder::Vcpu(h) => {
+                self.try_extend(h as usize, now);
+            }
             // A new wait with the holder unknown extends the siblings preempted now, once:
             // the guest publishes one only when it saw a sibling preempted, and in an
             // overcommitted VM some sibling nearly always is (the simulator: the holder's
@@ -908,10 +913,10 @@ impl VmState {
     }
 
     /// Extends vCPU `h` if it is preempted, waited on, not extended already, and the VM's
-    /// lock debt is below its cap (else the refusal is counted).
-    fn try_extend(&mut self, h: usize, now: u64) {
+    /// lock debt is below its cap (else the refusal is counted). Returns whether it did.
+    fn try_extend(&mut self, h: usize, now: u64) -> bool {
         if !self.limits.honor_lock_holders || !self.wanted_by_waiters(h) {
-            return;
+            return false;
         }
         // A running holder a wait names is extended too with `lock_extend_running`: its
         // boost keeps the host from preempting it (eCS's extension) instead of taking a
@@ -923,16 +928,16 @@ impl VmState {
         // another of the VM's own threads (measured: the lone lock VM at 0.85x of vanilla
         // with extensions, 0.98x without).
         if !rivals_allow_extension(&self.limits, v, vm_rt) {
-            return;
+            return false;
         }
         let preempted = v.status == RunStatus::Preempted;
         let running = v.status == RunStatus::Running && running_ok;
         if !(preempted || running) || v.lock_ext.is_some() {
-            return;
+            return false;
         }
         if self.locks.debt_ns() >= self.limits.lock_debt_max_ns {
             self.locks.refused += 1;
-            return;
+            return false;
         }
         v.lock_ext = Some(Extension {
             until: now.saturating_add(self.limits.lock_extension_ns),
@@ -941,6 +946,7 @@ impl VmState {
         });
         self.locks.extensions += 1;
         self.extra_eval.push(h);
+        true
     }
 
     /// Recomputes the target of vCPU `i` at `now`; pushes a decision if it changed.

@@ -361,14 +361,14 @@ fn has_locks(sc: &Scenario) -> bool {
 fn lock_table<'a>(s: &mut String, these: impl Iterator<Item = &'a ModeResult>) {
     let _ = writeln!(
         s,
-        "\nLocks (simulated; holder preemptions: host preemptions of a vCPU whose current task held a lock, counted by the sim; the rest: the policy's counters over the measured window, as `pvschedctl status` has them: contentions and holder preempted are the guests' counters as last read, pvsched-locks only; avoided: the vCPU ran again before its extension ended; extended: extension time on a CPU, the lock debt incurred; debt: owed at the end):\n\n| mode | VM | lock acq/s | CPU % of machine | at RT % | holder preemptions | contentions | holder preempted | extensions | refused | avoided | extended ms | repaid ms | debt ms |\n|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"
+        "\nLocks (simulated; holder preemptions: host preemptions of a vCPU whose current task held a lock, counted by the sim; the rest: the policy's counters over the measured window, as `pvschedctl status` has them: contentions and holder preempted are the guests' counters as last read, pvsched-locks only; at the preemption: extensions granted when the host preempted a vCPU a wait already named (the rest began with a wait seen later); avoided: the vCPU ran again before its extension ended; extended: extension time on a CPU, the lock debt incurred; debt: owed at the end):\n\n| mode | VM | lock acq/s | CPU % of machine | at RT % | holder preemptions | contentions | holder preempted | extensions | at the preemption | refused | avoided | extended ms | repaid ms | debt ms |\n|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"
     );
     for r in these {
         for vm in r.vms.iter().take(8) {
             let l = &vm.locks;
             let _ = writeln!(
                 s,
-                "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.2} |",
+                "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.2} |",
                 r.mode,
                 vm.name,
                 vm.lock_acquisitions_per_s,
@@ -378,6 +378,7 @@ fn lock_table<'a>(s: &mut String, these: impl Iterator<Item = &'a ModeResult>) {
                 l.contentions,
                 l.holder_preempted,
                 l.extensions,
+                l.at_preemption,
                 l.refused,
                 l.avoided,
                 l.extended_ms,

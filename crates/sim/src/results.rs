@@ -52,6 +52,9 @@ pub struct LockCounters {
     /// Lock-holder extensions granted, refused (lock debt at its cap), and cut short (the
     /// vCPU ran before the extension ended).
     pub extensions: u64,
+    /// Of the extensions, those granted at the preemption (a wait named the vCPU already).
+    #[serde(default)]
+    pub at_preemption: u64,
     pub refused: u64,
     pub avoided: u64,
     /// Extension time on a CPU (lock debt incurred), and debt repaid, ms.
@@ -71,6 +74,9 @@ impl LockCounters {
                 .lock_holder_preempted
                 .saturating_sub(start.lock_holder_preempted),
             extensions: end.lock_extensions.saturating_sub(start.lock_extensions),
+            at_preemption: end
+                .lock_extensions_at_preemption
+                .saturating_sub(start.lock_extensions_at_preemption),
             refused: end
                 .lock_extensions_refused
                 .saturating_sub(start.lock_extensions_refused),
