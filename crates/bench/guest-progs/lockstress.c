@@ -18,6 +18,10 @@
  *   touch each page (page faults: mmap_lock for reading) and unmap it
  *   (mmap_lock for writing): every thread's mmap/munmap excludes every
  *   other's faults. One operation = mmap + 4 faults + munmap.
+ * - rename (the bench's default): every thread renames its own file from
+ *   DIR/a to DIR/b and back: the rename mutex and both directories' rwsems.
+ * - rename-own: the control without a shared lock: every thread renames
+ *   its own file within its own directory DIR/t<id> and back.
  *
  * THREADS defaults to 2 per online CPU. The threads start together and run
  * SECONDS (default 10); every second the main thread samples the operations
@@ -109,6 +113,35 @@ static int files_op(int id, uint64_t seq)
 		fprintf(stderr, "lockstress: unlink %s: %s\n", name, strerror(errno));
 		return -1;
 	}
+	return 0;
+}
+
+/*
+ * The file thread @id renames: in directory a/ (rename), or in its own
+ * directory t<id>/ (rename-own).
+ */
+static int rename_setup(int id)
+{
+	char name[256];
+	int fd;
+
+	if (work == W_RENAME_OWN) {
+		snprintf(name, sizeof(name), "%s/t%d", dir, id);
+		mkdir(name, 0700);
+		snprintf(name, sizeof(name), "%s/t%d/a", dir, id);
+	} else {
+		snprintf(name, sizeof(name), "%s/a", dir);
+		mkdir(name, 0700);
+		snprintf(name, sizeof(name), "%s/b", dir);
+		mkdir(name, 0700);
+		snprintf(name, sizeof(name), "%s/a/t%d", dir, id);
+	}
+	fd = open(name, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		fprintf(stderr, "lockstress: open %s: %s\n", name, strerror(errno));
+		return -1;
+	}
+	close(fd);
 	return 0;
 }
 
@@ -250,41 +283,10 @@ int main(int argc, char **argv)
 		if (system(cmd) == -1)
 			fprintf(stderr, "lockstress: cleaning %s failed\n", dir);
 	}
-	if (work == W_RENAME_OWN) {
-		char name[256];
-
-		for (int i = 0; i < threads; i++) {
-			int fd;
-
-			snprintf(name, sizeof(name), "%s/t%d", dir, i);
-			mkdir(name, 0700);
-			snprintf(name, sizeof(name), "%s/t%d/a", dir, i);
-			fd = open(name, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
-			if (fd < 0) {
-				fprintf(stderr, "lockstress: open %s: %s\n", name, strerror(errno));
+	if (work == W_RENAME || work == W_RENAME_OWN) {
+		for (int i = 0; i < threads; i++)
+			if (rename_setup(i))
 				return 1;
-			}
-			close(fd);
-		}
-	}
-	if (work == W_RENAME) {
-		char name[256];
-
-		for (int i = 0; i < threads; i++) {
-			int fd;
-
-			snprintf(name, sizeof(name), "%s/a", dir);
-			mkdir(name, 0700);
-			snprintf(name, sizeof(name), "%s/b", dir);
-			mkdir(name, 0700);
-			snprintf(name, sizeof(name), "%s/a/t%d", dir, i);
-			fd = open(name, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
-			if (fd < 0) {
-				fprintf(stderr, "lockstress: open %s: %s\n", name, strerror(errno));
-				return 1;
-			}
-			close(fd);
-		}
 	}
 	if (work == W_WRITE) {
 		char name[256];
