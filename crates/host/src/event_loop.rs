@@ -72,6 +72,9 @@ pub struct Daemon {
     armed_ns: u64,
     /// Host events of one drain, reused.
     batch: Vec<HostEvent>,
+    /// Slots (VM id, vCPU) that records read late asked to read: read once the
+    /// drain is over, at the present (see `on_host_event`).
+    late_reads: Vec<(u32, u32)>,
     pub(crate) overloaded: bool,
     /// The kvm module's halt-polling parameters as found before `pvschedctl idle
     /// --apply host` first changed them: put back at shutdown (and recorded in the
@@ -156,6 +159,7 @@ impl Daemon {
             woke_ns: 0,
             armed_ns: 0,
             batch: Vec::with_capacity(256),
+            late_reads: Vec::new(),
             next_recheck: u64::MAX,
             overloaded: false,
             kvm_original: recovered.kvm_halt_poll,
@@ -324,6 +328,36 @@ impl Daemon {
             self.on_host_event(ev);
         }
         self.batch = batch;
+        self.read_late_slots();
+    }
+
+    /// Reads the slots records read late asked for, once each, at the present.
+    fn read_late_slots(&mut self) {
+        if self.late_reads.is_empty() {
+            return;
+        }
+        let mut reads = std::mem::take(&mut self.late_reads);
+        reads.sort_unstable();
+        reads.dedup();
+        let now = monotonic_ns();
+        let mut i = 0;
+        while i < reads.len() {
+            let id = reads[i].0;
+            let mut acc = std::mem::take(&mut self.decisions);
+            acc.clear();
+            let scratch = &mut self.scratch;
+            let mut vm = self.vms.get_mut(id as usize).and_then(Option::as_mut);
+            while i < reads.len() && reads[i].0 == id {
+                if let Some(vm) = vm.as_deref_mut() {
+                    vm.guest_update(now, reads[i].1, scratch, &mut acc);
+                }
+                i += 1;
+            }
+            self.decisions = acc;
+            self.apply(id, None, now);
+        }
+        reads.clear();
+        self.late_reads = reads;
     }
 
     fn on_host_event(&mut self, ev: HostEvent) {
@@ -345,23 +379,33 @@ impl Daemon {
         }
         // A record queued without a wakeup (the program says so) is read
         // late: the policy gets the time it happened (its accounting), the
-        // reaction metric skips it.
+        // reaction metric skips it. The slots it asks to read are read after
+        // the drain, at the present: a slot shows the present, and a boost
+        // decided at the record's time would be charged from then, before it
+        // was applied (a lone vCPU's records queued for a second charged a
+        // second of boost at once, and the budget latched).
         let wall = monotonic_ns();
         let now = ts.min(wall);
         let mut acc = std::mem::take(&mut self.decisions);
         acc.clear();
         let scratch = &mut self.scratch;
         let meaning = HostEventMeaning::of(kind, vcpu, rivals);
-        if meaning.slot_may_matter {
-            vm.guest_update(now, vcpu, scratch, &mut acc);
-        }
         // A preempted vCPU may hold a lock another vCPU's guest waits for: the waits are
         // in the other slots.
-        if meaning
+        let waiters = meaning
             .event
-            .is_some_and(|e| vm.policy.reads_waiters_on(&e))
-        {
-            for w in (0..vm.policy.nr_vcpus()).filter(|&w| w != vcpu) {
+            .is_some_and(|e| vm.policy.reads_waiters_on(&e));
+        let reads = (0..vm.policy.nr_vcpus()).filter(|&w| {
+            if w == vcpu {
+                meaning.slot_may_matter
+            } else {
+                waiters
+            }
+        });
+        if lazy {
+            self.late_reads.extend(reads.map(|w| (vm_id, w)));
+        } else {
+            for w in reads {
                 vm.guest_update(now, w, scratch, &mut acc);
             }
         }

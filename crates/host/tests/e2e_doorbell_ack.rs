@@ -93,7 +93,8 @@ fn a_ring_that_finds_the_boost_still_needed_is_answered_with_a_host_half_write()
     );
     assert!(
         params(tid).is_rt(),
-        "the boost ended though the guest still runs RT"
+        "the boost ended though the guest still runs RT; log:\n{}",
+        d.log()
     );
     drop(vmm);
 }
