@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use pvsched_abi::{GuestHalf, RegionFile, F_DOORBELL, GF_ACTIVE, POLICY_FIFO};
 use pvsched_vmtest::wait_until;
-use support::{params, tempdir, vm_name, wait_boosted, Daemon, FakeVmm, FakeVmmConfig, ShmFile};
+use support::{params, tempdir, vm_name, wait_boosted, Daemon, ShmFile};
 
 mod support;
 
@@ -29,21 +29,10 @@ fn a_ring_that_finds_the_boost_still_needed_is_answered_with_a_host_half_write()
     let dir = tempdir("doorbell-ack");
     let name = vm_name("ack");
     let region = ShmFile::new(&name, 4096);
-    let qmp = dir.join("ack.qmp");
-    let mut c = FakeVmmConfig::new(&region.0);
-    c.vcpus = 1;
-    c.qmp = Some(qmp.clone());
-    let vmm = FakeVmm::spawn(&c);
-    let tid = vmm.tids[0];
     // The scan (which rewrites every host half) slowed to 5 s: within the
     // test only a decision or the ring's answer writes the half.
-    let toml = format!(
-        "[daemon]\nstate_file = \"{d}/state.json\"\ncontrol_socket = \"{d}/control.sock\"\n\
-         metrics = \"off\"\nscan_interval_us = 5_000_000\n\
-         [discovery]\nauto = false\n{entry}",
-        d = dir.display(),
-        entry = support::vm_entry(&name, &region.0, &qmp),
-    );
+    let (vmm, toml) = support::one_vcpu_vm(&dir, &name, &region.0, 5_000_000);
+    let tid = vmm.tids[0];
     let efd = pvsched_base::ivshmem::eventfd().expect("eventfd");
     let d = Daemon::start_with_doorbells(
         std::path::Path::new(env!("CARGO_BIN_EXE_pvschedd")),

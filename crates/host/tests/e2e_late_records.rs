@@ -9,7 +9,7 @@
 use std::time::Instant;
 
 use pvsched_abi::{GuestHalf, RegionFile, GF_ACTIVE, POLICY_FIFO};
-use support::{params, tempdir, vm_name, wait_boosted, Daemon, FakeVmm, FakeVmmConfig, ShmFile};
+use support::{params, tempdir, vm_name, wait_boosted, Daemon, ShmFile};
 
 mod support;
 
@@ -19,22 +19,11 @@ fn a_boost_decided_from_records_read_late_is_charged_from_when_it_was_applied() 
     let dir = tempdir("late-records");
     let name = vm_name("late");
     let region = ShmFile::new(&name, 4096);
-    let qmp = dir.join("late.qmp");
-    let mut c = FakeVmmConfig::new(&region.0);
-    c.vcpus = 1;
-    c.qmp = Some(qmp.clone());
     // Its vCPU thread sleeps and wakes every millisecond: on an idle host, records
-    // without rivals, queued quietly until the next read.
-    let vmm = FakeVmm::spawn(&c);
+    // without rivals, queued quietly until the next read. The scan every 2 s: the read
+    // that drains them comes late.
+    let (vmm, toml) = support::one_vcpu_vm(&dir, &name, &region.0, 2_000_000);
     let tid = vmm.tids[0];
-    // The scan every 2 s: the read that drains them comes late.
-    let toml = format!(
-        "[daemon]\nstate_file = \"{d}/state.json\"\ncontrol_socket = \"{d}/control.sock\"\n\
-         metrics = \"off\"\nscan_interval_us = 2_000_000\n\
-         [discovery]\nauto = false\n{entry}",
-        d = dir.display(),
-        entry = support::vm_entry(&name, &region.0, &qmp),
-    );
     let d = Daemon::start_with_config(&dir, &toml);
     d.wait_serving(&name, 1);
 

@@ -340,6 +340,31 @@ pub fn qmp_vm(dir: &Path, name: &str, mut cfg: FakeVmmConfig) -> (FakeVmm, Strin
     (vmm, entry)
 }
 
+/// A fake VMM with one vCPU (its thread sleeps 1 ms at a time) on the region
+/// `region`, a QMP socket in `dir`, and the whole pvschedd configuration that
+/// serves it alone, state and socket in `dir`, metrics off, the scan every
+/// `scan_interval_us` (it rewrites every host half).
+pub fn one_vcpu_vm(
+    dir: &Path,
+    name: &str,
+    region: &Path,
+    scan_interval_us: u64,
+) -> (FakeVmm, String) {
+    let qmp = dir.join(format!("{name}.qmp"));
+    let mut c = FakeVmmConfig::new(region);
+    c.vcpus = 1;
+    c.qmp = Some(qmp.clone());
+    let vmm = FakeVmm::spawn(&c);
+    let toml = format!(
+        "[daemon]\nstate_file = \"{d}/state.json\"\ncontrol_socket = \"{d}/control.sock\"\n\
+         metrics = \"off\"\nscan_interval_us = {scan_interval_us}\n\
+         [discovery]\nauto = false\n{entry}",
+        d = dir.display(),
+        entry = vm_entry(name, region, &qmp),
+    );
+    (vmm, toml)
+}
+
 /// The `[[vm]]` entry that serves VM `name` by its region and QMP socket.
 pub fn vm_entry(name: &str, region: &Path, qmp: &Path) -> String {
     format!(
