@@ -13,13 +13,15 @@ Usage: scripts/boost-charge.py TRACE.json [--share 300] [--demoted-charge 3]
 
 import argparse
 import collections
-import json
+
+import pvsched_trace
 
 BIN_US = 100_000
 
 
 def slices(events):
-    """Running slices per vCPU track and boost slices per decision track."""
+    """Running slices and boost slices (from its decision track) per vCPU thread."""
+    vcpu_of = pvsched_trace.vcpu_of_decision_track(events)
     running = collections.defaultdict(list)
     boosts = collections.defaultdict(list)
     for e in events:
@@ -27,9 +29,9 @@ def slices(events):
             continue
         if e["name"] == "running":
             running[e["tid"]].append((e["ts"], e["ts"] + e["dur"]))
-        elif e["name"].startswith("boost: "):
+        elif e["name"].startswith("boost: ") and e["tid"] in vcpu_of:
             params = e.get("args", {}).get("params", "")
-            boosts[e["tid"]].append(
+            boosts[vcpu_of[e["tid"]]].append(
                 (e["ts"], e["ts"] + e["dur"], e["name"][len("boost: "):], params)
             )
     return running, boosts
@@ -42,19 +44,14 @@ def main():
     ap.add_argument("--demoted-charge", type=int, default=3)
     ap.add_argument("--long-ms", type=float, default=4.0)
     a = ap.parse_args()
-    with open(a.trace) as f:
-        doc = json.load(f)
-    events = doc["traceEvents"] if isinstance(doc, dict) else doc
-    running, boosts = slices(events)
+    running, boosts = slices(pvsched_trace.load(a.trace))
     if not running or not boosts:
         raise SystemExit("no running or boost slices in the trace")
-    # pvschedctl puts each vCPU's decision track at its tid plus a fixed offset.
-    offset = min(boosts) - min(running)
     bins = collections.defaultdict(collections.Counter)
     for tid, runs in running.items():
         runs.sort()
         first = 0
-        for start, end, why, params in sorted(boosts.get(tid + offset, [])):
+        for start, end, why, params in sorted(boosts.get(tid, [])):
             demoted = params.endswith("/1")
             # Runs and boosts are each disjoint per thread: walk both in order.
             while first < len(runs) and runs[first][1] <= start:

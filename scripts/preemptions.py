@@ -13,7 +13,8 @@ Usage: scripts/preemptions.py TRACE.json
 import argparse
 import bisect
 import collections
-import json
+
+import pvsched_trace
 
 STATES = ("running", "preempted (runnable)", "halted", "woken (runnable)")
 LENGTHS_US = ((100, "< 100 µs"), (300, "100-300 µs"), (1000, "0.3-1 ms"), (3000, "1-3 ms"))
@@ -37,9 +38,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("trace")
     a = ap.parse_args()
-    with open(a.trace) as f:
-        doc = json.load(f)
-    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    events = pvsched_trace.load(a.trace)
+    vcpu_of = pvsched_trace.vcpu_of_decision_track(events)
     states = collections.defaultdict(list)
     extensions = collections.defaultdict(list)
     for e in events:
@@ -47,18 +47,16 @@ def main():
             continue
         if e["name"] in STATES:
             states[e["tid"]].append((e["ts"], e["ts"] + e["dur"], e["name"], e["pid"]))
-        elif e["name"] == "boost: lock_holder":
-            extensions[e["tid"]].append(e["ts"])
+        elif e["name"] == "boost: lock_holder" and e["tid"] in vcpu_of:
+            extensions[vcpu_of[e["tid"]]].append(e["ts"])
     if not states:
         raise SystemExit("no vCPU state slices in the trace")
-    # pvschedctl puts each vCPU's decision track at its tid plus a fixed offset.
-    offset = min(extensions) - min(states) if extensions else 0
 
     per_vm = collections.defaultdict(lambda: {"time": collections.Counter(),
                                               "lengths": collections.Counter(),
                                               "to_boost": [], "to_run": [], "whole": []})
     for tid, slices in states.items():
-        starts = sorted(extensions.get(tid + offset, []))
+        starts = sorted(extensions.get(tid, []))
         for start, end, name, pid in slices:
             vm = per_vm[pid]
             vm["time"][name] += end - start

@@ -382,8 +382,8 @@ impl Daemon {
         // reaction metric skips it. The slots it asks to read are read after
         // the drain, at the present: a slot shows the present, and a boost
         // decided at the record's time would be charged from then, before it
-        // was applied (a lone vCPU's records queued for a second charged a
-        // second of boost at once, and the budget latched).
+        // was applied (a lone vCPU's records queued for a 5 s scan charged 3 s
+        // of boost at once, and the budget latched).
         let wall = monotonic_ns();
         let now = ts.min(wall);
         let mut acc = std::mem::take(&mut self.decisions);

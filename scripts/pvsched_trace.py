@@ -1,0 +1,29 @@
+"""Reading a `pvschedctl record` trace (Chrome trace JSON) in the scripts beside this file."""
+
+import json
+import re
+
+_VCPU = re.compile(r"vCPU (\d+) \(tid (\d+)\)")
+_DECISIONS = re.compile(r"vCPU (\d+) pvsched decisions")
+
+
+def load(path):
+    """The trace's events."""
+    with open(path) as f:
+        doc = json.load(f)
+    return doc["traceEvents"] if isinstance(doc, dict) else doc
+
+
+def vcpu_of_decision_track(events):
+    """{decision track tid: its vCPU thread's tid}, from the tracks' names (pvschedctl
+    gives each vCPU thread a track of pvschedd's decisions beside its own)."""
+    threads, decisions = {}, {}
+    for e in events:
+        if e.get("ph") != "M" or e.get("name") != "thread_name":
+            continue
+        name = e["args"]["name"]
+        if m := _VCPU.fullmatch(name):
+            threads[(e["pid"], int(m.group(1)))] = e["tid"]
+        elif m := _DECISIONS.fullmatch(name):
+            decisions[(e["pid"], int(m.group(1)))] = e["tid"]
+    return {d: threads[k] for k, d in decisions.items() if k in threads}
