@@ -19,24 +19,6 @@ import pvsched_trace
 BIN_US = 100_000
 
 
-def slices(events):
-    """Running slices and boost slices (from its decision track) per vCPU thread."""
-    vcpu_of = pvsched_trace.vcpu_of_decision_track(events)
-    running = collections.defaultdict(list)
-    boosts = collections.defaultdict(list)
-    for e in events:
-        if e.get("ph") != "X":
-            continue
-        if e["name"] == "running":
-            running[e["tid"]].append((e["ts"], e["ts"] + e["dur"]))
-        elif e["name"].startswith("boost: ") and e["tid"] in vcpu_of:
-            params = e.get("args", {}).get("params", "")
-            boosts[vcpu_of[e["tid"]]].append(
-                (e["ts"], e["ts"] + e["dur"], e["name"][len("boost: "):], params)
-            )
-    return running, boosts
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("trace")
@@ -44,7 +26,11 @@ def main():
     ap.add_argument("--demoted-charge", type=int, default=3)
     ap.add_argument("--long-ms", type=float, default=4.0)
     a = ap.parse_args()
-    running, boosts = slices(pvsched_trace.load(a.trace))
+    states, boosts = pvsched_trace.slices(pvsched_trace.load(a.trace))
+    running = {
+        tid: [(s, e) for s, e, name, _ in sl if name == "running"] for tid, sl in states.items()
+    }
+    running = {tid: runs for tid, runs in running.items() if runs}
     if not running or not boosts:
         raise SystemExit("no running or boost slices in the trace")
     bins = collections.defaultdict(collections.Counter)

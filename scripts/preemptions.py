@@ -38,17 +38,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("trace")
     a = ap.parse_args()
-    events = pvsched_trace.load(a.trace)
-    vcpu_of = pvsched_trace.vcpu_of_decision_track(events)
-    states = collections.defaultdict(list)
-    extensions = collections.defaultdict(list)
-    for e in events:
-        if e.get("ph") != "X":
-            continue
-        if e["name"] in STATES:
-            states[e["tid"]].append((e["ts"], e["ts"] + e["dur"], e["name"], e["pid"]))
-        elif e["name"] == "boost: lock_holder" and e["tid"] in vcpu_of:
-            extensions[vcpu_of[e["tid"]]].append(e["ts"])
+    all_states, boosts = pvsched_trace.slices(pvsched_trace.load(a.trace))
+    states = {
+        tid: [x for x in sl if x[2] in STATES] for tid, sl in all_states.items()
+    }
+    states = {tid: sl for tid, sl in states.items() if sl}
+    extensions = {
+        tid: [s for s, _, why, _ in bs if why == "lock_holder"] for tid, bs in boosts.items()
+    }
     if not states:
         raise SystemExit("no vCPU state slices in the trace")
 
