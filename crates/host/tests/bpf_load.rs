@@ -1025,6 +1025,9 @@ fn kvm_programs_filter_in_kernel() {
     // kvm_apic_accept_irq: this process is not a registered VMM, but this
     // thread is a tracked vCPU thread: attributed through `tracked`.
     src.selftest_kvm_apic_accept_irq(1, 0, 0, 0xec).unwrap();
+    // Injected in the target vCPU's own thread (its timer): it runs, dropped.
+    src.selftest_kvm_apic_accept_irq(2, 0, 0, 0xec).unwrap();
+    // A tracked thread's VM wins over its process's registration.
     src.try_track_vmm(std::process::id(), 9).unwrap();
     src.selftest_kvm_apic_accept_irq(3, 0, 0, 0xfd).unwrap();
     src.untrack(me);
@@ -1101,7 +1104,7 @@ fn kvm_programs_filter_in_kernel() {
             _ => None,
         })
         .collect();
-    assert_eq!(irqs, vec![(4, 1), (9, 3), (9, 5)]);
+    assert_eq!(irqs, vec![(4, 1), (4, 3), (9, 5)]);
 }
 
 /// A small ring buffer that nobody drains overflows; the loss is counted.

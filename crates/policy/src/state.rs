@@ -824,7 +824,12 @@ impl VmState {
                 }
             }
             Event::InterruptTargeted { .. } => {
+                // A running vCPU takes the interrupt at once, and a halted one is woken by
+                // it (its `Woken` decides, idle CPUs included): only one waiting for a CPU
+                // gains from a boost. Under KVM most interrupts are the guest's own timers,
+                // injected in the running vCPU thread itself.
                 if limits.proactive_irq
+                    && matches!(v.status, RunStatus::Preempted | RunStatus::Unknown)
                     && speculation_allowed(limits, v, recent(limits, self.last_rt, now))
                 {
                     self.stats.proactive_boosts_total += 1;

@@ -17,6 +17,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use crate::cpio::Archive;
 use crate::error::{io_err, path_ctx, require, Error, Result};
 
+/// Set (to `1`) in every process of the KVM host VM (`pvsched-hostvm`): its
+/// file system is this machine's, read-only.
+pub const IN_HOST_VM_ENV: &str = "PVSCHED_HOSTVM";
+
 /// Where the module lands in the guest.
 pub const GUEST_MODULE_PATH: &str = "/lib/modules/pvsched.ko";
 
@@ -46,9 +50,12 @@ echo "__PVS_READY__ $(nproc) $(uname -r)"
 exec /bin/sh /pvs-loop
 "#;
 
-/// One line in: `<id> <timeout-seconds> <command>`; the output framed by
-/// markers, the exit status after the end marker, guest uptimes after both.
-const LOOP: &str = r#"while IFS= read -r line; do
+/// The command loop a guest's init runs on its console (`sh -c`): one line
+/// in, `<id> <timeout-seconds> <command>`; the output framed by markers, the
+/// exit status after the end marker, guest uptimes after both. Other harnesses
+/// booting a system of their own (the KVM host VM) run it too, after printing
+/// [`crate::vm::READY`].
+pub const LOOP: &str = r#"while IFS= read -r line; do
 	[ -n "$line" ] || continue
 	id=${line%% *}
 	rest=${line#* }
@@ -482,6 +489,15 @@ impl GuestImage {
         // below makes the first finished build win.
         let _guard = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         if !dir.join("initramfs.cpio").exists() {
+            if std::env::var_os(IN_HOST_VM_ENV).is_some() {
+                // The host VM sees this cache read-only: its builder runs outside.
+                return Err(Error::Missing {
+                    what: format!("guest image {key} in {}", images.display()),
+                    hint: "inside the KVM host VM images are only read: build this image \
+                           outside it, before the host VM boots"
+                        .into(),
+                });
+            }
             fs::create_dir_all(&images).map_err(io_err(path_ctx("creating", &images)))?;
             let nanos = SystemTime::now()
                 .duration_since(UNIX_EPOCH)

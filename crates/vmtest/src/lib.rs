@@ -32,10 +32,10 @@ use std::time::{Duration, Instant};
 pub use error::{Error, Result};
 pub use image::{
     cache_root, default_binaries, find_cloud_kernel, workspace_root, GuestImage, ImageConfig,
-    GUEST_MODULE_PATH, INSTALL_HINT,
+    GUEST_MODULE_PATH, INSTALL_HINT, IN_HOST_VM_ENV, LOOP,
 };
 pub use spawn::spawn_tied;
-pub use vm::{Accel, GuestProcess, RegionSetup, Vm, VmConfig, BASE_APPEND, MAX_COMMAND_LEN};
+pub use vm::{Accel, GuestProcess, RegionSetup, Vm, VmConfig, BASE_APPEND, MAX_COMMAND_LEN, READY};
 
 /// Polls `probe` every `interval` until it returns `Some` or `timeout` passes.
 pub fn wait_until<T>(

@@ -26,8 +26,9 @@ use crate::spawn::spawn_tied;
 /// panic the guest ("IO-APIC + timer doesn't work!"); seen at load 25 on 2 cores.
 pub const BASE_APPEND: &str = "console=ttyS1 panic=-1 quiet no_timer_check";
 
-/// Printed by the guest's init once it serves commands.
-const READY: &str = "__PVS_READY__";
+/// Printed by the guest's init, followed by `<nproc> <uname -r>`, once it
+/// serves commands ([`crate::image::LOOP`]).
+pub const READY: &str = "__PVS_READY__";
 /// Longest command line the console accepts (the tty line buffer is 4 KiB).
 pub const MAX_COMMAND_LEN: usize = 3500;
 /// Extra time the host waits beyond a command's own timeout (TCG is slow).

@@ -669,14 +669,20 @@ int BPF_PROG(pvs_kvm_apic_accept_irq, u32 apicid, u16 dm, u16 tm, u8 vec)
 
 	if (!emit_kvm_irq)
 		return 0;
-	vm = bpf_map_lookup_elem(&vmm_tgid, &tgid);
-	if (vm) {
-		vm_id = *vm;
-	} else {
-		v = bpf_map_lookup_elem(&tracked, &tid);
-		if (!v)
+	v = bpf_map_lookup_elem(&tracked, &tid);
+	if (v) {
+		/*
+		 * Injected in the target's own thread (its timers, self-IPIs):
+		 * the target runs, nothing to decide.
+		 */
+		if (v->vcpu == apicid)
 			return 0;
 		vm_id = v->vm;
+	} else {
+		vm = bpf_map_lookup_elem(&vmm_tgid, &tgid);
+		if (!vm)
+			return 0;
+		vm_id = *vm;
 	}
 	e = reserve(PVS_EV_KVM_IRQ);
 	if (!e)

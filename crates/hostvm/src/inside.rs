@@ -1,0 +1,167 @@
+//! Tests that run inside the host VM: the same test binary, the same test,
+//! run there instead of here.
+//!
+//! A test written with [`crate::kvm_test!`] runs its body when the process is
+//! inside a host VM; outside, it runs itself (`current_exe --exact NAME`) in
+//! the process's shared host VM and passes or fails with it. The host VM's
+//! own failures are retried on a fresh one and printed; a failure of the test
+//! is never retried.
+
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use pvsched_vmtest::IN_HOST_VM_ENV;
+
+use crate::error::{Error, Result};
+use crate::vm::{HostVm, HostVmConfig};
+
+/// Host VMs booted per test at most (the first and the retries).
+pub const ATTEMPTS: usize = 3;
+
+/// Whether this process runs inside a host VM.
+pub fn in_host_vm() -> bool {
+    std::env::var_os(IN_HOST_VM_ENV).is_some()
+}
+
+struct Shared {
+    vm: Option<HostVm>,
+    /// Host VM failures seen by this process (printed with each test that met one).
+    failures: usize,
+}
+
+static SHARED: OnceLock<Mutex<Shared>> = OnceLock::new();
+
+fn shared() -> MutexGuard<'static, Shared> {
+    SHARED
+        .get_or_init(|| {
+            Mutex::new(Shared {
+                vm: None,
+                failures: 0,
+            })
+        })
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+/// Quotes `s` for the host VM's `/bin/sh`.
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// Runs test `name` of this test binary inside the shared host VM (booted on
+/// first use, by `cfg`); `Ok` with the test's output when it passed.
+pub fn run_test(name: &str, cfg: &HostVmConfig, timeout: Duration) -> Result<String> {
+    let exe = std::env::current_exe()
+        .map_err(|e| Error::Other(format!("this test binary's path: {e}")))?;
+    let cmd = format!(
+        "{} --exact {} --nocapture --test-threads=1 2>&1",
+        shell_quote(&exe.display().to_string()),
+        shell_quote(name)
+    );
+    let mut state = shared();
+    let mut notes = Vec::new();
+    for attempt in 1..=ATTEMPTS {
+        if state.vm.is_none() {
+            match HostVm::boot(cfg) {
+                Ok(vm) => {
+                    eprintln!(
+                        "pvsched-hostvm: host VM up in {:.1} s ({} vCPUs, kernel {})",
+                        vm.boot_time().as_secs_f64(),
+                        vm.cpus(),
+                        vm.packages().kernel.release
+                    );
+                    state.vm = Some(vm);
+                }
+                Err(e) if e.is_host_vm_failure() => {
+                    state.failures += 1;
+                    notes.push(format!("attempt {attempt}: {e}"));
+                    eprintln!("pvsched-hostvm: {name}: attempt {attempt}: {e}");
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let Some(vm) = state.vm.as_ref() else {
+            continue;
+        };
+        match vm.exec(&cmd, timeout) {
+            Ok((0, out)) => {
+                if !notes.is_empty() {
+                    eprintln!(
+                        "pvsched-hostvm: {name} passed after {} host VM failure(s):\n{}",
+                        notes.len(),
+                        notes.join("\n")
+                    );
+                }
+                return Ok(out);
+            }
+            Ok((rc, out)) => {
+                let trouble = vm.kernel_trouble();
+                let mut msg = format!("{name} failed inside the host VM (exit {rc}):\n{out}");
+                if !trouble.is_empty() {
+                    msg.push_str(&format!(
+                        "\nthe host VM's kernel said:\n{}",
+                        trouble.join("\n")
+                    ));
+                }
+                return Err(Error::TestFailed(msg));
+            }
+            Err(e) if e.is_host_vm_failure() => {
+                state.vm = None;
+                state.failures += 1;
+                notes.push(format!("attempt {attempt}: {e}"));
+                eprintln!(
+                    "pvsched-hostvm: {name}: attempt {attempt}: {e}; booting another host VM"
+                );
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(Error::HostVmFailed {
+        reason: format!("{ATTEMPTS} host VMs failed running {name}"),
+        kernel_log: notes.join("\n"),
+    })
+}
+
+/// A test that runs inside the host VM (see the module docs):
+///
+/// ```ignore
+/// pvsched_hostvm::kvm_test! {
+///     /// A KVM guest's HLT exits reach the policy.
+///     fn hlt_exits_start_halt_boosts() {
+///         // runs inside the host VM, with /dev/kvm
+///     }
+/// }
+/// ```
+#[macro_export]
+macro_rules! kvm_test {
+    ($(#[$meta:meta])* fn $name:ident() $body:block) => {
+        $(#[$meta])*
+        #[test]
+        fn $name() {
+            if $crate::in_host_vm() {
+                $body
+            } else {
+                match $crate::run_test(
+                    stringify!($name),
+                    &$crate::HostVmConfig::new("test"),
+                    $crate::TEST_TIMEOUT,
+                ) {
+                    Ok(out) => println!("{out}"),
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        }
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_survives_quotes() {
+        assert_eq!(shell_quote("a'b"), r"'a'\''b'");
+        assert_eq!(shell_quote("/x/y"), "'/x/y'");
+    }
+}
