@@ -6,7 +6,7 @@ set -euo pipefail
 APT_PACKAGES=(
 	build-essential pkg-config clang libelf-dev zlib1g-dev
 	qemu-system-x86 linux-image-cloud-amd64 linux-headers-cloud-amd64
-	busybox-static cpio rt-tests stress-ng linux-perf bpftool
+	busybox-static cpio rt-tests stress-ng linux-perf bpftool xz-utils
 	fonts-dejavu-core
 	dkms libvirt-daemon-system libvirt-clients
 )
@@ -56,4 +56,6 @@ if command -v rustup >/dev/null 2>&1; then
 	done
 fi
 cargo fetch --locked -q 2>/dev/null || cargo fetch -q
+# The KVM host VM's kernel and QEMU, into a cache (nothing installed).
+"$(dirname "$0")/fetch-hostvm.sh"
 echo "install-deps: ok"

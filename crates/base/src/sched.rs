@@ -270,9 +270,62 @@ pub fn online_cpus() -> io::Result<u32> {
     Ok(u32::try_from(n).unwrap_or(u32::MAX))
 }
 
+/// Confines the calling thread (and what it later forks or execs) to `cpus`.
+/// Async-signal-safe: usable between fork and exec.
+pub fn set_own_affinity(cpus: &[u32]) -> io::Result<()> {
+    // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let max = 8 * std::mem::size_of::<libc::cpu_set_t>() as u32;
+    for &cpu in cpus {
+        if cpu >= max {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: cpu is below the set's capacity (checked above).
+        unsafe { libc::CPU_SET(cpu as usize, &mut set) };
+    }
+    // SAFETY: pid 0 is the calling thread; set is a valid cpu_set_t of the given size.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The CPUs the calling thread may run on.
+pub fn own_affinity() -> io::Result<Vec<u32>> {
+    // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pid 0 is the calling thread; set is a writable cpu_set_t of the given size.
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: every index is below the set's capacity.
+    Ok((0..max)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .map(|c| c as u32)
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn own_affinity_reads_back_what_was_set_in_a_thread() {
+        let first = *own_affinity().unwrap().first().unwrap();
+        let got = std::thread::spawn(move || {
+            set_own_affinity(&[first]).unwrap();
+            own_affinity().unwrap()
+        })
+        .join()
+        .unwrap();
+
+        assert_eq!(got, vec![first]);
+        assert!(set_own_affinity(&[100_000]).is_err());
+    }
 
     #[test]
     fn own_thread_params_read_back_what_was_set() {

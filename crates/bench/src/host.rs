@@ -128,12 +128,28 @@ impl Drop for HostCyclictest {
     }
 }
 
+/// The source revision to report, when set (see `Machine::probe`).
+pub const SOURCE_REV_ENV: &str = "PVSCHED_SOURCE_REV";
+
 /// The host load of the published setup, scaled to `cpus` cores.
 ///
 /// `--iomix-bytes 64M` bounds the file iomix rewrites (default 1 GiB): with
 /// the default, stopping stress-ng takes ~11 s of fsync after a 30 s run
 /// here, which would leak into the next measurement.
 pub fn load_args(cpus: usize) -> Vec<String> {
+    if let Ok(args) = std::env::var("PVSCHED_BENCH_LOAD_EXPERIMENT").map(|a| a.trim().to_string()) {
+        if args.is_empty() {
+            return load_args_default(cpus);
+        }
+        return args
+            .split_whitespace()
+            .map(|s| s.replace("CPUS", &cpus.to_string()))
+            .collect();
+    }
+    load_args_default(cpus)
+}
+
+fn load_args_default(cpus: usize) -> Vec<String> {
     [
         "--cpu",
         &cpus.to_string(),
@@ -333,7 +349,12 @@ impl Machine {
             .unwrap_or("")
             .trim_matches('"')
             .to_string();
-        let git = {
+        // Given by whoever runs the bench where the checkout cannot be asked
+        // cheaply (the KVM host VM sees it read-only over virtiofs, where
+        // `git status` hashes every file again).
+        let git = if let Ok(rev) = std::env::var(SOURCE_REV_ENV) {
+            rev
+        } else {
             let rev = first_line(
                 "git",
                 &[

@@ -1300,6 +1300,7 @@ mod tests {
                 wakes: vec![],
                 wake_p50_us: 0.0,
                 wake_p99_us: 0.0,
+                polled_by_kvm: 0,
                 advice: pvsched_control::PollOutcome {
                     window_us: 12.0,
                     hit_rate: 1.0,

@@ -33,6 +33,11 @@ use crate::report::{self, Meta, Report};
 use crate::share;
 use crate::stats::Histogram;
 
+/// Guests a run may lose (QEMU gone mid-session) and boot again before it
+/// gives up: on a real host one is already news; under emulation (the KVM
+/// host VM, `crates/hostvm/README.md`) guests are lost now and then.
+pub const MAX_GUESTS_LOST: usize = 20;
+
 /// Share of the machine taken by others above which a repeat is flagged.
 pub const DISTURBED: f64 = 0.10;
 
@@ -207,6 +212,11 @@ struct DaemonEnd {
 struct Bench<'a> {
     s: &'a Settings,
     vm: Vm,
+    /// What a lost guest is booted again from.
+    image: pvsched_vmtest::GuestImage,
+    accel: Accel,
+    /// Guests lost mid-session (QEMU gone or silent) and booted again.
+    guests_lost: usize,
     vcpus: Vec<(u32, i32)>,
     /// Every QEMU thread's parameters right after boot: what "restored" means.
     baseline: BTreeMap<i32, (String, ThreadParams)>,
@@ -717,6 +727,46 @@ impl Bench<'_> {
         }
     }
 
+    /// The guest died during session `tag` (its notes from index `notes` on
+    /// say how): folds those notes into one, and boots a new guest, as the
+    /// first one was, unless `MAX_GUESTS_LOST` are gone already.
+    fn guest_lost(&mut self, tag: &str, notes: usize) -> Result<()> {
+        let what: Vec<String> = self
+            .notes
+            .drain(notes.min(self.notes.len())..)
+            .map(|n| first_line(&n).to_string())
+            .collect();
+        self.guests_lost += 1;
+        self.note(format!(
+            "guest lost during {tag} (its measurements dropped; measured again on a new guest): {}",
+            what.join(" / ")
+        ));
+        if self.guests_lost > MAX_GUESTS_LOST {
+            return Err(BenchError::Tool {
+                what: "the guest".into(),
+                detail: format!("lost {} times", self.guests_lost),
+            });
+        }
+        let (nominal, phases) = session_plan(self.s);
+        for _ in 0..phases {
+            self.progress.add(nominal / phases as f64);
+        }
+        let vm = Vm::boot(vm_config(self.s, &self.image, "bench", self.accel))
+            .map_err(guest("booting the guest again"))?;
+        let (rc, out) = vm.insmod("").map_err(guest("insmod"))?;
+        if rc != 0 {
+            return Err(BenchError::GuestModule { output: out });
+        }
+        self.vcpus = vcpu_threads(&vm)?;
+        self.baseline = thread_baseline(vm.qemu_pid())?;
+        let _ = vm.exec(
+            &guest::cyclictest_cmd(1000, 3, self.guest_cpus as usize, 1000),
+            Duration::from_secs(60),
+        );
+        self.vm = vm;
+        Ok(())
+    }
+
     /// Whether the guest still runs commands (three tries: a loaded TCG
     /// guest can be slow to answer).
     fn vm_alive(&mut self) -> bool {
@@ -867,7 +917,7 @@ fn run_in(
     let cache = pvsched_vmtest::cache_root().with_file_name("pvsched-bench");
     let image = guest::build_image(&cache)?;
     eprintln!("pvsched-bench: booting the guest ({} vCPUs)", s.smp);
-    let (vm, accel_reason, accel) = boot(s, image, "bench")?;
+    let (vm, accel_reason, accel) = boot(s, image.clone(), "bench")?;
     eprintln!("pvsched-bench: accelerator: {accel_reason}");
     let guest_cpus = vm.guest_cpus().max(1);
     let (rc, insmod_out) = vm.insmod("").map_err(guest("insmod"))?;
@@ -901,6 +951,9 @@ fn run_in(
 
     let mut b = Bench {
         s,
+        image,
+        accel,
+        guests_lost: 0,
         guest_cpus,
         host_cpus: machine.cpus,
         vm,
@@ -924,14 +977,30 @@ fn run_in(
     'outer: for rep in 1..=s.repeat {
         for (li, &load) in s.loads.iter().enumerate() {
             for mode in mode_order(&s.modes, rep - 1, li) {
-                let errors = b.errors;
-                b.session(rep, load, mode);
-                if b.errors > errors && !b.vm_alive() {
-                    b.error("the guest stopped answering: run aborted".into());
-                    break 'outer;
+                loop {
+                    let (errors, notes, results) = (b.errors, b.notes.len(), b.results.clone());
+                    b.session(rep, load, mode);
+                    if b.errors == errors || b.vm_alive() {
+                        break;
+                    }
+                    // The guest died mid-session: what it measured is dropped,
+                    // and the session runs again on a new guest.
+                    b.results = results;
+                    b.errors = errors;
+                    if let Err(e) = b.guest_lost(&format!("rep{rep}-{load}-{mode}"), notes) {
+                        b.error(format!("the guest stopped answering: run aborted ({e})"));
+                        break 'outer;
+                    }
                 }
             }
         }
+    }
+    if b.guests_lost > 0 {
+        b.note(format!(
+            "{} guest(s) lost mid-session and booted again; each of those sessions was \
+             measured again in full (Notes above: `guest lost`)",
+            b.guests_lost
+        ));
     }
     // The guest module overhead phase boots a guest of its own; this one
     // stops first, so that nothing competes with it.

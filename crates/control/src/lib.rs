@@ -119,6 +119,10 @@ pub struct VcpuIdle {
     pub wakes: Vec<(f64, u64)>,
     pub wake_p50_us: f64,
     pub wake_p99_us: f64,
+    /// Of the halts, those KVM's own halt polling caught (the thread never
+    /// blocked): known from `kvm_vcpu_wakeup`, so 0 under TCG.
+    #[serde(default)]
+    pub polled_by_kvm: u64,
     /// The advisor's window and its price over the measured halts.
     pub advice: PollOutcome,
     /// The polling window in force (the kvm module's cap; none under TCG),

@@ -69,6 +69,15 @@ fn outcome(o: &PollOutcome) -> String {
 fn vcpu(out: &mut String, v: &VcpuIdle, budget_permille: u32, tcg: bool) {
     let _ = writeln!(out, "  vCPU {} ({:.1} s observed)", v.index, v.observed_s);
     histogram(out, "halt -> wake", &v.halts);
+    if v.polled_by_kvm > 0 {
+        let total: u64 = v.halts.iter().map(|b| b.1).sum();
+        let _ = writeln!(
+            out,
+            "    of those, caught by KVM's halt polling: {} ({:.1} %)",
+            v.polled_by_kvm,
+            v.polled_by_kvm as f64 * 100.0 / total.max(1) as f64
+        );
+    }
     histogram(out, "wake -> running", &v.wakes);
     if !v.wakes.is_empty() {
         let _ = writeln!(
@@ -191,6 +200,7 @@ mod tests {
                     wakes: vec![(30.0, 18)],
                     wake_p50_us: 30.0,
                     wake_p99_us: 30.0,
+                    polled_by_kvm: 0,
                     advice: PollOutcome {
                         window_us: 14.0,
                         hit_rate: 15.0 / 18.0,

@@ -68,8 +68,17 @@ impl HostEventMeaning {
                 (Some(Event::KvmExit { vcpu, reason }), None)
             }
             EventKind::KvmIrq => (Some(Event::InterruptTargeted { vcpu }), None),
-            // Halt-poll statistics: nothing the policy decides on yet.
-            EventKind::KvmHaltWakeup { .. } => (None, None),
+            // Measured by the idle meter (every halt, polled ones included); decides nothing.
+            EventKind::KvmHaltWakeup {
+                halt_ns, polled, ..
+            } => (
+                Some(Event::KvmHaltEnded {
+                    vcpu,
+                    halt_ns,
+                    polled,
+                }),
+                None,
+            ),
         };
         Self {
             event,

@@ -83,6 +83,7 @@ pub fn report<'a>(
                 wakes: buckets(&m.wake_to_run),
                 wake_p50_us: m.wake_to_run.quantile_upper_ns(0.5) as f64 / 1e3,
                 wake_p99_us: m.wake_to_run.quantile_upper_ns(0.99) as f64 / 1e3,
+                polled_by_kvm: m.polled,
                 advice: outcome(&advice, elapsed),
                 in_force,
             });

@@ -1,7 +1,7 @@
 //! Boots a host VM and runs commands in it, printing each one's output:
 //!
 //! `cargo run --release -p pvsched-hostvm --example hostvm-run -- [--cpus N]
-//! [--memory-mb M] [--exchange DIR] [--timeout SECS] 'cmd' ...`
+//! [--memory-mb M] [--kvm-amd PARAM]... [--exchange DIR] [--timeout SECS] 'cmd' ...`
 //!
 //! The command line is this example's own (no clap: it is a tool for
 //! developers); a failing command ends it with that command's status.
@@ -27,6 +27,7 @@ fn main() -> ExitCode {
         match a.as_str() {
             "--cpus" => cfg.cpus = value("a number").parse().unwrap_or(2),
             "--memory-mb" => cfg.memory_mb = value("a number").parse().unwrap_or(3072),
+            "--kvm-amd" => cfg.kvm_amd_params.push(value("a module parameter")),
             "--exchange" => cfg.exchange = Some(PathBuf::from(value("a folder"))),
             "--timeout" => timeout = Duration::from_secs(value("seconds").parse().unwrap_or(600)),
             _ => cmds.push(a),

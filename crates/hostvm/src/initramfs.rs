@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use pvsched_vmtest::cpio::Archive;
-use pvsched_vmtest::{IN_HOST_VM_ENV, LOOP, READY};
+use pvsched_vmtest::{HOST_VM_GUEST_CPUS_ENV, IN_HOST_VM_ENV, LOOP, READY};
 
 use crate::error::{io_err, Error, Result};
 use crate::packages::HostKernel;
@@ -69,8 +69,10 @@ fail() {
 	echo "pvsched-hostvm init: $*" >/dev/kmsg
 	poweroff -f
 }
+# Module parameters: pvs_hostvm.<module>=a=1,b=2 on the kernel command line.
 for m in @MODULES@; do
-	insmod /modules/$m.ko || fail "insmod $m"
+	p=$(sed -n "s/.*pvs_hostvm\.$m=\([^ ]*\).*/\1/p" /proc/cmdline | tr , ' ')
+	insmod /modules/$m.ko $p || fail "insmod $m $p"
 done
 [ -c /dev/kvm ] || fail "no /dev/kvm after loading kvm"
 R=/newroot
@@ -92,6 +94,8 @@ mount -t cgroup2 cgroup2 $R/sys/fs/cgroup
 # The exchange folder, read-write, at the same path as on the machine.
 x=$(sed -n 's/.*pvs_hostvm.xchg=\([^ ]*\).*/\1/p' /proc/cmdline)
 if [ -n "$x" ]; then
+	# Under a tmpfs (/tmp) the folder is not there yet.
+	mkdir -p $R$x 2>/dev/null
 	mount -t virtiofs xchg $R$x || fail "mounting the exchange share at $x"
 fi
 # Multi-threaded TCG mishandles live kernel text patching now and then (a
@@ -107,6 +111,9 @@ for e in @TRACEPOINTS@; do
 done
 echo 0 >$T/tracing_on
 echo 0 >$T/instances/pvs-hostvm/tracing_on
+# The CPUs KVM guests are confined to (pvsched-vmtest reads it), if any.
+g=$(sed -n 's/.*pvs_hostvm.guest_cpus=\([^ ]*\).*/\1/p' /proc/cmdline)
+[ -n "$g" ] && export @GUEST_CPUS_ENV@=$g
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export HOME=/root @ENV@=1
 exec </dev/ttyS0 >/dev/ttyS0 2>&1
@@ -121,6 +128,7 @@ fn init_script() -> String {
         .replace("@TMPFS@", &TMPFS.join(" "))
         .replace("@TRACEPOINTS@", &KEPT_TRACEPOINTS.join(" "))
         .replace("@ENV@", IN_HOST_VM_ENV)
+        .replace("@GUEST_CPUS_ENV@", HOST_VM_GUEST_CPUS_ENV)
         .replace("@READY@", READY)
 }
 

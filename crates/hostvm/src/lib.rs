@@ -28,7 +28,7 @@ use std::time::Duration;
 pub use error::{Error, Result};
 pub use inside::{in_host_vm, run_test};
 pub use packages::{HostKernel, HostQemu, Packages};
-pub use vm::{default_cpus, with_retries, HostVm, HostVmConfig, Retried};
+pub use vm::{default_cpus, default_guest_cpus, with_retries, HostVm, HostVmConfig, Retried};
 
 /// How long a [`kvm_test!`] may run inside the host VM.
 pub const TEST_TIMEOUT: Duration = Duration::from_secs(900);

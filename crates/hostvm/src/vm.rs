@@ -23,6 +23,27 @@ pub struct HostVmConfig {
     /// host VM (results, logs); the rest of the file system is read-only.
     pub exchange: Option<PathBuf>,
     pub boot_timeout: Duration,
+    /// Parameters of the `kvm_amd` module, e.g. `["npt=0"]`.
+    pub kvm_amd_params: Vec<String>,
+    /// The host VM CPUs KVM guests are confined to (pvsched-vmtest applies it
+    /// to every QEMU it starts in the host VM), or `None` for all of them
+    /// [`default_guest_cpus`].
+    pub guest_cpus: Option<Vec<u32>>,
+}
+
+/// CPUs guests are confined to unless said otherwise: `$PVSCHED_HOSTVM_GUEST_CPUS`
+/// (`all` for none), else CPU 0. Measured (README, "Emulation faults"): a guest
+/// whose vCPUs ran on two CPUs of the host VM at once was reset by the emulation
+/// within a minute of cyclictest; confined to one, it ran on.
+pub fn default_guest_cpus() -> Option<Vec<u32>> {
+    match std::env::var("PVSCHED_HOSTVM_GUEST_CPUS").ok().as_deref() {
+        Some("all") => None,
+        Some(v) => {
+            let cpus: Vec<u32> = v.split(',').filter_map(|c| c.trim().parse().ok()).collect();
+            Some(if cpus.is_empty() { vec![0] } else { cpus })
+        }
+        None => Some(vec![0]),
+    }
 }
 
 /// vCPUs of a host VM unless said otherwise: `$PVSCHED_HOSTVM_CPUS`, else 2.
@@ -42,6 +63,8 @@ impl HostVmConfig {
             memory_mb: 3072,
             exchange: None,
             boot_timeout: Duration::from_secs(300),
+            kvm_amd_params: Vec::new(),
+            guest_cpus: default_guest_cpus(),
         }
     }
 
@@ -106,6 +129,10 @@ impl Drop for TempDir {
 /// namespace lets it see its own there; every step execs, so the script's
 /// PID is QEMU's.
 fn qemu_wrapper(p: &Packages, dir: &Path) -> Result<PathBuf> {
+    if let Some(q) = std::env::var_os("PVSCHED_HOSTVM_QEMU") {
+        // Another QEMU, for comparing (it must be able to find its own modules).
+        return Ok(PathBuf::from(q));
+    }
     let script = format!(
         "#!/bin/sh\n\
          # pvsched-hostvm: QEMU {version}, with its own module directory\n\
@@ -166,6 +193,16 @@ impl HostVm {
             shares.push(Virtiofsd::start(&x, "xchg", Cache::None, &dir.0)?);
             append = format!("pvs_hostvm.xchg={shown}");
         }
+        if let Some(cpus) = &cfg.guest_cpus {
+            let list: Vec<String> = cpus.iter().map(u32::to_string).collect();
+            append.push_str(&format!(" pvs_hostvm.guest_cpus={}", list.join(",")));
+        }
+        if !cfg.kvm_amd_params.is_empty() {
+            append.push_str(&format!(
+                " pvs_hostvm.kvm-amd={}",
+                cfg.kvm_amd_params.join(",")
+            ));
+        }
         let mut extra = vec![
             "-object".to_string(),
             format!(
@@ -195,6 +232,8 @@ impl HostVm {
             .append(&append)
             .extra_args(extra);
         vcfg.qemu = Some(wrapper);
+        // The host VM itself runs wherever this process may.
+        vcfg.host_cpus = None;
         let started = Instant::now();
         let vm = match Vm::boot(vcfg) {
             Ok(vm) => vm,

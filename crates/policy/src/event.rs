@@ -76,6 +76,14 @@ pub enum Event {
     InterruptTargeted { vcpu: u32 },
     /// A `kvm_exit` of the vCPU.
     KvmExit { vcpu: u32, reason: ExitReason },
+    /// KVM's account of a halt that ended (`kvm_vcpu_wakeup`): `halt_ns` from the guest's
+    /// HLT to its wakeup, halt polling included; `polled`: KVM's halt polling caught the
+    /// wakeup, so the thread never blocked and no scheduler event saw the halt.
+    KvmHaltEnded {
+        vcpu: u32,
+        halt_ns: u64,
+        polled: bool,
+    },
     /// Time passed: re-evaluate every vCPU (expiries, throttles, debt). Deliver one at
     /// [`crate::VmState::next_deadline`].
     Tick,
@@ -93,7 +101,8 @@ impl Event {
             | Event::Blocked { vcpu, .. }
             | Event::Woken { vcpu, .. }
             | Event::InterruptTargeted { vcpu }
-            | Event::KvmExit { vcpu, .. } => Some(vcpu),
+            | Event::KvmExit { vcpu, .. }
+            | Event::KvmHaltEnded { vcpu, .. } => Some(vcpu),
             Event::Tick | Event::OverloadHint { .. } => None,
         }
     }
@@ -119,6 +128,7 @@ impl Event {
             Event::Woken { .. } => EventKind::Woken,
             Event::InterruptTargeted { .. } => EventKind::InterruptTargeted,
             Event::KvmExit { .. } => EventKind::KvmExit,
+            Event::KvmHaltEnded { .. } => EventKind::KvmHaltEnded,
             Event::Tick => EventKind::Tick,
             Event::OverloadHint { .. } => EventKind::OverloadHint,
         }
@@ -135,13 +145,14 @@ pub enum EventKind {
     Woken,
     InterruptTargeted,
     KvmExit,
+    KvmHaltEnded,
     Tick,
     OverloadHint,
 }
 
 impl EventKind {
     /// Number of kinds.
-    pub const COUNT: usize = 9;
+    pub const COUNT: usize = 10;
 
     /// All kinds, in index order.
     pub const ALL: [EventKind; EventKind::COUNT] = [
@@ -152,6 +163,7 @@ impl EventKind {
         EventKind::Woken,
         EventKind::InterruptTargeted,
         EventKind::KvmExit,
+        EventKind::KvmHaltEnded,
         EventKind::Tick,
         EventKind::OverloadHint,
     ];
@@ -171,6 +183,7 @@ impl EventKind {
             EventKind::Woken => "woken",
             EventKind::InterruptTargeted => "interrupt_targeted",
             EventKind::KvmExit => "kvm_exit",
+            EventKind::KvmHaltEnded => "kvm_halt_ended",
             EventKind::Tick => "tick",
             EventKind::OverloadHint => "overload_hint",
         }

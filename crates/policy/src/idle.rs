@@ -224,6 +224,12 @@ pub struct WakeHint {
 pub struct IdleMeter {
     pub halt_to_wake: DurationHistogram,
     pub wake_to_run: DurationHistogram,
+    /// Halts KVM's halt polling caught (the thread never blocked), of those in
+    /// `halt_to_wake`; 0 where KVM does not report halts (TCG).
+    pub polled: u64,
+    /// KVM reports this vCPU's halts (`kvm_vcpu_wakeup`): they, not the thread's
+    /// blocks and wakeups, give the halt lengths.
+    kvm_halts: bool,
     halted_at: Option<u64>,
     woken_at: Option<u64>,
     since: Option<u64>,
@@ -254,8 +260,24 @@ impl IdleMeter {
     pub fn woken(&mut self, now: u64) {
         self.since.get_or_insert(now);
         if let Some(h) = self.halted_at.take() {
-            self.halt_to_wake.record(now.saturating_sub(h));
+            if !self.kvm_halts {
+                self.halt_to_wake.record(now.saturating_sub(h));
+            }
             self.woken_at = Some(now);
+        }
+    }
+
+    /// KVM reports a halt of `halt_ns` ending by `now`. Under KVM a halt starts with
+    /// halt polling: the thread blocks only after it, and a wakeup during it is never
+    /// seen by the scheduler. So once KVM reports halts, they give the halt lengths
+    /// (every halt, from the guest's HLT) and the thread's block -> wake spans do not
+    /// (but for the one halt that ends before KVM's first report, counted twice).
+    pub fn kvm_halt(&mut self, now: u64, halt_ns: u64, polled: bool) {
+        self.since.get_or_insert(now.saturating_sub(halt_ns));
+        self.kvm_halts = true;
+        self.halt_to_wake.record(halt_ns);
+        if polled {
+            self.polled += 1;
         }
     }
 
@@ -439,5 +461,24 @@ mod tests {
         assert_eq!(m.halt_to_wake.sum_ns(), 30_000);
         assert_eq!(m.wake_to_run.count(), 1);
         assert_eq!(m.wake_to_run.sum_ns(), 5_000);
+    }
+
+    #[test]
+    fn under_kvm_its_halt_reports_give_every_halt_polled_ones_included() {
+        let mut m = IdleMeter::default();
+        // A halt KVM's polling caught: no block, no wakeup; only KVM's report.
+        m.kvm_halt(100_000, 40_000, true);
+        // A halt that blocked after polling: the thread's block -> wake span (30 µs)
+        // misses the polling before it; KVM's report (230 µs) does not.
+        m.blocked(200_000);
+        m.woken(230_000);
+        m.running(235_000);
+        m.kvm_halt(236_000, 230_000, false);
+
+        assert_eq!(m.halt_to_wake.count(), 2);
+        assert_eq!(m.halt_to_wake.sum_ns(), 270_000);
+        assert_eq!(m.polled, 1);
+        assert_eq!(m.wake_to_run.sum_ns(), 5_000);
+        assert_eq!(m.since(), Some(60_000));
     }
 }

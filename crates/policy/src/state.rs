@@ -842,6 +842,9 @@ impl VmState {
                     start_proactive(limits, v, now, Reason::ProactiveHalt);
                 }
             }
+            Event::KvmHaltEnded {
+                halt_ns, polled, ..
+            } => self.idle[i].kvm_halt(now, halt_ns, polled),
             Event::Tick | Event::OverloadHint { .. } => {}
         }
     }

@@ -1,17 +1,18 @@
 //! Boots the default test guest, loads pvsched and runs each argument as a
 //! guest command, printing its output; then prints the region's slots.
 //!
-//! `cargo run -p pvsched-vmtest --example vmrun -- [--smp N] [--append KERNEL_ARGS] [--file HOST:GUEST]... [--bin HOST_BINARY]...
+//! `cargo run -p pvsched-vmtest --example vmrun -- [--smp N] [--kvm] [--append KERNEL_ARGS] [--file HOST:GUEST]... [--bin HOST_BINARY]...
 //! [--no-insmod] CMD...`
 
 use std::time::Duration;
 
 use std::path::PathBuf;
 
-use pvsched_vmtest::{GuestImage, ImageConfig, Vm, VmConfig};
+use pvsched_vmtest::{Accel, GuestImage, ImageConfig, Vm, VmConfig};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut smp = 2;
+    let mut accel = Accel::Tcg;
     let mut insmod = true;
     let mut append = String::new();
     let mut image_cfg = ImageConfig::default();
@@ -21,6 +22,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         match a.as_str() {
             "--smp" => smp = args.next().ok_or("--smp N")?.parse()?,
             "--no-insmod" => insmod = false,
+            "--kvm" => accel = Accel::Kvm,
             "--append" => append = args.next().ok_or("--append ARGS")?,
             "--file" => {
                 let spec = args.next().ok_or("--file HOST:GUEST")?;
@@ -38,7 +40,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let t = std::time::Instant::now();
     let image = GuestImage::build(&image_cfg)?;
     eprintln!("image: {} ({:?})", image.dir.display(), t.elapsed());
-    let vm = Vm::boot(VmConfig::new(image).smp(smp).append(&append))?;
+    let vm = Vm::boot(VmConfig::new(image).smp(smp).accel(accel).append(&append))?;
     eprintln!(
         "booted {} pid {} ({:?})",
         vm.name(),
@@ -50,7 +52,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         eprintln!("insmod: {rc} {out}");
     }
     for c in &cmds {
-        let (rc, out) = vm.exec(c, Duration::from_secs(300))?;
+        let (rc, out) = vm.exec(c, Duration::from_secs(3000))?;
         println!("$ {c}\n{out}[exit {rc}]");
     }
     if let Some(region) = vm.region() {

@@ -35,7 +35,10 @@ pub use image::{
     GUEST_MODULE_PATH, INSTALL_HINT, IN_HOST_VM_ENV, LOOP,
 };
 pub use spawn::spawn_tied;
-pub use vm::{Accel, GuestProcess, RegionSetup, Vm, VmConfig, BASE_APPEND, MAX_COMMAND_LEN, READY};
+pub use vm::{
+    host_vm_guest_cpus, Accel, GuestProcess, RegionSetup, Vm, VmConfig, BASE_APPEND,
+    HOST_VM_GUEST_CPUS_ENV, MAX_COMMAND_LEN, READY,
+};
 
 /// Polls `probe` every `interval` until it returns `Some` or `timeout` passes.
 pub fn wait_until<T>(

@@ -86,6 +86,24 @@ pub struct VmConfig {
     /// VM serves the ivshmem protocol to QEMU itself (region fd, and the
     /// host vector's eventfd, [`Vm::doorbell`], which the guest rings).
     pub doorbell: bool,
+    /// Host CPUs QEMU (every thread of it) may run on; `None`: wherever the
+    /// caller may. Default: none, but inside a KVM host VM the CPUs it
+    /// confines guests to ([`host_vm_guest_cpus`]).
+    pub host_cpus: Option<Vec<u32>>,
+}
+
+/// Set by the KVM host VM's init (`pvsched-hostvm`): the host VM CPUs its KVM
+/// guests run on, comma-separated.
+pub const HOST_VM_GUEST_CPUS_ENV: &str = "PVSCHED_HOSTVM_GUEST_CPUS";
+
+/// Inside a KVM host VM, the CPUs guests are confined to
+/// ([`HOST_VM_GUEST_CPUS_ENV`]): its emulated SVM loses guests whose vCPUs
+/// run on two of its CPUs at once (`crates/hostvm/README.md`).
+pub fn host_vm_guest_cpus() -> Option<Vec<u32>> {
+    std::env::var_os(crate::image::IN_HOST_VM_ENV)?;
+    let v = std::env::var(HOST_VM_GUEST_CPUS_ENV).ok()?;
+    let cpus: Vec<u32> = v.split(',').filter_map(|c| c.trim().parse().ok()).collect();
+    (!cpus.is_empty()).then_some(cpus)
 }
 
 impl VmConfig {
@@ -108,7 +126,14 @@ impl VmConfig {
             extra_args: Vec::new(),
             qemu: None,
             doorbell: false,
+            host_cpus: host_vm_guest_cpus(),
         }
+    }
+
+    /// Confines QEMU to these host CPUs (see [`VmConfig::host_cpus`]).
+    pub fn host_cpus(mut self, cpus: Option<Vec<u32>>) -> Self {
+        self.host_cpus = cpus;
+        self
     }
 
     /// The region as `ivshmem-doorbell` (see [`VmConfig::doorbell`]).
@@ -430,6 +455,15 @@ impl Vm {
                     .args(["-device", "ivshmem-plain,memdev=pvs"]);
             }
             None => {}
+        }
+        if let Some(cpus) = cfg.host_cpus.clone() {
+            // SAFETY: the closure runs between fork and exec and makes one
+            // async-signal-safe system call.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                    pvsched_base::sched::set_own_affinity(&cpus)
+                });
+            }
         }
         cmd.args(&cfg.extra_args)
             .stdin(Stdio::piped())
