@@ -137,19 +137,6 @@ pub const SOURCE_REV_ENV: &str = "PVSCHED_SOURCE_REV";
 /// the default, stopping stress-ng takes ~11 s of fsync after a 30 s run
 /// here, which would leak into the next measurement.
 pub fn load_args(cpus: usize) -> Vec<String> {
-    if let Ok(args) = std::env::var("PVSCHED_BENCH_LOAD_EXPERIMENT").map(|a| a.trim().to_string()) {
-        if args.is_empty() {
-            return load_args_default(cpus);
-        }
-        return args
-            .split_whitespace()
-            .map(|s| s.replace("CPUS", &cpus.to_string()))
-            .collect();
-    }
-    load_args_default(cpus)
-}
-
-fn load_args_default(cpus: usize) -> Vec<String> {
     [
         "--cpu",
         &cpus.to_string(),
@@ -349,33 +336,7 @@ impl Machine {
             .unwrap_or("")
             .trim_matches('"')
             .to_string();
-        // Given by whoever runs the bench where the checkout cannot be asked
-        // cheaply (the KVM host VM sees it read-only over virtiofs, where
-        // `git status` hashes every file again).
-        let git = if let Ok(rev) = std::env::var(SOURCE_REV_ENV) {
-            rev
-        } else {
-            let rev = first_line(
-                "git",
-                &[
-                    "-C",
-                    &root.display().to_string(),
-                    "rev-parse",
-                    "--short",
-                    "HEAD",
-                ],
-            );
-            let dirty = Command::new("git")
-                .args(["-C", &root.display().to_string(), "status", "--porcelain"])
-                .output()
-                .map(|o| !o.stdout.is_empty())
-                .unwrap_or(false);
-            if dirty {
-                format!("{rev} (with uncommitted changes)")
-            } else {
-                rev
-            }
-        };
+        let git = source_revision(root);
         Machine {
             cpu_model,
             cpus: std::thread::available_parallelism()
@@ -389,6 +350,29 @@ impl Machine {
             stress_ng: first_line("stress-ng", &["--version"]),
             git,
         }
+    }
+}
+
+/// The checkout's revision for reports: `$PVSCHED_SOURCE_REV` when set (by
+/// whoever runs the bench where the checkout cannot be asked cheaply: the KVM
+/// host VM sees it read-only over virtiofs, where `git status` hashes every
+/// file again), else `git rev-parse --short HEAD`, marked when the tree has
+/// uncommitted changes.
+pub fn source_revision(root: &Path) -> String {
+    if let Ok(rev) = std::env::var(SOURCE_REV_ENV) {
+        return rev;
+    }
+    let root = root.display().to_string();
+    let rev = first_line("git", &["-C", &root, "rev-parse", "--short", "HEAD"]);
+    let dirty = Command::new("git")
+        .args(["-C", &root, "status", "--porcelain"])
+        .output()
+        .map(|o| !o.stdout.is_empty())
+        .unwrap_or(false);
+    if dirty {
+        format!("{rev} (with uncommitted changes)")
+    } else {
+        rev
     }
 }
 

@@ -24,6 +24,7 @@ pub mod modcost;
 pub mod model;
 pub mod msgpass;
 pub mod msgpass_report;
+pub mod platform;
 pub mod progress;
 pub mod raw;
 pub mod report;

@@ -12,6 +12,7 @@ use pvsched_bench::modcost::ModCostSettings;
 use pvsched_bench::model::{Load, Mode};
 use pvsched_bench::msgpass::{self, MsgSettings};
 use pvsched_bench::msgpass_report::IdleCase;
+use pvsched_bench::platform::{self, Platform};
 use pvsched_bench::rogue::{self, RogueSettings};
 use pvsched_bench::rogue_report::Case;
 use pvsched_bench::run::{self, Settings};
@@ -130,6 +131,14 @@ struct Cli {
     /// auto (KVM only where a stock guest runs; the reason is printed), tcg or kvm.
     #[arg(long, default_value = "auto")]
     accel: AccelChoice,
+    /// local: the guests run on this machine (--accel). kvm: KVM guests in a
+    /// KVM host VM booted for the run (`crates/hostvm`; `make deps` fetches
+    /// its kernel): the same scenario, every figure emulated; the standard
+    /// and rogue scenarios then default to --smp 1 (the emulated SVM resets
+    /// multi-vCPU guests under load, crates/hostvm/README.md). Output
+    /// defaults to bench-results/<timestamp>-kvm.
+    #[arg(long, value_enum, default_value = "local")]
+    platform: Platform,
     /// Guest vCPUs [default: the host's CPU count].
     #[arg(long)]
     smp: Option<u32>,
@@ -480,8 +489,48 @@ fn scenario_main<S, R>(cli: Cli, sc: ScenarioFns<S, R>) -> ExitCode {
     }
 }
 
+/// `--platform kvm`: the same command in a KVM host VM (see
+/// `pvsched_bench::platform`); prints its report.
+fn host_vm_main(cli: &Cli) -> ExitCode {
+    let mut args: Vec<String> = std::env::args().collect();
+    let one_vcpu = matches!(cli.scenario, Scenario::Standard | Scenario::Rogue);
+    if cli.smp.is_none() && one_vcpu {
+        args.extend(["--smp".into(), "1".into()]);
+    }
+    let out = cli.out.clone().unwrap_or_else(|| {
+        let base = run::default_out();
+        match cli.scenario {
+            Scenario::Standard => platform::default_out(base),
+            Scenario::Rogue => PathBuf::from(format!("{}-rogue-kvm", base.display())),
+            Scenario::MessagePassing => {
+                PathBuf::from(format!("{}-message-passing-kvm", base.display()))
+            }
+            Scenario::Locks => PathBuf::from(format!("{}-locks-kvm", base.display())),
+        }
+    });
+    let modcost = cli.scenario == Scenario::Standard && cli.modcost_repeat > 0;
+    match platform::run_in_host_vm(&args, &out, modcost) {
+        Ok(rc) => {
+            let report = out.join("report.md");
+            match std::fs::read_to_string(&report) {
+                Ok(md) => println!("{md}"),
+                Err(e) => eprintln!("pvsched-bench: no report in {}: {e}", out.display()),
+            }
+            println!("Report: {}", report.display());
+            ExitCode::from(u8::try_from(rc).unwrap_or(2))
+        }
+        Err(e) => {
+            eprintln!("pvsched-bench: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if cli.platform == Platform::Kvm && cli.from_raw.is_none() {
+        return host_vm_main(&cli);
+    }
     if cli.scenario == Scenario::Rogue {
         return rogue_main(cli);
     }

@@ -304,7 +304,7 @@ fn write_single_tcg_wrapper(dir: &Path, icount: bool) -> Result<PathBuf> {
 }
 
 /// The phase's guest: the default vmtest image plus `perf`.
-fn build_image(perf: &Path) -> Result<GuestImage> {
+pub fn build_image(perf: &Path) -> Result<GuestImage> {
     let mut cfg = ImageConfig::default();
     cfg.binaries.push(perf.to_path_buf());
     GuestImage::build(&cfg).map_err(guest("guest image with perf"))

@@ -59,6 +59,11 @@ pub fn run_test(name: &str, cfg: &HostVmConfig, timeout: Duration) -> Result<Str
         shell_quote(name)
     );
     let mut state = shared();
+    // Inside, this machine's files are read-only: the guest image the test
+    // boots must be in the cache before.
+    if state.vm.is_none() {
+        pvsched_vmtest::GuestImage::build(&pvsched_vmtest::ImageConfig::default())?;
+    }
     let mut notes = Vec::new();
     for attempt in 1..=ATTEMPTS {
         if state.vm.is_none() {

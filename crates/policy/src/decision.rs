@@ -64,7 +64,7 @@ pub enum Reason {
     /// this vCPU's critical-section budget for a critical section): held at CFS params until
     /// the debt is repaid.
     OverBudget,
-    /// The VM is repaying boosted time: unboosted vCPU at `debt_nice`.
+    /// The VM's boost budget is latched: unboosted vCPU at `latch_nice` (when above its own).
     Debt,
     /// The VM is repaying lock-holder extensions: unboosted vCPU at `debt_nice`.
     LockDebt,
@@ -167,7 +167,8 @@ pub struct Target {
     /// A boost is refused right now: `max_boost` throttle, or a wanted boost over budget.
     pub throttled: bool,
     /// The VM was repaying at the last evaluation of this vCPU: its boost budget latched,
-    /// or lock-holder extensions owed (unboosted vCPUs then run at `debt_nice`).
+    /// or lock-holder extensions owed (unboosted vCPUs then run at `latch_nice`,
+    /// `debt_nice`).
     pub in_debt: bool,
     /// The VM ran guest RT work (an RT or deadline task, a pending hint naming one) within
     /// `halt_boost_ns` at the last evaluation of this vCPU. A boosted target whose VM

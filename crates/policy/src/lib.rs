@@ -52,7 +52,7 @@
 //!    `cs_window_ns`). A budget that runs dry latches until it is earned back (the boost
 //!    budget: `budget_resume_permille` of it; a critical-section budget: all of it). While
 //!    the boost budget is latched no vCPU is boosted, boosts in force end at once, and
-//!    unboosted vCPUs get `nice = max(nice, debt_nice)` (`Reason::Debt` when that raised it);
+//!    unboosted vCPUs get `nice = max(nice, latch_nice)` (`Reason::Debt` when that raised it);
 //!    while a vCPU's critical-section budget is latched its critical sections are ignored
 //!    (another reason may still boost it). A wanted boost refused so is `Reason::OverBudget`,
 //!    `throttled`.

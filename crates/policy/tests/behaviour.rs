@@ -174,6 +174,30 @@ fn critical_section_boosts_to_boost_policy_and_priority() {
 }
 
 #[test]
+fn a_vm_of_one_vcpu_is_boosted_for_interrupt_context_and_not_for_locks() {
+    let mut one = vm(base(), 1);
+    let mut two = vm(base(), 2);
+
+    let lock_alone = step(
+        &mut one,
+        10,
+        upd(0, cs(2, abi::CS_LOCK | abi::CS_PREEMPT_OFF)),
+    );
+    let irq_alone = step(&mut one, 20, upd(0, cs(4, abi::CS_SOFTIRQ | abi::CS_LOCK)));
+    let lock_beside_another = step(&mut two, 10, upd(0, cs(2, abi::CS_LOCK)));
+
+    assert!(lock_alone.is_empty(), "no other vCPU waits: {lock_alone:?}");
+    assert_eq!(
+        irq_alone[0].reason,
+        Reason::CriticalSection(abi::CS_SOFTIRQ | abi::CS_LOCK)
+    );
+    assert_eq!(
+        lock_beside_another[0].reason,
+        Reason::CriticalSection(abi::CS_LOCK)
+    );
+}
+
+#[test]
 fn critical_section_is_ignored_when_not_honored() {
     let limits = VmLimits {
         honor_critical_sections: false,
@@ -212,7 +236,7 @@ fn boost_uses_the_other_rt_class_when_boost_policy_is_not_allowed() {
     };
     let mut vm = vm(limits, 1);
 
-    let out = step(&mut vm, 10, upd(0, cs(2, abi::CS_LOCK)));
+    let out = step(&mut vm, 10, upd(0, cs(2, abi::CS_HARDIRQ)));
 
     assert_eq!(out[0].params, rt(HostPolicy::Fifo, 8));
 }
@@ -1280,6 +1304,7 @@ fn guest_rt_task_spinning_for_5s_is_never_boosted_longer_than_max_boost() {
 
 fn debt_limits() -> VmLimits {
     VmLimits {
+        latch_nice: 5,
         boost_share_permille: 250,
         fairness_window_ns: 10 * MS,
         budget_resume_permille: 1000,
@@ -1420,6 +1445,26 @@ fn a_latched_boost_budget_refuses_every_reason() {
     assert_eq!(cs_asked[0].reason, Reason::OverBudget);
     assert!(woken.is_empty(), "still refused: no new decision");
     assert!(!vm.target(1).unwrap().params.is_rt());
+}
+
+#[test]
+fn by_default_a_latched_vm_is_refused_boosts_and_keeps_its_weight() {
+    let limits = VmLimits {
+        latch_nice: VmLimits::default().latch_nice,
+        ..debt_limits()
+    };
+    let mut vm = vm(limits, 2);
+    step(&mut vm, 0, upd(0, fifo(2)));
+
+    let at_latch = step(&mut vm, 10 * MS, Event::Tick);
+
+    assert!(vm.in_debt());
+    assert_eq!(at_latch[0].params, cfs(HostPolicy::Other, 0));
+    assert_eq!(at_latch[0].reason, Reason::OverBudget);
+    assert!(
+        at_latch.iter().all(|d| d.params.nice == 0),
+        "no vCPU below nice 0: {at_latch:?}"
+    );
 }
 
 #[test]

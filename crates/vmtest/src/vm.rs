@@ -86,9 +86,10 @@ pub struct VmConfig {
     /// VM serves the ivshmem protocol to QEMU itself (region fd, and the
     /// host vector's eventfd, [`Vm::doorbell`], which the guest rings).
     pub doorbell: bool,
-    /// Host CPUs QEMU (every thread of it) may run on; `None`: wherever the
-    /// caller may. Default: none, but inside a KVM host VM the CPUs it
-    /// confines guests to ([`host_vm_guest_cpus`]).
+    /// Host CPUs QEMU (every thread of it) may run on. `None` (the default):
+    /// wherever the caller may, except that inside a KVM host VM a guest of
+    /// more than one vCPU is confined to the CPUs it gives guests
+    /// ([`host_vm_guest_cpus`]; one vCPU cannot run on two CPUs at once).
     pub host_cpus: Option<Vec<u32>>,
 }
 
@@ -126,7 +127,7 @@ impl VmConfig {
             extra_args: Vec::new(),
             qemu: None,
             doorbell: false,
-            host_cpus: host_vm_guest_cpus(),
+            host_cpus: None,
         }
     }
 
@@ -456,7 +457,14 @@ impl Vm {
             }
             None => {}
         }
-        if let Some(cpus) = cfg.host_cpus.clone() {
+        let confined = cfg.host_cpus.clone().or_else(|| {
+            if cfg.smp > 1 {
+                host_vm_guest_cpus()
+            } else {
+                None
+            }
+        });
+        if let Some(cpus) = confined {
             // SAFETY: the closure runs between fork and exec and makes one
             // async-signal-safe system call.
             unsafe {

@@ -327,6 +327,32 @@ impl DiscoveryConfig {
             }),
         }
     }
+
+    /// Why auto-discovery cannot serve any VM, when no account it allows
+    /// resolved here: a name only resolves through the host's user database,
+    /// and a system without one (a minimal VM, a container with no
+    /// /etc/passwd) would otherwise serve nothing and say nothing.
+    pub fn serves_nobody(&self, allowed: &Allowed) -> Option<String> {
+        if !self.auto || !allowed.uids.is_empty() || !allowed.gids.is_empty() {
+            return None;
+        }
+        let list = |l: &[Account]| {
+            l.iter()
+                .map(|a| match a {
+                    Account::Id(id) => id.to_string(),
+                    Account::Name(n) => format!("{n:?}"),
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        Some(format!(
+            "[discovery] allowed_users [{}] and allowed_groups [{}] name no account on this \
+             host (is /etc/passwd there, and does it name them?): auto-discovery will serve no \
+             VM; name the VMM's account by number, or serve VMs with [[vm]] entries",
+            list(&self.allowed_users),
+            list(&self.allowed_groups)
+        ))
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -528,6 +554,9 @@ impl Config {
         }
         check_band(&default_limits, d.priority, "defaults.")?;
         let allowed = self.discovery.allowed();
+        if let Some(warning) = self.discovery.serves_nobody(&allowed) {
+            tracing::warn!("{warning}");
+        }
         let p = &self.libvirt.shmem_prefix;
         if self.libvirt.enabled && (p.is_empty() || p.contains('/')) {
             return Err(invalid(
@@ -616,6 +645,26 @@ mod tests {
         assert!(
             matches!(unboost, Err(ConfigError::Invalid { key, .. }) if key == "daemon.fair_boost_reasons")
         );
+    }
+
+    #[test]
+    fn a_discovery_that_resolves_no_account_says_it_serves_nobody() {
+        let text = r#"
+            [discovery]
+            allowed_users = ["no-such-user-here"]
+            allowed_groups = ["no-such-group-here"]
+        "#;
+        let r = Config::parse(text, "t.toml").unwrap();
+        let by_id = Config::parse("[discovery]\nallowed_users = [0]\n", "t.toml").unwrap();
+
+        let warning = r.config.discovery.serves_nobody(&r.allowed);
+
+        let w = warning.expect("a warning");
+        assert!(
+            w.contains("\"no-such-user-here\"") && w.contains("/etc/passwd"),
+            "{w}"
+        );
+        assert_eq!(by_id.config.discovery.serves_nobody(&by_id.allowed), None);
     }
 
     #[test]

@@ -143,6 +143,8 @@ pub fn arb_limits() -> impl Strategy<Value = VmLimits> {
                     // The whole window or a part of it, from values already drawn: both
                     // must keep every bound.
                     budget_resume_permille: if h[3] { 1000 } else { share.max(1) },
+                    // From a value already drawn (the tuple is at its size limit).
+                    latch_nice: debt_nice.saturating_sub(3).max(-20),
                     debt_nice,
                     cs_budget_ns: cs_pick.index(cs_window as usize) as u64 + 1,
                     cs_window_ns: cs_window,
@@ -171,10 +173,11 @@ pub fn check_params(limits: &VmLimits, d: &Decision) -> Result<(), TestCaseError
     }
     prop_assert!((-20..=19).contains(&p.nice), "nice out of range: {d:?}");
     let in_range = (limits.nice_min..=limits.nice_max).contains(&p.nice);
-    // Repaying a debt (boost budget latched, or lock-holder extensions) may go above
-    // nice_max, to debt_nice exactly.
+    // A latched boost budget or lock-holder extensions owed may go above nice_max, to
+    // latch_nice or debt_nice exactly.
     let repaying = d.in_debt || d.reason == Reason::LockDebt;
-    let debt = repaying && !p.is_rt() && p.nice == limits.debt_nice;
+    let debt =
+        repaying && !p.is_rt() && (p.nice == limits.latch_nice || p.nice == limits.debt_nice);
     prop_assert!(in_range || debt, "nice outside the limits: {d:?}");
     Ok(())
 }

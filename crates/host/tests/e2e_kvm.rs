@@ -1,0 +1,262 @@
+//! End to end under KVM: real KVM guests (with the real pvsched.ko) in a KVM
+//! host VM (`crates/hostvm`), served by the real pvschedd, one test per KVM
+//! event path. Each test runs itself inside the host VM ([`kvm_test!`]):
+//! outside it boots (once per test binary) a host VM and runs the same test
+//! there; a failure of the host VM itself is retried on a fresh one, a failed
+//! assertion never is.
+//!
+//! Everything in the host VM is emulated (SVM under TCG): these tests assert
+//! that each path works (counters move, threads are boosted, parameters are
+//! put back), never how fast.
+
+use std::path::Path;
+use std::time::Duration;
+
+use pvsched_base::kvm_params::{read_halt_poll, write_halt_poll_to, HaltPoll, DEFAULT_DIR};
+use pvsched_control::{ApplyTarget, IdleReport, Request, Response};
+use pvsched_host::discovery::threads_by_name;
+use pvsched_host::statefile::StateFile;
+use pvsched_hostvm::kvm_test;
+use pvsched_vmtest::{wait_until, Accel, GuestImage, ImageConfig, Vm, VmConfig};
+use support::{params, tempdir, Daemon};
+
+mod support;
+
+/// A KVM guest of `smp` vCPUs with pvsched.ko loaded; `host_cpus` confines it.
+fn kvm_guest(smp: u32, host_cpus: Option<Vec<u32>>) -> Vm {
+    let image = GuestImage::build(&ImageConfig::default())
+        .expect("guest image (built outside the host VM by kvm_test!)");
+    let vm = Vm::boot(
+        VmConfig::new(image)
+            .smp(smp)
+            .accel(Accel::Kvm)
+            .host_cpus(host_cpus)
+            .boot_timeout(Duration::from_secs(240)),
+    )
+    .expect("boot a KVM guest in the host VM");
+    let (rc, out) = vm.insmod("").expect("insmod");
+    assert_eq!(rc, 0, "insmod: {out}");
+    vm
+}
+
+/// pvschedd serving `vm` as "kvm" (by its region and QMP socket), `limits`
+/// as its `[defaults]`.
+fn serve(name: &str, vm: &Vm, defaults: &str) -> Daemon {
+    let toml = format!(
+        "[defaults]\n{defaults}\n[discovery]\nauto = false\n{}",
+        support::vm_entry("kvm", vm.region_path().expect("region"), vm.qmp_socket())
+    );
+    let d = Daemon::start(&tempdir(name), &toml);
+    d.wait_serving("kvm", vm.guest_cpus() as usize);
+    let accel = d.status().vms[0].accel.clone();
+    assert_eq!(accel, "kvm", "the daemon must see a KVM guest");
+    d
+}
+
+/// The sum of the metric lines that start with `prefix` (a name and labels).
+fn metric(d: &Daemon, prefix: &str) -> f64 {
+    let text = match d.request(&Request::Metrics, Duration::from_secs(5)) {
+        Response::Metrics { text } => text,
+        other => panic!("{other:?}"),
+    };
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn idle_report(d: &Daemon) -> IdleReport {
+    match d.request(
+        &Request::Idle {
+            vm: None,
+            budget_permille: 50,
+        },
+        Duration::from_secs(5),
+    ) {
+        Response::Idle(r) => r,
+        other => panic!("{other:?}\n{}", d.log()),
+    }
+}
+
+fn vcpu_tid(vm: &Vm, vcpu: usize) -> i32 {
+    threads_by_name(vm.qemu_pid() as i32)
+        .expect("vCPU threads")
+        .vcpus[vcpu]
+        .1
+}
+
+/// Runs `cmd` in the guest to its end.
+fn guest_run(vm: &Vm, cmd: &str, timeout: Duration) {
+    let task = vm.spawn(cmd).expect("spawn in the guest");
+    assert!(
+        vm.wait_gone(task.pid, timeout).expect("guest answers"),
+        "`{cmd}` did not end within {timeout:?}"
+    );
+}
+
+kvm_test! {
+    /// `kvm_exit` with the HLT reason: a guest that ran RT work and halts
+    /// keeps its vCPU thread boosted while halted (`proactive_halt`), and the
+    /// daemon counts the exits it handled.
+    fn kvm_hlt_exits_keep_a_halted_rt_vcpu_boosted() {
+        let vm = kvm_guest(1, None);
+        let d = serve("kvm-hlt", &vm, "");
+        let tid = vcpu_tid(&vm, 0);
+
+        // RT work that sleeps: 5 ms periods at SCHED_FIFO, halting between.
+        let task = vm
+            .spawn("chrt -f 10 sh -c 'for i in $(seq 400); do usleep 5000; done'")
+            .expect("spawn");
+        let seen = wait_until(Duration::from_secs(60), Duration::from_millis(1), || {
+            let s = d.status();
+            let v = &s.vms[0].vcpus[0];
+            (v.reason == "proactive_halt" && params(tid).is_rt()).then_some(())
+        });
+        let exits = metric(&d, "pvsched_events_total{kind=\"kvm_exit\"}");
+        let by_reason = d.status().vms[0].boosted_ms_by_reason.clone();
+        let _ = vm.exec(&format!("kill {}", task.pid), Duration::from_secs(10));
+
+        assert!(exits > 0.0, "no kvm_exit event handled; log:\n{}", d.log());
+        assert!(
+            seen.is_some(),
+            "the halted RT vCPU was never seen boosted for proactive_halt; by reason: \
+             {by_reason:?}; log:\n{}",
+            d.log()
+        );
+    }
+}
+
+kvm_test! {
+    /// `kvm_vcpu_wakeup`: the idle meter takes every halt from KVM's own
+    /// report and tells the wake-ups KVM's halt polling caught from the
+    /// halts that blocked: with a 20 ms polling window the guest's 2 ms
+    /// sleeps are caught, with none they block.
+    fn kvm_vcpu_wakeups_feed_the_idle_meter_polled_and_blocked() {
+        let before = read_halt_poll().expect("kvm parameters").expect("kvm loaded");
+        let set = |ns: u64| {
+            write_halt_poll_to(
+                Path::new(DEFAULT_DIR),
+                &HaltPoll {
+                    halt_poll_ns: ns,
+                    ..before
+                },
+            )
+            .expect("the host VM's kvm parameters are writable")
+        };
+        let vm = kvm_guest(1, None);
+        let d = serve("kvm-wakeup", &vm, "");
+        let sleeps = "for i in $(seq 300); do usleep 2000; done";
+
+        set(20_000_000);
+        guest_run(&vm, sleeps, Duration::from_secs(120));
+        let polling = idle_report(&d).vms[0].vcpus[0].clone();
+        set(0);
+        guest_run(&vm, sleeps, Duration::from_secs(120));
+        let blocking = idle_report(&d).vms[0].vcpus[0].clone();
+        write_halt_poll_to(Path::new(DEFAULT_DIR), &before).expect("put back");
+
+        let halts = |v: &pvsched_control::VcpuIdle| v.halts.iter().map(|b| b.1).sum::<u64>();
+        assert!(halts(&polling) >= 100, "halts measured: {polling:?}");
+        assert!(
+            polling.polled_by_kvm >= 100,
+            "KVM's polling caught {} of the wake-ups; {polling:?}",
+            polling.polled_by_kvm
+        );
+        assert!(halts(&blocking) >= halts(&polling) + 100, "{blocking:?}");
+        assert!(
+            blocking.polled_by_kvm < polling.polled_by_kvm + 30,
+            "without polling the polled count must stay: {} then {}",
+            polling.polled_by_kvm,
+            blocking.polled_by_kvm
+        );
+    }
+}
+
+kvm_test! {
+    /// `kvm_apic_accept_irq`: a timer interrupt for a vCPU that a host task
+    /// has preempted boosts it (`proactive_irq`); one injected by the vCPU's
+    /// own thread is not even recorded (the BPF filter; bpf_load tests it).
+    fn an_interrupt_for_a_preempted_kvm_vcpu_boosts_it() {
+        // Guest and a host hog share CPU 0, so the vCPU waits behind it.
+        let vm = kvm_guest(1, Some(vec![0]));
+        let d = serve("kvm-irq", &vm, "proactive_halt = false\nproactive_wake = false");
+        let mut hog = std::process::Command::new("taskset")
+            .args(["-c", "0", "sh", "-c", "while :; do :; done"])
+            .spawn()
+            .expect("start a host hog");
+
+        guest_run(
+            &vm,
+            "for i in $(seq 300); do usleep 1000; done",
+            Duration::from_secs(120),
+        );
+        let targeted = metric(&d, "pvsched_events_total{kind=\"interrupt_targeted\"}");
+        let irq_boosts = metric(&d, "pvsched_decisions_total{vm=\"kvm\",reason=\"proactive_irq\"}");
+        let _ = hog.kill();
+        let _ = hog.wait();
+
+        assert!(targeted > 0.0, "no interrupt_targeted event; log:\n{}", d.log());
+        assert!(
+            irq_boosts > 0.0,
+            "{targeted} interrupts targeted, no proactive_irq boost; log:\n{}",
+            d.log()
+        );
+    }
+}
+
+kvm_test! {
+    /// Halt polling for real: `idle --apply host` sets the host VM's own kvm
+    /// module's `halt_poll_ns` to the advice, and SIGTERM, `--apply restore`
+    /// and a successor after kill -9 each put back what was found.
+    fn halt_polling_applied_to_the_real_kvm_module_is_put_back_on_every_exit() {
+        let before = read_halt_poll().expect("kvm parameters").expect("kvm loaded");
+        let now = || read_halt_poll().expect("read").expect("kvm loaded");
+        let vm = kvm_guest(1, None);
+        let apply = |d: &Daemon, target| {
+            d.request(
+                &Request::IdleApply {
+                    vm: None,
+                    budget_permille: 50,
+                    target,
+                },
+                Duration::from_secs(5),
+            )
+        };
+        let sleeps = "for i in $(seq 100); do usleep 2000; done";
+
+        let mut d = serve("kvm-apply", &vm, "");
+        guest_run(&vm, sleeps, Duration::from_secs(60));
+        let applied = match apply(&d, ApplyTarget::Host) {
+            Response::Idle(r) => r.applied.expect("applied"),
+            other => panic!("{other:?}\n{}", d.log()),
+        };
+        let set = now();
+        assert!(d.signal(libc::SIGTERM).success(), "{}", d.log());
+        let after_term = now();
+
+        let mut d = serve("kvm-apply-restore", &vm, "");
+        guest_run(&vm, sleeps, Duration::from_secs(60));
+        assert!(matches!(apply(&d, ApplyTarget::Host), Response::Idle(_)));
+        assert!(matches!(apply(&d, ApplyTarget::Restore), Response::Idle(_)));
+        let after_restore = now();
+        d.signal(libc::SIGTERM);
+
+        let mut d = serve("kvm-apply-kill", &vm, "");
+        guest_run(&vm, sleeps, Duration::from_secs(60));
+        assert!(matches!(apply(&d, ApplyTarget::Host), Response::Idle(_)));
+        d.signal(libc::SIGKILL);
+        let state = StateFile::load(&d.state_file()).expect("state").expect("state file");
+        let mut successor = Daemon::start(&d.dir, "[discovery]\nauto = false\n");
+        let put_back = wait_until(Duration::from_secs(10), Duration::from_millis(50), || {
+            (now() == before).then_some(())
+        });
+        successor.signal(libc::SIGTERM);
+
+        assert_eq!(applied.before, before);
+        assert_eq!(set, applied.after, "the module holds what was applied");
+        assert_eq!(after_term, before, "SIGTERM");
+        assert_eq!(after_restore, before, "--apply restore");
+        assert_eq!(state.kvm_halt_poll.map(|k| k.params), Some(before));
+        assert!(put_back.is_some(), "the successor after kill -9 put it back");
+    }
+}
