@@ -57,15 +57,22 @@ pub enum IdleCase {
     Hinted,
     /// `idle=fixed idle_poll_us=W`: the host advisor's window.
     Advisor,
+    /// `idle=off` with KVM's halt polling off (`halt_poll_ns` 0): KVM only.
+    KvmPollOff,
+    /// `idle=off` with KVM's halt polling capped at the advisor's window
+    /// (`pvschedctl idle --apply host`): KVM only.
+    KvmPollAdvisor,
 }
 
 impl IdleCase {
     /// Every case, in report order.
-    pub const ALL: [IdleCase; 4] = [
+    pub const ALL: [IdleCase; 6] = [
         IdleCase::Default,
         IdleCase::Haltpoll,
         IdleCase::Hinted,
         IdleCase::Advisor,
+        IdleCase::KvmPollOff,
+        IdleCase::KvmPollAdvisor,
     ];
 
     pub fn name(self) -> &'static str {
@@ -74,6 +81,8 @@ impl IdleCase {
             IdleCase::Haltpoll => "haltpoll",
             IdleCase::Hinted => "hinted",
             IdleCase::Advisor => "advisor",
+            IdleCase::KvmPollOff => "kvm-poll-off",
+            IdleCase::KvmPollAdvisor => "kvm-poll-advisor",
         }
     }
 
@@ -84,7 +93,14 @@ impl IdleCase {
             IdleCase::Haltpoll => "haltpoll",
             IdleCase::Hinted => "hinted",
             IdleCase::Advisor => "fixed",
+            IdleCase::KvmPollOff | IdleCase::KvmPollAdvisor => "off",
         }
+    }
+
+    /// Whether the case sets KVM's halt polling (the host's kvm module), and
+    /// so needs a KVM guest on a host whose kvm parameters root may write.
+    pub fn sets_kvm_polling(self) -> bool {
+        matches!(self, IdleCase::KvmPollOff | IdleCase::KvmPollAdvisor)
     }
 
     /// pvsched.ko's parameters for this case; the advisor's needs its
@@ -114,6 +130,15 @@ impl IdleCase {
                 "`idle=fixed idle_poll_us=W`: poll up to W, the window `pvschedctl idle` \
                  advised after the warm-up of that load, then halt"
             }
+            IdleCase::KvmPollOff => {
+                "`idle=off` and KVM's halt polling off (`halt_poll_ns` 0): every halt blocks \
+                 the vCPU thread (KVM only; `default` is KVM's own polling)"
+            }
+            IdleCase::KvmPollAdvisor => {
+                "`idle=off` and KVM's halt polling capped at the advisor's host-wide window \
+                 (`pvschedctl idle --apply host` after that load's warm-up, put back after the \
+                 session; KVM only)"
+            }
         }
     }
 }
@@ -133,7 +158,7 @@ impl FromStr for IdleCase {
             .ok_or_else(|| BenchError::Unknown {
                 what: "message-passing case",
                 given: s.to_string(),
-                choices: "default, haltpoll, hinted, advisor",
+                choices: "default, haltpoll, hinted, advisor, kvm-poll-off, kvm-poll-advisor",
             })
     }
 }

@@ -93,6 +93,16 @@ pub fn inner_args(args: &[String], out: &Path) -> Result<Vec<String>> {
             "--platform" | "--out" => {
                 it.next();
             }
+            // The host VM sees this machine's /tmp as its own tmpfs: the
+            // file travels in the output folder.
+            "--pvschedd-config" => {
+                let given = it.next().map(String::as_str).unwrap_or("");
+                let copy = out.join("pvschedd-config.toml");
+                std::fs::copy(given, &copy).map_err(io(format!(
+                    "--pvschedd-config {given}: copying it for the host VM"
+                )))?;
+                inner.extend(["--pvschedd-config".into(), copy.display().to_string()]);
+            }
             "--accel" => {
                 let v = it.next().map(String::as_str).unwrap_or("");
                 if v != "kvm" && v != "auto" {
@@ -144,6 +154,17 @@ pub fn run_in_host_vm(args: &[String], out: &Path, modcost: bool) -> Result<i32>
     let out = out
         .canonicalize()
         .map_err(io(format!("resolving {}", out.display())))?;
+    // A failed attempt's results are removed whole: only ours may be there.
+    let taken = std::fs::read_dir(&out)
+        .map_err(io(format!("reading {}", out.display())))?
+        .next()
+        .is_some();
+    if taken {
+        return Err(BenchError::Usage(format!(
+            "--out {}: not empty; --platform kvm writes into a new or empty folder",
+            out.display()
+        )));
+    }
     let inner = inner_args(args, &out)?;
     prebuild_images(modcost)?;
     let root = pvsched_vmtest::workspace_root();
@@ -168,7 +189,9 @@ pub fn run_in_host_vm(args: &[String], out: &Path, modcost: bool) -> Result<i32>
     let cfg = HostVmConfig::new("bench").exchange(&out);
     let mut failed = Vec::new();
     for attempt in 1..=ATTEMPTS {
-        clear_results(&out)?;
+        if attempt > 1 {
+            clear_results(&out)?;
+        }
         eprintln!(
             "pvsched-bench: --platform kvm: booting the host VM (attempt {attempt} of {ATTEMPTS})"
         );
@@ -219,11 +242,15 @@ fn vm_facts(vm: &HostVm, cfg: &HostVmConfig) -> HostVmFacts {
     }
 }
 
-/// Removes what an earlier attempt left in `out` (its partial results).
+/// Removes what an earlier run or attempt left in `out` (its partial
+/// results), keeping the files given to the run.
 fn clear_results(out: &Path) -> Result<()> {
     let entries = std::fs::read_dir(out).map_err(io(format!("reading {}", out.display())))?;
     for e in entries.flatten() {
         let p = e.path();
+        if p.file_name().is_some_and(|n| n == "pvschedd-config.toml") {
+            continue;
+        }
         let r = if p.is_dir() {
             std::fs::remove_dir_all(&p)
         } else {

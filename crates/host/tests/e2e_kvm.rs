@@ -260,3 +260,40 @@ kvm_test! {
         assert!(put_back.is_some(), "the successor after kill -9 put it back");
     }
 }
+
+kvm_test! {
+    /// A hand-started KVM guest (no QMP, no `[[vm]]` entry) is found by auto
+    /// discovery through the region file its QEMU maps, its vCPU threads by
+    /// name, and served: a guest FIFO task boosts its vCPU thread.
+    fn a_hand_started_kvm_guest_is_discovered_and_served() {
+        let vm = kvm_guest(1, None);
+        let region = vm.region_path().expect("region").to_path_buf();
+        let file = region.file_name().expect("file name").to_string_lossy().to_string();
+        // The region file is <region_dir>/<region_prefix><name>: the name its last
+        // character, the prefix the rest.
+        let (prefix, name) = file.split_at(file.len() - 1);
+        let toml = format!(
+            "[discovery]\nauto = true\nregion_dir = {:?}\nregion_prefix = {prefix:?}\n",
+            region.parent().expect("folder").display().to_string()
+        );
+        let d = Daemon::start(&tempdir("kvm-auto"), &toml);
+        d.wait_serving(name, 1);
+        let tid = vcpu_tid(&vm, 0);
+
+        let task = vm
+            .spawn("chrt -f 20 sh -c 'for i in $(seq 3000); do usleep 1000; done'")
+            .expect("spawn");
+        let boosted = wait_until(Duration::from_secs(30), Duration::from_millis(2), || {
+            params(tid).is_rt().then_some(())
+        });
+        let status = d.status();
+        let _ = vm.exec(&format!("kill {}", task.pid), Duration::from_secs(20));
+
+        assert_eq!(status.vms[0].accel, "kvm");
+        assert!(
+            boosted.is_some(),
+            "the guest's FIFO task never boosted its vCPU thread; log:\n{}",
+            d.log()
+        );
+    }
+}
