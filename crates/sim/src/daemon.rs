@@ -214,6 +214,19 @@ impl Daemon {
         }
     }
 
+    /// Halts VM `vm`'s idle meters recorded, and how many of them KVM's halt polling
+    /// caught (known only from `Event::KvmHaltEnded`), over its vCPUs.
+    pub fn halts_and_polled(&self, vm: u32) -> (u64, u64) {
+        let Some(d) = self.vms.get(vm as usize) else {
+            return (0, 0);
+        };
+        (0..d.state.nr_vcpus())
+            .filter_map(|v| d.state.idle_meter(v))
+            .fold((0, 0), |(h, p), m| {
+                (h + m.halt_to_wake.count(), p + m.polled)
+            })
+    }
+
     pub fn stats(&self) -> Vec<VmStats> {
         self.vms.iter().map(|v| v.state.vm_stats()).collect()
     }

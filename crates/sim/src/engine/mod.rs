@@ -733,12 +733,16 @@ impl Sim {
                 let vc = &mut self.vms[vm as usize].vcpus[vcpu as usize];
                 match vc.work {
                     VWork::Halted | VWork::None => {
-                        if let Some(h) = vc.halt_start.take() {
+                        let ended = vc.halt_start.take();
+                        if let Some(h) = ended {
                             vc.poll_ns = self.costs.halt_poll.adapt(vc.poll_ns, at - h);
                         }
                         vc.work = VWork::Entry;
                         self.threads[tid as usize].remaining = self.costs.exit_entry_ns / 2;
                         self.schedule_step(tid);
+                        if let Some(h) = ended {
+                            self.kvm_halt_ended(vm, vcpu, at - h, false);
+                        }
                     }
                     VWork::Task(_) => self.dispatch(vm, vcpu),
                     w if w.interruptible() && !vc.irqs.is_empty() => self.dispatch(vm, vcpu),

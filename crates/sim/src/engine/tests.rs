@@ -195,3 +195,41 @@ fn the_overload_flag_follows_host_cpu_pressure() {
         busy.cpu_pressure
     );
 }
+
+/// Under KVM costs the simulated daemon hears KVM's account of every halt
+/// (`kvm_vcpu_wakeup`) as pvschedd does: with KVM's polling window above the guest's
+/// 28 µs idles, the polling catches them; with polling off, none is caught.
+#[test]
+fn under_kvm_the_idle_meter_takes_kvm_halt_reports_and_counts_polled_ones() {
+    let run = |max_ns: u64| {
+        let text = SHORT_IDLES
+            .replace("HOST_TASKS", "")
+            .replace("BUDGET", "1000")
+            .replace("guest_idle = \"hinted\"", "guest_idle = \"halt\"")
+            .replace("max_ns = 0", &format!("max_ns = {max_ns}"));
+        let sc = Scenario::parse(&text, "test").expect("the test scenario parses");
+        let limits = sc.limits_for(None).expect("valid limits");
+        let mut s = Sim::build(
+            &sc,
+            None,
+            Mode::Pvsched,
+            sc.costs_for(None),
+            limits,
+            1,
+            false,
+        );
+        s.run_until(500 * MS);
+        s.daemon.as_ref().expect("pvsched mode").halts_and_polled(0)
+    };
+
+    let (halts, polled) = run(200_000);
+    let (halts_off, polled_off) = run(0);
+
+    assert!(halts > 1000, "{halts} halts");
+    assert!(
+        polled * 10 > halts * 9,
+        "{polled} of {halts} caught by polling"
+    );
+    assert!(halts_off > 1000, "{halts_off} halts");
+    assert_eq!(polled_off, 0);
+}

@@ -91,6 +91,7 @@ impl Sim {
                     if w == VWork::HostPoll {
                         if let Some(h) = vc.halt_start.take() {
                             vc.poll_ns = self.costs.halt_poll.adapt(vc.poll_ns, now - h);
+                            self.kvm_halt_ended(vm, v, now - h, true);
                         }
                     }
                     self.dispatch(vm, v);
@@ -118,6 +119,23 @@ impl Sim {
                 self.host.wake(now, tid, waker_cpu, &mut self.sw);
                 self.flush();
             }
+        }
+    }
+
+    /// KVM's `kvm_vcpu_wakeup` for a halt of `halt_ns` that ended (`polled`: caught by
+    /// its halt polling), as pvschedd's feed turns it into [`Event::KvmHaltEnded`]: the
+    /// idle meter then takes KVM's account. TCG has no such event.
+    pub(super) fn kvm_halt_ended(&mut self, vm: u32, v: u32, halt_ns: u64, polled: bool) {
+        if !self.costs.timer_via_main_loop {
+            self.feed(
+                vm,
+                v,
+                Event::KvmHaltEnded {
+                    vcpu: v,
+                    halt_ns,
+                    polled,
+                },
+            );
         }
     }
 
