@@ -16,7 +16,7 @@ use pvsched_sim::SimError;
     name = "pvsched-sim",
     about = "Simulates double scheduling (host and guest schedulers, VMs, workloads) in vanilla, \
              static-rt and pvsched modes, the last driven by the real pvsched policy",
-    after_help = "Shipped scenarios: busy-host, idle-host, rogue-guest, lock-holder, \
+    after_help = "Shipped scenarios: busy-host, hostvm-busy, idle-host, rogue-guest, lock-holder, \
                   message-passing, fleet (crates/sim/scenarios/). Every figure is simulated."
 )]
 struct Cli {
@@ -26,7 +26,8 @@ struct Cli {
     /// Modes to run [default: the scenario's].
     #[arg(long, value_delimiter = ',')]
     modes: Option<Vec<String>>,
-    /// Cost set: kvm or tcg [default: the scenario's].
+    /// Cost set: kvm, tcg, or kvm-hostvm (KVM in the emulated host VM) [default: the
+    /// scenario's].
     #[arg(long)]
     costs: Option<String>,
     /// Simulated seconds per mode [default: the scenario's].

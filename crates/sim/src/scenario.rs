@@ -13,6 +13,7 @@ use crate::guest::GuestIdle;
 /// Shipped scenarios, by name.
 pub const BUILT_IN: &[(&str, &str)] = &[
     ("busy-host", include_str!("../scenarios/busy-host.toml")),
+    ("hostvm-busy", include_str!("../scenarios/hostvm-busy.toml")),
     ("idle-host", include_str!("../scenarios/idle-host.toml")),
     ("rogue-guest", include_str!("../scenarios/rogue-guest.toml")),
     ("lock-holder", include_str!("../scenarios/lock-holder.toml")),
@@ -391,7 +392,7 @@ impl Scenario {
         }
         if Costs::by_name(&self.costs).is_none() {
             return Err(bad(format!(
-                "costs must be kvm or tcg, not {:?}",
+                "costs must be kvm, kvm-hostvm or tcg, not {:?}",
                 self.costs
             )));
         }
