@@ -112,6 +112,29 @@ fn wait_logged(d: &Daemon, text: &str) {
     .unwrap_or_else(|| panic!("never logged {text:?}; log:\n{}", d.log()));
 }
 
+/// A host whose user database names none of the allowed accounts (a minimal
+/// VM without /etc/passwd, a typo): a root VMM is not served, and the log
+/// says why at start-up instead of nothing at all.
+#[test]
+fn allowed_accounts_that_resolve_to_nobody_are_said_and_serve_nothing() {
+    let shm = ShmDir::new("nobody-resolves");
+    let region = shm.path().join("pvsched-lone");
+    region_file(&region, 1, ROOT, 0o600);
+    let vmm = FakeVmm::spawn(&vmm_config(&region, 1, ROOT));
+    wait_mapped(vmm.pid, &region);
+    let dir = tempdir("disc-resolves-nobody");
+    let toml = format!(
+        "{}allowed_users = [\"no-such-user-here\"]\nallowed_groups = [\"no-such-group-here\"]\n",
+        auto_discovery(&shm)
+    );
+
+    let d = Daemon::start(&dir, &toml);
+
+    wait_logged(&d, "name no account on this host");
+    assert_never_served(&d, &["lone"], &vmm.tids);
+    assert_plain(vmm.tids[0]);
+}
+
 #[test]
 fn an_unprivileged_users_vmm_is_never_served_and_a_root_one_is() {
     let shm = ShmDir::new("nobody");
