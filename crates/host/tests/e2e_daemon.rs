@@ -551,14 +551,7 @@ fn idle_shows_measured_halts_and_a_recommendation_for_a_tcg_guest() {
 }
 
 fn idle_apply(d: &Daemon, target: ApplyTarget) -> Response {
-    d.request(
-        &Request::IdleApply {
-            vm: None,
-            budget_permille: 50,
-            target,
-        },
-        Duration::from_secs(5),
-    )
+    d.idle_apply(target)
 }
 
 /// The halts the advisor needs: short sleeps on both vCPUs.

@@ -212,16 +212,7 @@ kvm_test! {
         let before = read_halt_poll().expect("kvm parameters").expect("kvm loaded");
         let now = || read_halt_poll().expect("read").expect("kvm loaded");
         let vm = kvm_guest(1, None);
-        let apply = |d: &Daemon, target| {
-            d.request(
-                &Request::IdleApply {
-                    vm: None,
-                    budget_permille: 50,
-                    target,
-                },
-                Duration::from_secs(5),
-            )
-        };
+        let apply = |d: &Daemon, target| d.idle_apply(target);
         let sleeps = "for i in $(seq 100); do usleep 2000; done";
 
         let mut d = serve("kvm-apply", &vm, "");

@@ -161,16 +161,9 @@ impl Costs {
             exit_entry_ns: 350_000,
             host_switch_ns: 20_000,
             idle_wakeup_ns: 10_000,
-            idle_exit_before_switch: false,
             timer_latency_ns: 300_000,
-            guest_switch_ns: 1_500,
-            guest_irq_ns: 2_000,
-            timer_via_main_loop: false,
-            main_loop_work_ns: 0,
-            halt_poll: HaltPoll::default(),
-            guest_halt_poll_ns: 0,
             daemon_reaction_ns: 700_000,
-            daemon_recheck_ns: 500_000,
+            ..Costs::kvm()
         }
     }
 

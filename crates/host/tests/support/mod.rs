@@ -247,6 +247,18 @@ impl Daemon {
         call(&self.socket(), req, timeout).unwrap_or_else(|e| panic!("{e}\nlog:\n{}", self.log()))
     }
 
+    /// `pvschedctl idle --apply TARGET` for every VM, budget 5 %.
+    pub fn idle_apply(&self, target: pvsched_control::ApplyTarget) -> Response {
+        self.request(
+            &Request::IdleApply {
+                vm: None,
+                budget_permille: 50,
+                target,
+            },
+            Duration::from_secs(5),
+        )
+    }
+
     /// Waits until VM `vm` is served with `vcpus` vCPUs.
     pub fn wait_serving(&self, vm: &str, vcpus: usize) {
         wait_until(Duration::from_secs(15), Duration::from_millis(50), || {
