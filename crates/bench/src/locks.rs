@@ -965,6 +965,8 @@ mod tests {
                 doorbell: true,
                 modcost: Default::default(),
                 command: String::new(),
+                first_repeat: 1,
+                load_offset: 0,
             },
             cases: LockCase::ALL.to_vec(),
             modes: LockMode::ALL.to_vec(),

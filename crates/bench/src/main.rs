@@ -204,6 +204,10 @@ struct Cli {
     /// Render the report again from a previous run's raw.json (no guest).
     #[arg(long, value_name = "RAW_JSON")]
     from_raw: Option<PathBuf>,
+    /// Internal (`--platform kvm`): this run is repeat REP of the load at
+    /// LOAD_INDEX of a larger run, numbered and rotated as in it.
+    #[arg(long, value_name = "REP:LOAD_INDEX", hide = true)]
+    chunk_of: Option<String>,
 }
 
 /// The rogue scenario's settings: the standard ones with this scenario's
@@ -353,6 +357,7 @@ fn msgpass_main(cli: Cli) -> ExitCode {
 
 fn settings(cli: Cli) -> Result<Settings> {
     let q = cli.quick;
+    let chunk_of = cli.chunk_of.clone();
     let duration = cli.duration.unwrap_or(if q { 6 } else { 10 });
     let host_cpus = std::thread::available_parallelism()
         .map(|n| n.get() as u32)
@@ -392,7 +397,23 @@ fn settings(cli: Cli) -> Result<Settings> {
             clock: cli.modcost_clock,
         },
         command: std::env::args().collect::<Vec<_>>().join(" "),
+        first_repeat: 1,
+        load_offset: 0,
     };
+    let mut s = s;
+    if let Some(c) = &chunk_of {
+        let parsed = c
+            .split_once(':')
+            .and_then(|(r, l)| Some((r.parse::<usize>().ok()?, l.parse::<usize>().ok()?)));
+        match parsed {
+            Some((rep, load)) if rep >= 1 => (s.first_repeat, s.load_offset) = (rep, load),
+            _ => {
+                return Err(BenchError::Usage(format!(
+                    "--chunk-of {c}: REP:LOAD_INDEX, REP from 1"
+                )))
+            }
+        }
+    }
     let usage = |msg: &str| Err(BenchError::Usage(msg.into()));
     if s.repeat == 0 || s.duration == 0 || s.intervals.is_empty() || s.loads.is_empty() {
         return usage("--repeat, --duration, --intervals and --loads must not be empty or 0");
@@ -512,7 +533,16 @@ fn host_vm_main(cli: &Cli) -> ExitCode {
         }
     });
     let modcost = cli.scenario == Scenario::Standard && cli.modcost_repeat > 0;
-    match platform::run_in_host_vm(&args, &out, modcost) {
+    // The standard scenario in chunks (one repeat of one load each), merged.
+    let chunking = (cli.scenario == Scenario::Standard).then(|| platform::Chunking {
+        repeat: cli.repeat.unwrap_or(if cli.quick { 2 } else { 3 }),
+        loads: cli
+            .loads
+            .clone()
+            .unwrap_or_else(|| vec![Load::Idle, Load::Loaded]),
+        modcost_repeat: cli.modcost_repeat,
+    });
+    match platform::run_in_host_vm(&args, &out, modcost, chunking) {
         Ok(rc) => {
             let report = out.join("report.md");
             match std::fs::read_to_string(&report) {

@@ -1008,6 +1008,8 @@ mod tests {
                 doorbell: false,
                 modcost: Default::default(),
                 command: String::new(),
+                first_repeat: 1,
+                load_offset: 0,
             },
             cases,
             budget_permille: 50,

@@ -4,8 +4,11 @@
 //! here (the host VM sees this machine's files read-only), boots the host
 //! VM with the output folder shared into it, and runs the same command
 //! there with `--accel kvm`, streaming its progress. A failure of the host
-//! VM itself (an emulation fault) is never a result: the run starts again
-//! on a fresh host VM, up to [`ATTEMPTS`] times, and the report says so.
+//! VM itself (an emulation fault) is never a result: what it interrupted
+//! runs again on a fresh host VM ([`MAX_HOST_VM_FAILURES`] failures at most),
+//! and the report says so. The standard scenario runs in chunks (one repeat
+//! of one load each, [`Chunking`]) merged into one report, so that a failure
+//! costs a chunk: the host VM failed every 10-15 minutes in runs of ~50.
 
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -15,6 +18,8 @@ use pvsched_hostvm::{HostVm, HostVmConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{io, BenchError, Result};
+use crate::model::Load;
+use crate::run::RawFile;
 
 /// The platforms of `--platform`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -27,9 +32,6 @@ pub enum Platform {
     Kvm,
 }
 
-/// Runs (host VM boots) of a `--platform kvm` bench before it gives up.
-pub const ATTEMPTS: usize = 3;
-
 /// What the host VM was, for the report (`host-vm.json`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct HostVmFacts {
@@ -39,7 +41,7 @@ pub struct HostVmFacts {
     pub memory_mb: u32,
     /// From QEMU's start to the command prompt, of the run that counted.
     pub boot_s: f64,
-    /// Why each earlier attempt's host VM failed (its results were dropped).
+    /// Each failure of the host VM: what it interrupted (dropped, run again) and why.
     pub failed_attempts: Vec<String>,
     /// Wall time of the whole bench, boots and failed attempts included.
     pub wall_s: f64,
@@ -64,15 +66,15 @@ impl HostVmFacts {
             wall = self.wall_s,
         );
         if self.failed_attempts.is_empty() {
-            md.push_str("\nThe host VM did not fail: one attempt.\n");
+            md.push_str("\nThe host VM did not fail.\n");
         } else {
             md.push_str(&format!(
-                "\nThe host VM itself failed {} time(s); each such run was dropped whole and \
-                 started again on a fresh host VM:\n\n",
+                "\nThe host VM itself failed {} time(s); what each failure interrupted was \
+                 dropped whole and run again on a fresh host VM:\n\n",
                 self.failed_attempts.len()
             ));
             for (i, f) in self.failed_attempts.iter().enumerate() {
-                md.push_str(&format!("- attempt {}: {}\n", i + 1, first_lines(f, 3)));
+                md.push_str(&format!("- failure {}: {}\n", i + 1, first_lines(f, 3)));
             }
         }
         md
@@ -84,7 +86,8 @@ fn first_lines(text: &str, n: usize) -> String {
 }
 
 /// The arguments to run again inside the host VM: ours without `--platform`
-/// and `--out` (given again, absolute), with `--accel kvm`.
+/// and `--out` (each job gives its own), with `--accel kvm`; a
+/// `--pvschedd-config` file copied into `out`, which the host VM sees.
 pub fn inner_args(args: &[String], out: &Path) -> Result<Vec<String>> {
     let mut inner = Vec::new();
     let mut it = args.iter().skip(1);
@@ -123,8 +126,7 @@ pub fn inner_args(args: &[String], out: &Path) -> Result<Vec<String>> {
             _ => inner.push(a.clone()),
         }
     }
-    inner.extend(["--accel".into(), "kvm".into(), "--out".into()]);
-    inner.push(out.display().to_string());
+    inner.extend(["--accel".into(), "kvm".into()]);
     Ok(inner)
 }
 
@@ -145,16 +147,92 @@ pub fn prebuild_images(modcost: bool) -> Result<()> {
     Ok(())
 }
 
+/// How the standard scenario is cut into chunks: every repeat of every load
+/// is a run of its own (`--repeat 1 --loads L --chunk-of REP:LOAD_INDEX`),
+/// so that a failure of the host VM costs one chunk, not the run; the
+/// chunks' raw results are merged and rendered as one run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Chunking {
+    pub repeat: usize,
+    pub loads: Vec<Load>,
+    /// `--modcost-repeat` of the whole run: given to the last chunk only.
+    pub modcost_repeat: usize,
+}
+
+/// One run of the bench in the host VM, into its own folder.
+struct Job {
+    name: String,
+    args: Vec<String>,
+    out: PathBuf,
+}
+
+/// Host VM failures one `--platform kvm` run survives in all; each costs
+/// the job it interrupted, which runs again on a fresh host VM.
+pub const MAX_HOST_VM_FAILURES: usize = 6;
+
+/// Options the chunks set themselves.
+const CHUNK_OPTIONS: [&str; 3] = ["--repeat", "--loads", "--modcost-repeat"];
+
+/// `args` without the options in `drop` (as `--opt V` or `--opt=V`).
+fn without(args: &[String], drop: &[&str]) -> Vec<String> {
+    let mut kept = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if drop.contains(&a.as_str()) {
+            it.next();
+        } else if !drop.iter().any(|d| a.starts_with(&format!("{d}="))) {
+            kept.push(a.clone());
+        }
+    }
+    kept
+}
+
+/// The chunks of a run: every repeat of every load, in run order; the last
+/// one also runs the guest module overhead phase.
+fn chunk_jobs(base: &[String], c: &Chunking, out: &Path) -> Vec<Job> {
+    let base = without(base, &CHUNK_OPTIONS);
+    let total = c.repeat * c.loads.len();
+    let mut jobs = Vec::new();
+    for rep in 1..=c.repeat {
+        for (li, load) in c.loads.iter().enumerate() {
+            let last = jobs.len() + 1 == total;
+            let mut args = base.clone();
+            args.extend([
+                "--repeat".into(),
+                "1".into(),
+                "--loads".into(),
+                load.name().into(),
+                "--chunk-of".into(),
+                format!("{rep}:{li}"),
+                "--modcost-repeat".into(),
+                (if last { c.modcost_repeat } else { 0 }).to_string(),
+            ]);
+            let name = format!("rep{rep}-{}", load.name());
+            jobs.push(Job {
+                out: out.join("parts").join(&name),
+                name,
+                args,
+            });
+        }
+    }
+    jobs
+}
+
 /// Runs the bench `args` (our own command line) in a KVM host VM, writing
-/// into `out`. Returns the inner bench's exit status (0 done, 1 some phases
-/// failed, 2 nothing ran).
-pub fn run_in_host_vm(args: &[String], out: &Path, modcost: bool) -> Result<i32> {
+/// into `out`; the standard scenario in chunks (`chunking`). Returns the
+/// exit status (0 done, 1 some phases failed, 2 nothing ran).
+pub fn run_in_host_vm(
+    args: &[String],
+    out: &Path,
+    modcost: bool,
+    chunking: Option<Chunking>,
+) -> Result<i32> {
     let t0 = Instant::now();
     std::fs::create_dir_all(out).map_err(io(format!("creating {}", out.display())))?;
     let out = out
         .canonicalize()
         .map_err(io(format!("resolving {}", out.display())))?;
-    // A failed attempt's results are removed whole: only ours may be there.
+    // A failed job's results are removed whole: only ours may be there.
     let taken = std::fs::read_dir(&out)
         .map_err(io(format!("reading {}", out.display())))?
         .next()
@@ -167,68 +245,197 @@ pub fn run_in_host_vm(args: &[String], out: &Path, modcost: bool) -> Result<i32>
     }
     let inner = inner_args(args, &out)?;
     prebuild_images(modcost)?;
+    let jobs = match &chunking {
+        Some(c) => chunk_jobs(&inner, c, &out),
+        None => vec![Job {
+            name: "the run".into(),
+            args: inner,
+            out: out.clone(),
+        }],
+    };
+    let cfg = HostVmConfig::new("bench").exchange(&out);
+    let (codes, mut facts) = run_jobs(&jobs, &cfg)?;
+    let rc = if chunking.is_some() {
+        let parts: Vec<PathBuf> = jobs.iter().map(|j| j.out.join("raw.json")).collect();
+        merge_and_render(&parts, &out, t0)?;
+        codes.iter().copied().max().unwrap_or(0).min(1)
+    } else {
+        codes.first().copied().unwrap_or(2)
+    };
+    facts.wall_s = t0.elapsed().as_secs_f64();
+    write_facts(&out, &facts)?;
+    Ok(rc)
+}
+
+/// Runs `jobs` in turn on a host VM, booting a fresh one after a failure
+/// of the host VM and running the interrupted job again (at most
+/// [`MAX_HOST_VM_FAILURES`] failures in all). Each job's exit status; the
+/// host VM that ran the last one.
+fn run_jobs(jobs: &[Job], cfg: &HostVmConfig) -> Result<(Vec<i32>, HostVmFacts)> {
     let root = pvsched_vmtest::workspace_root();
     let rev = crate::host::source_revision(&root);
     let exe = std::env::current_exe().map_err(io("finding this executable"))?;
-    let log = out.join("host-vm-bench.log");
-    let status = out.join("host-vm-bench.status");
-    let cmd = format!(
-        "cd {root} && {rev_env}={rev} {exe} {args} >{log} 2>&1; echo $? >{status}",
-        root = shell_quote(&root.display().to_string()),
-        rev_env = crate::host::SOURCE_REV_ENV,
-        rev = shell_quote(&rev),
-        exe = shell_quote(&exe.display().to_string()),
-        args = inner
-            .iter()
-            .map(|a| shell_quote(a))
-            .collect::<Vec<_>>()
-            .join(" "),
-        log = shell_quote(&log.display().to_string()),
-        status = shell_quote(&status.display().to_string()),
-    );
-    let cfg = HostVmConfig::new("bench").exchange(&out);
-    let mut failed = Vec::new();
-    for attempt in 1..=ATTEMPTS {
-        if attempt > 1 {
-            clear_results(&out)?;
-        }
-        eprintln!(
-            "pvsched-bench: --platform kvm: booting the host VM (attempt {attempt} of {ATTEMPTS})"
-        );
-        let outcome = HostVm::boot(&cfg).and_then(|vm| {
+    let harness = |e: pvsched_hostvm::Error| {
+        BenchError::Daemon(format!("--platform kvm: the host VM harness: {e}"))
+    };
+    let mut failed: Vec<String> = Vec::new();
+    let mut vm: Option<HostVm> = None;
+    let mut facts = HostVmFacts::default();
+    let mut codes = Vec::new();
+    for (n, job) in jobs.iter().enumerate() {
+        loop {
+            if job.out != cfg.exchange.clone().unwrap_or_default() {
+                let _ = std::fs::remove_dir_all(&job.out);
+            } else {
+                clear_results(&job.out)?;
+            }
+            std::fs::create_dir_all(&job.out)
+                .map_err(io(format!("creating {}", job.out.display())))?;
+            if vm.is_none() {
+                eprintln!(
+                    "pvsched-bench: --platform kvm: booting the host VM ({} failure(s) so far)",
+                    failed.len()
+                );
+                match HostVm::boot(cfg) {
+                    Ok(v) => {
+                        eprintln!(
+                            "pvsched-bench: host VM up in {:.1} s: kernel {}, QEMU {}, {} vCPUs",
+                            v.boot_time().as_secs_f64(),
+                            v.packages().kernel.release,
+                            v.packages().qemu.version,
+                            v.cpus()
+                        );
+                        facts = vm_facts(&v, cfg);
+                        vm = Some(v);
+                    }
+                    Err(e) if e.is_host_vm_failure() => {
+                        failed.push(format!("booting: {e}"));
+                        check_failures(&failed)?;
+                        continue;
+                    }
+                    Err(e) => return Err(harness(e)),
+                }
+            }
+            let Some(v) = vm.as_ref() else { continue };
             eprintln!(
-                "pvsched-bench: host VM up in {:.1} s: kernel {}, QEMU {}, {} vCPUs; running the \
-                 bench in it",
-                vm.boot_time().as_secs_f64(),
-                vm.packages().kernel.release,
-                vm.packages().qemu.version,
-                vm.cpus()
+                "pvsched-bench: --platform kvm: {} ({} of {}) in the host VM",
+                job.name,
+                n + 1,
+                jobs.len()
             );
-            let rc = follow(&vm, &cmd, &log, &status)?;
-            Ok((rc, vm_facts(&vm, &cfg)))
-        });
-        match outcome {
-            Ok((rc, mut facts)) => {
-                facts.failed_attempts = failed;
-                facts.wall_s = t0.elapsed().as_secs_f64();
-                write_facts(&out, &facts)?;
-                return Ok(rc);
-            }
-            Err(e) if e.is_host_vm_failure() => {
-                eprintln!("pvsched-bench: attempt {attempt}: {e}");
-                failed.push(e.to_string());
-            }
-            Err(e) => {
-                return Err(BenchError::Daemon(format!(
-                    "--platform kvm: the host VM harness: {e}"
-                )))
+            let mut args = job.args.clone();
+            args.extend(["--out".into(), job.out.display().to_string()]);
+            let log = job.out.join("host-vm-bench.log");
+            let status = job.out.join("host-vm-bench.status");
+            let cmd = format!(
+                "cd {root} && {rev_env}={rev} {exe} {args} >{log} 2>&1; echo $? >{status}",
+                root = shell_quote(&root.display().to_string()),
+                rev_env = crate::host::SOURCE_REV_ENV,
+                rev = shell_quote(&rev),
+                exe = shell_quote(&exe.display().to_string()),
+                args = args
+                    .iter()
+                    .map(|a| shell_quote(a))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                log = shell_quote(&log.display().to_string()),
+                status = shell_quote(&status.display().to_string()),
+            );
+            match follow(v, &cmd, &log, &status) {
+                Ok(2) if jobs.len() > 1 => {
+                    return Err(BenchError::Daemon(format!(
+                        "--platform kvm: {} ran nothing: {}",
+                        job.name,
+                        log.display()
+                    )))
+                }
+                Ok(rc) => {
+                    codes.push(rc);
+                    break;
+                }
+                Err(e) if e.is_host_vm_failure() => {
+                    eprintln!(
+                        "pvsched-bench: {}: {e}; it runs again on a fresh host VM",
+                        job.name
+                    );
+                    failed.push(format!("{}: {e}", job.name));
+                    vm = None;
+                    check_failures(&failed)?;
+                }
+                Err(e) => return Err(harness(e)),
             }
         }
     }
-    Err(BenchError::Daemon(format!(
-        "--platform kvm: the host VM failed in each of {ATTEMPTS} attempts; the last: {}",
-        failed.last().map(String::as_str).unwrap_or("")
-    )))
+    facts.failed_attempts = failed;
+    Ok((codes, facts))
+}
+
+fn check_failures(failed: &[String]) -> Result<()> {
+    if failed.len() >= MAX_HOST_VM_FAILURES {
+        return Err(BenchError::Daemon(format!(
+            "--platform kvm: the host VM failed {} times; the last: {}",
+            failed.len(),
+            failed.last().map(String::as_str).unwrap_or("")
+        )));
+    }
+    Ok(())
+}
+
+/// Merges the chunks' raw results (`parts`, each a `raw.json`) into one
+/// run's `out/raw.json` and renders its report there.
+fn merge_and_render(parts: &[PathBuf], out: &Path, t0: Instant) -> Result<()> {
+    let mut merged: Option<RawFile> = None;
+    for p in parts {
+        let (raw, _): (RawFile, PathBuf) = crate::raw::load(p)?;
+        merged = Some(match merged {
+            None => raw,
+            Some(m) => merge_raw(m, raw),
+        });
+    }
+    let Some(mut m) = merged else {
+        return Err(BenchError::Daemon("--platform kvm: no chunk ran".into()));
+    };
+    m.meta.command = std::env::args().collect::<Vec<_>>().join(" ");
+    m.meta.wall_s = t0.elapsed().as_secs_f64();
+    let path = out.join("raw.json");
+    std::fs::write(&path, crate::run::json(&m))
+        .map_err(io(format!("writing {}", path.display())))?;
+    crate::run::rerender(&path)?;
+    Ok(())
+}
+
+/// `a` and `b` as one run: their loads, their repeats (each chunk numbers
+/// its own), their notes; the rest from `a`, or from `b` where `a` has none.
+pub fn merge_raw(mut a: RawFile, b: RawFile) -> RawFile {
+    for l in b.loads {
+        if !a.loads.contains(&l) {
+            a.loads.push(l);
+        }
+    }
+    for (k, v) in b.results.latency {
+        a.results.latency.entry(k).or_default().extend(v);
+    }
+    for (k, v) in b.results.sessions {
+        a.results.sessions.entry(k).or_default().extend(v);
+    }
+    for v in a.results.latency.values_mut() {
+        v.sort_by_key(|r| r.rep);
+    }
+    for v in a.results.sessions.values_mut() {
+        v.sort_by_key(|r| r.rep);
+    }
+    let reps: std::collections::BTreeSet<usize> = a
+        .results
+        .sessions
+        .values()
+        .flatten()
+        .map(|r| r.rep)
+        .collect();
+    a.meta.repeat = reps.len().max(a.meta.repeat);
+    a.meta.notes.extend(b.meta.notes);
+    a.modcost = a.modcost.or(b.modcost);
+    a.simulated = a.simulated.or(b.simulated);
+    a
 }
 
 fn vm_facts(vm: &HostVm, cfg: &HostVmConfig) -> HostVmFacts {
@@ -354,7 +561,7 @@ mod tests {
         // Assert
         assert_eq!(
             inner,
-            args("--repeat 2 --smp 1 --accel kvm --out /abs/out"),
+            args("--repeat 2 --smp 1 --accel kvm"),
             "the host VM run must neither recurse nor write elsewhere"
         );
     }
@@ -369,6 +576,96 @@ mod tests {
 
         // Assert
         assert!(matches!(r, Err(BenchError::Usage(m)) if m.contains("--accel tcg")));
+    }
+
+    fn raw(load: Load, rep: usize, note: &str) -> RawFile {
+        use crate::model::{LatencyRun, Mode, SessionRun};
+        let mut r = RawFile {
+            meta: Default::default(),
+            loads: vec![load],
+            intervals: vec![1000],
+            modes: vec![Mode::Vanilla],
+            results: Default::default(),
+            modcost: None,
+            simulated: None,
+        };
+        r.meta.repeat = 1;
+        r.meta.notes.push(note.into());
+        r.results.latency.insert(
+            (load, 1000, Mode::Vanilla),
+            vec![LatencyRun {
+                rep,
+                ..Default::default()
+            }],
+        );
+        r.results.sessions.insert(
+            (load, Mode::Vanilla),
+            vec![SessionRun {
+                rep,
+                ..Default::default()
+            }],
+        );
+        r
+    }
+
+    #[test]
+    fn chunks_merge_into_one_run_of_every_load_and_repeat() {
+        // Arrange: chunks in run order, as chunk_jobs makes them.
+        let parts = [
+            raw(Load::Idle, 1, "a"),
+            raw(Load::Loaded, 1, "b"),
+            raw(Load::Idle, 2, "c"),
+            raw(Load::Loaded, 2, "d"),
+        ];
+
+        // Act
+        let m = parts.into_iter().reduce(merge_raw).unwrap();
+
+        // Assert
+        use crate::model::Mode;
+        assert_eq!(m.loads, [Load::Idle, Load::Loaded]);
+        assert_eq!(m.meta.repeat, 2);
+        assert_eq!(m.meta.notes, ["a", "b", "c", "d"]);
+        for load in [Load::Idle, Load::Loaded] {
+            let reps: Vec<usize> = m.results.latency[&(load, 1000, Mode::Vanilla)]
+                .iter()
+                .map(|r| r.rep)
+                .collect();
+            assert_eq!(reps, [1, 2], "{load:?}");
+            assert_eq!(m.results.sessions[&(load, Mode::Vanilla)].len(), 2);
+        }
+    }
+
+    #[test]
+    fn every_repeat_of_every_load_is_a_chunk_and_only_the_last_measures_the_module() {
+        // Arrange
+        let c = Chunking {
+            repeat: 2,
+            loads: vec![Load::Idle, Load::Loaded],
+            modcost_repeat: 5,
+        };
+
+        // Act
+        let jobs = chunk_jobs(
+            &args("--repeat 3 --loads=idle --modcost-repeat 9 --duration 6"),
+            &c,
+            Path::new("/o"),
+        );
+
+        // Assert
+        let names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["rep1-idle", "rep1-loaded", "rep2-idle", "rep2-loaded"]
+        );
+        assert_eq!(
+            jobs[1].args,
+            args("--duration 6 --repeat 1 --loads loaded --chunk-of 1:1 --modcost-repeat 0")
+        );
+        assert!(jobs[3]
+            .args
+            .ends_with(&args("--chunk-of 2:1 --modcost-repeat 5")));
+        assert_eq!(jobs[2].out, Path::new("/o/parts/rep2-idle"));
     }
 
     #[test]
@@ -389,8 +686,8 @@ mod tests {
 
         // Assert
         assert!(md.contains("failed 2 time(s)"), "{md}");
-        assert!(md.contains("- attempt 1: QEMU exited / more"), "{md}");
-        assert!(md.contains("- attempt 2: no answer"), "{md}");
+        assert!(md.contains("- failure 1: QEMU exited / more"), "{md}");
+        assert!(md.contains("- failure 2: no answer"), "{md}");
         assert!(md.contains("KVM in the host VM"), "{md}");
     }
 }

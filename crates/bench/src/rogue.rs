@@ -1075,6 +1075,8 @@ mod tests {
                 doorbell: false,
                 modcost: Default::default(),
                 command: String::new(),
+                first_repeat: 1,
+                load_offset: 0,
             },
             cases: Case::DEFAULT.to_vec(),
             priority: 99,

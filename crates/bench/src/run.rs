@@ -83,6 +83,18 @@ pub struct Settings {
     #[serde(default)]
     pub doorbell: bool,
     pub command: String,
+    /// The number of this run's first repeat, and how far its first load is
+    /// from the whole run's first: a `--platform kvm` chunk is one repeat of
+    /// one load of a larger run, and numbers its repeat and rotates its modes
+    /// as that run would (`--chunk-of REP:LOAD_INDEX`). 1 and 0 otherwise.
+    #[serde(default = "first_repeat")]
+    pub first_repeat: usize,
+    #[serde(default)]
+    pub load_offset: usize,
+}
+
+fn first_repeat() -> usize {
+    1
 }
 
 fn auto() -> AccelChoice {
@@ -974,9 +986,9 @@ fn run_in(
             machine.cpus
         ));
     }
-    'outer: for rep in 1..=s.repeat {
+    'outer: for rep in s.first_repeat..s.first_repeat + s.repeat {
         for (li, &load) in s.loads.iter().enumerate() {
-            for mode in mode_order(&s.modes, rep - 1, li) {
+            for mode in mode_order(&s.modes, rep - 1, li + s.load_offset) {
                 loop {
                     let (errors, notes, results) = (b.errors, b.notes.len(), b.results.clone());
                     b.session(rep, load, mode);
@@ -1211,6 +1223,8 @@ mod tests {
                 ..Default::default()
             },
             command: String::new(),
+            first_repeat: 1,
+            load_offset: 0,
         }
     }
 
