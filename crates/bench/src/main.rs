@@ -208,6 +208,10 @@ struct Cli {
     /// LOAD_INDEX of a larger run, numbered and rotated as in it.
     #[arg(long, value_name = "REP:LOAD_INDEX", hide = true)]
     chunk_of: Option<String>,
+    /// With --platform kvm: go on with the run in --out, keeping the jobs
+    /// (chunks) that finished there and running the rest.
+    #[arg(long)]
+    resume: bool,
 }
 
 /// The rogue scenario's settings: the standard ones with this scenario's
@@ -542,7 +546,7 @@ fn host_vm_main(cli: &Cli) -> ExitCode {
             .unwrap_or_else(|| vec![Load::Idle, Load::Loaded]),
         modcost_repeat: cli.modcost_repeat,
     });
-    match platform::run_in_host_vm(&args, &out, modcost, chunking) {
+    match platform::run_in_host_vm(&args, &out, modcost, chunking, cli.resume) {
         Ok(rc) => {
             let report = out.join("report.md");
             match std::fs::read_to_string(&report) {

@@ -226,6 +226,7 @@ pub fn run_in_host_vm(
     out: &Path,
     modcost: bool,
     chunking: Option<Chunking>,
+    resume: bool,
 ) -> Result<i32> {
     let t0 = Instant::now();
     std::fs::create_dir_all(out).map_err(io(format!("creating {}", out.display())))?;
@@ -237,13 +238,15 @@ pub fn run_in_host_vm(
         .map_err(io(format!("reading {}", out.display())))?
         .next()
         .is_some();
-    if taken {
+    if taken && !resume {
         return Err(BenchError::Usage(format!(
-            "--out {}: not empty; --platform kvm writes into a new or empty folder",
+            "--out {}: not empty; --platform kvm writes into a new or empty folder \
+             (--resume goes on with the run there)",
             out.display()
         )));
     }
-    let inner = inner_args(args, &out)?;
+    let args: Vec<String> = args.iter().filter(|a| *a != "--resume").cloned().collect();
+    let inner = inner_args(&args, &out)?;
     prebuild_images(modcost)?;
     let jobs = match &chunking {
         Some(c) => chunk_jobs(&inner, c, &out),
@@ -283,6 +286,14 @@ fn run_jobs(jobs: &[Job], cfg: &HostVmConfig) -> Result<(Vec<i32>, HostVmFacts)>
     let mut facts = HostVmFacts::default();
     let mut codes = Vec::new();
     for (n, job) in jobs.iter().enumerate() {
+        if let Some(rc) = finished(job) {
+            eprintln!(
+                "pvsched-bench: --platform kvm: {} finished before (exit {rc}): kept",
+                job.name
+            );
+            codes.push(rc);
+            continue;
+        }
         loop {
             if job.out != cfg.exchange.clone().unwrap_or_default() {
                 let _ = std::fs::remove_dir_all(&job.out);
@@ -368,6 +379,17 @@ fn run_jobs(jobs: &[Job], cfg: &HostVmConfig) -> Result<(Vec<i32>, HostVmFacts)>
     }
     facts.failed_attempts = failed;
     Ok((codes, facts))
+}
+
+/// A job that finished in an earlier run (`--resume`): its exit status, when
+/// it ran something (0 or 1) and left its raw results.
+fn finished(job: &Job) -> Option<i32> {
+    let rc: i32 = std::fs::read_to_string(job.out.join("host-vm-bench.status"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    ((rc == 0 || rc == 1) && job.out.join("raw.json").exists()).then_some(rc)
 }
 
 fn check_failures(failed: &[String]) -> Result<()> {
@@ -666,6 +688,40 @@ mod tests {
             .args
             .ends_with(&args("--chunk-of 2:1 --modcost-repeat 5")));
         assert_eq!(jobs[2].out, Path::new("/o/parts/rep2-idle"));
+    }
+
+    #[test]
+    fn resume_keeps_only_jobs_that_ran_and_left_raw_results() {
+        // Arrange: one folder per state a job can be left in.
+        let root = std::env::temp_dir().join(format!("pvsched-resume-{}", std::process::id()));
+        let job = |name: &str, status: Option<&str>, raw: bool| {
+            let out = root.join(name);
+            std::fs::create_dir_all(&out).unwrap();
+            if let Some(s) = status {
+                std::fs::write(out.join("host-vm-bench.status"), s).unwrap();
+            }
+            if raw {
+                std::fs::write(out.join("raw.json"), "{}").unwrap();
+            }
+            Job {
+                name: name.into(),
+                args: vec![],
+                out,
+            }
+        };
+
+        // Act
+        let done = finished(&job("done", Some("0\n"), true));
+        let some_failed = finished(&job("some-failed", Some("1\n"), true));
+        let nothing_ran = finished(&job("nothing-ran", Some("2\n"), true));
+        let interrupted = finished(&job("interrupted", None, false));
+        let no_raw = finished(&job("no-raw", Some("0\n"), false));
+        let _ = std::fs::remove_dir_all(&root);
+
+        // Assert
+        assert_eq!(done, Some(0));
+        assert_eq!(some_failed, Some(1));
+        assert_eq!((nothing_ran, interrupted, no_raw), (None, None, None));
     }
 
     #[test]
