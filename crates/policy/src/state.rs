@@ -734,7 +734,6 @@ impl VmState {
 
     /// Updates one vCPU's inputs from an event about it (no decision yet).
     fn apply(&mut self, i: usize, now: u64, event: &Event) {
-        let cs_mask = cs_that_matter(self.vcpus.len());
         let limits = &self.limits;
         let v = &mut self.vcpus[i];
         match *event {
@@ -763,8 +762,7 @@ impl VmState {
                     // The guest speaking for itself ends a proactive boost: it either has a
                     // reason of its own now, or it has run since and has nothing urgent.
                     if view.speaks()
-                        && (p.seq != Some(view.seq)
-                            || best_guest(limits, &view, true, cs_mask).is_some())
+                        && (p.seq != Some(view.seq) || best_guest(limits, &view, true).is_some())
                     {
                         v.proactive = None;
                     }
@@ -962,7 +960,6 @@ impl VmState {
     /// Recomputes the target of vCPU `i` at `now`; pushes a decision if it changed.
     fn evaluate(&mut self, i: usize, now: u64, out: &mut Decisions) {
         let waited_on = self.wanted_by_waiters(i);
-        let cs_mask = cs_that_matter(self.vcpus.len());
         let limits = &self.limits;
         let in_debt = self.budget.latched();
         let lock_debt = self.locks.in_debt();
@@ -989,7 +986,7 @@ impl VmState {
         let mut boost = if v.throttled_until.is_some() {
             None
         } else {
-            best_boost(limits, v, vm_rt, true, cs_mask)
+            best_boost(limits, v, vm_rt, true)
         };
         // Budgets: a latched boost budget refuses every boost; a latched critical-section
         // budget refuses the critical section, and the next-strongest reason may stand.
@@ -999,7 +996,7 @@ impl VmState {
                 boost = None;
                 over_budget = true;
             } else if matches!(reason, Reason::CriticalSection(_)) && v.cs.latched() {
-                boost = best_boost(limits, v, vm_rt, false, cs_mask);
+                boost = best_boost(limits, v, vm_rt, false);
                 over_budget = boost.is_none();
             }
         }
@@ -1303,31 +1300,15 @@ fn host_rt(policy: GuestPolicy) -> HostPolicy {
     }
 }
 
-/// The critical sections worth a boost in a VM of `nr_vcpus` vCPUs. A held lock or
-/// disabled preemption delays only other vCPUs (a waiter spinning, an IPI awaiting an
-/// answer), so a VM of one vCPU has none to speed up: there only interrupt context counts
-/// (it delays the task the interrupt wakes), as Linux itself leaves paravirtual spinlocks
-/// off in a guest of one CPU. Measured on KVM in the host VM (BENCHMARKS.md, "pvsched on
-/// KVM"): a 1-vCPU guest's critical-section boosts took 2.5-3.0 s of its 4.2-4.7 s boosted
-/// per session and latched its boost budget 4-7 times.
-pub fn cs_that_matter(nr_vcpus: usize) -> u32 {
-    if nr_vcpus > 1 {
-        abi::CS_ALL
-    } else {
-        abi::CS_NMI | abi::CS_HARDIRQ | abi::CS_SOFTIRQ
-    }
-}
-
 /// The strongest boost the guest itself asks for, if any. Order of strength on equal
-/// priority: critical section (of those in `cs_mask`), deadline task, RT task, pending
-/// hint, boost request.
-fn best_guest(limits: &VmLimits, g: &GuestView, allow_cs: bool, cs_mask: u32) -> Option<Candidate> {
+/// priority: critical section, deadline task, RT task, pending hint, boost request.
+fn best_guest(limits: &VmLimits, g: &GuestView, allow_cs: bool) -> Option<Candidate> {
     if !g.speaks() {
         return None;
     }
     let mut best = None;
     let boost = || rt_params(limits, limits.boost_policy, limits.boost_priority);
-    if allow_cs && limits.honor_critical_sections && g.cs_flags & cs_mask != 0 {
+    if allow_cs && limits.honor_critical_sections && g.cs_flags != 0 {
         offer(&mut best, boost(), Reason::CriticalSection(g.cs_flags));
     }
     if !g.idle && limits.honor_guest_rt {
@@ -1362,13 +1343,7 @@ fn best_guest(limits: &VmLimits, g: &GuestView, allow_cs: bool, cs_mask: u32) ->
 /// The strongest boost for a vCPU: the guest's reasons, then a running proactive boost
 /// (if its switch is still on). `cs_ok` false leaves critical sections out (their budget is
 /// spent).
-fn best_boost(
-    limits: &VmLimits,
-    v: &Vcpu,
-    vm_rt: bool,
-    cs_ok: bool,
-    cs_mask: u32,
-) -> Option<Candidate> {
+fn best_boost(limits: &VmLimits, v: &Vcpu, vm_rt: bool, cs_ok: bool) -> Option<Candidate> {
     // A critical section starts a boost only when the vCPU is not running on the host
     // (preempted, waking, or not seen yet): a running vCPU needs no CPU, and its critical
     // sections last microseconds, shorter than any reaction. Nor, in a VM without recent
@@ -1377,7 +1352,7 @@ fn best_boost(
     let kept = matches!(v.target.reason, Reason::CriticalSection(_));
     let allow_cs = cs_ok
         && (kept || (v.status != RunStatus::Running && speculation_allowed(limits, v, vm_rt)));
-    let mut best = best_guest(limits, &v.guest, allow_cs, cs_mask);
+    let mut best = best_guest(limits, &v.guest, allow_cs);
     if limits.honor_lock_holders && v.lock_ext.is_some() {
         let params = rt_params(limits, limits.boost_policy, limits.boost_priority);
         offer(&mut best, params, Reason::LockHolder);

@@ -174,30 +174,6 @@ fn critical_section_boosts_to_boost_policy_and_priority() {
 }
 
 #[test]
-fn a_vm_of_one_vcpu_is_boosted_for_interrupt_context_and_not_for_locks() {
-    let mut one = vm(base(), 1);
-    let mut two = vm(base(), 2);
-
-    let lock_alone = step(
-        &mut one,
-        10,
-        upd(0, cs(2, abi::CS_LOCK | abi::CS_PREEMPT_OFF)),
-    );
-    let irq_alone = step(&mut one, 20, upd(0, cs(4, abi::CS_SOFTIRQ | abi::CS_LOCK)));
-    let lock_beside_another = step(&mut two, 10, upd(0, cs(2, abi::CS_LOCK)));
-
-    assert!(lock_alone.is_empty(), "no other vCPU waits: {lock_alone:?}");
-    assert_eq!(
-        irq_alone[0].reason,
-        Reason::CriticalSection(abi::CS_SOFTIRQ | abi::CS_LOCK)
-    );
-    assert_eq!(
-        lock_beside_another[0].reason,
-        Reason::CriticalSection(abi::CS_LOCK)
-    );
-}
-
-#[test]
 fn critical_section_is_ignored_when_not_honored() {
     let limits = VmLimits {
         honor_critical_sections: false,
@@ -236,7 +212,7 @@ fn boost_uses_the_other_rt_class_when_boost_policy_is_not_allowed() {
     };
     let mut vm = vm(limits, 1);
 
-    let out = step(&mut vm, 10, upd(0, cs(2, abi::CS_HARDIRQ)));
+    let out = step(&mut vm, 10, upd(0, cs(2, abi::CS_LOCK)));
 
     assert_eq!(out[0].params, rt(HostPolicy::Fifo, 8));
 }
