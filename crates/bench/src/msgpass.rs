@@ -637,10 +637,6 @@ impl Bench<'_> {
         } else {
             None
         };
-        let params = match &kvm_poll {
-            Some(p) => format!("{params}, KVM halt_poll_ns={}", p.halt_poll_ns),
-            None => params,
-        };
         let driver = match self.load_module(case, &params) {
             Ok(d) => d,
             Err(e) => {
@@ -651,15 +647,30 @@ impl Bench<'_> {
                 ));
                 self.unavailable.insert(case, why);
                 self.skip_session(rep, load, case);
+                if kvm_poll.is_some() {
+                    if let Err(e) = self.restore_kvm_polling() {
+                        self.error(format!("{tag}: putting KVM's halt polling back: {e}"));
+                    }
+                }
                 return;
             }
         };
         eprintln!("    pvsched.ko {params}: {driver}");
+        // The session's record names KVM's polling too (the module never sees it).
+        let params = match &kvm_poll {
+            Some(p) => format!("{params}, KVM halt_poll_ns={}", p.halt_poll_ns),
+            None => params,
+        };
         let stress = match self.start_stress(load, &tag) {
             Ok(l) => l,
             Err(e) => {
                 self.error(format!("{tag}: host load: {e}"));
                 self.skip_session(rep, load, case);
+                if kvm_poll.is_some() {
+                    if let Err(e) = self.restore_kvm_polling() {
+                        self.error(format!("{tag}: putting KVM's halt polling back: {e}"));
+                    }
+                }
                 return;
             }
         };
