@@ -244,10 +244,11 @@ impl Bench<'_> {
         }
         let header = |f: &IdleFile| f.header_line.clone();
         match (case, self.idle_file()?) {
-            (IdleCase::Default, None) => Ok(format!(
+            // `idle=off` (default and the KVM polling cases): no driver registered.
+            (_, None) if case.driver_mode() == "off" => Ok(format!(
                 "no idle driver in pvsched.ko ({IDLE_FILE} absent): the kernel's default idle"
             )),
-            (IdleCase::Default, Some(f)) if f.mode == case.driver_mode() && !f.registered => {
+            (_, Some(f)) if case.driver_mode() == "off" && f.mode == "off" && !f.registered => {
                 Ok(header(&f))
             }
             (_, Some(f)) if f.mode == case.driver_mode() && f.registered => Ok(header(&f)),
