@@ -14,7 +14,7 @@ use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use pvsched_hostvm::{HostVm, HostVmConfig};
+use pvsched_hostvm::{shell_quote, HostVm, HostVmConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{io, BenchError, Result};
@@ -128,10 +128,6 @@ pub fn inner_args(args: &[String], out: &Path) -> Result<Vec<String>> {
     }
     inner.extend(["--accel".into(), "kvm".into()]);
     Ok(inner)
-}
-
-fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
 }
 
 /// The guest images the inner run needs, built here: inside the host VM
@@ -295,7 +291,7 @@ fn run_jobs(jobs: &[Job], cfg: &HostVmConfig) -> Result<(Vec<i32>, HostVmFacts)>
             continue;
         }
         loop {
-            if job.out != cfg.exchange.clone().unwrap_or_default() {
+            if cfg.exchange.as_ref() != Some(&job.out) {
                 let _ = std::fs::remove_dir_all(&job.out);
             } else {
                 clear_results(&job.out)?;

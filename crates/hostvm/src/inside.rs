@@ -44,7 +44,7 @@ fn shared() -> MutexGuard<'static, Shared> {
 }
 
 /// Quotes `s` for the host VM's `/bin/sh`.
-fn shell_quote(s: &str) -> String {
+pub fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 

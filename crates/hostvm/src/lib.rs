@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 pub use error::{Error, Result};
-pub use inside::{in_host_vm, run_test};
+pub use inside::{in_host_vm, run_test, shell_quote};
 pub use packages::{HostKernel, HostQemu, Packages};
 pub use vm::{default_cpus, default_guest_cpus, with_retries, HostVm, HostVmConfig, Retried};
 
