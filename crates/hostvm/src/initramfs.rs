@@ -43,7 +43,7 @@ pub const KEPT_TRACEPOINTS: [&str; 13] = [
 ];
 
 /// Places of the root file system that must be writable, each a tmpfs.
-const TMPFS: [&str; 8] = [
+pub const TMPFS: [&str; 8] = [
     "/tmp",
     "/run",
     "/var/tmp",

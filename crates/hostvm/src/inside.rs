@@ -43,6 +43,19 @@ fn shared() -> MutexGuard<'static, Shared> {
         .unwrap_or_else(|e| e.into_inner())
 }
 
+/// `cfg`, sharing the checkout into the host VM when it lies under a place
+/// the host VM covers with a tmpfs (a clone in `mktemp -d`, as CI may make):
+/// there the root share cannot show it, and the test binary would be missing.
+fn with_checkout(cfg: &HostVmConfig) -> HostVmConfig {
+    let root = pvsched_vmtest::workspace_root();
+    let hidden = crate::initramfs::TMPFS.iter().any(|t| root.starts_with(t));
+    let mut cfg = cfg.clone();
+    if hidden && cfg.exchange.is_none() {
+        cfg.exchange = Some(root);
+    }
+    cfg
+}
+
 /// Quotes `s` for the host VM's `/bin/sh`.
 pub fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
@@ -67,7 +80,7 @@ pub fn run_test(name: &str, cfg: &HostVmConfig, timeout: Duration) -> Result<Str
     let mut notes = Vec::new();
     for attempt in 1..=ATTEMPTS {
         if state.vm.is_none() {
-            match HostVm::boot(cfg) {
+            match HostVm::boot(&with_checkout(cfg)) {
                 Ok(vm) => {
                     eprintln!(
                         "pvsched-hostvm: host VM up in {:.1} s ({} vCPUs, kernel {})",
