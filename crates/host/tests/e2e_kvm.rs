@@ -16,8 +16,8 @@ use pvsched_base::kvm_params::{read_halt_poll, write_halt_poll_to, HaltPoll, DEF
 use pvsched_control::{ApplyTarget, IdleReport, Request, Response};
 use pvsched_host::discovery::threads_by_name;
 use pvsched_host::statefile::StateFile;
-use pvsched_hostvm::kvm_test;
-use pvsched_vmtest::{wait_until, Accel, GuestImage, ImageConfig, Vm, VmConfig};
+use pvsched_hostvm::{guest_answers, guest_lost, kvm_test};
+use pvsched_vmtest::{wait_until, Accel, Error as VmError, GuestImage, ImageConfig, Vm, VmConfig};
 use support::{params, tempdir, Daemon};
 
 mod support;
@@ -26,15 +26,20 @@ mod support;
 fn kvm_guest(smp: u32, host_cpus: Option<Vec<u32>>) -> Vm {
     let image = GuestImage::build(&ImageConfig::default())
         .expect("guest image (built outside the host VM by kvm_test!)");
-    let vm = Vm::boot(
+    let vm = match Vm::boot(
         VmConfig::new(image)
             .smp(smp)
             .accel(Accel::Kvm)
             .host_cpus(host_cpus)
             .boot_timeout(Duration::from_secs(240)),
-    )
-    .expect("boot a KVM guest in the host VM");
-    let (rc, out) = vm.insmod("").expect("insmod");
+    ) {
+        Ok(vm) => vm,
+        Err(e @ (VmError::BootTimeout { .. } | VmError::QemuExited { .. })) => {
+            guest_lost::lost(format!("booting: {e}"))
+        }
+        Err(e) => panic!("boot a KVM guest in the host VM: {e}"),
+    };
+    let (rc, out) = guest_answers(&vm, vm.insmod(""), "insmod");
     assert_eq!(rc, 0, "insmod: {out}");
     vm
 }
@@ -87,9 +92,13 @@ fn vcpu_tid(vm: &Vm, vcpu: usize) -> i32 {
 
 /// Runs `cmd` in the guest to its end.
 fn guest_run(vm: &Vm, cmd: &str, timeout: Duration) {
-    let task = vm.spawn(cmd).expect("spawn in the guest");
+    let task = guest_answers(vm, vm.spawn(cmd), "spawn in the guest");
     assert!(
-        vm.wait_gone(task.pid, timeout).expect("guest answers"),
+        guest_answers(
+            vm,
+            vm.wait_gone(task.pid, timeout),
+            "wait for the guest task"
+        ),
         "`{cmd}` did not end within {timeout:?}"
     );
 }
@@ -104,21 +113,26 @@ kvm_test! {
         let tid = vcpu_tid(&vm, 0);
 
         // RT work that sleeps: 5 ms periods at SCHED_FIFO, halting between.
-        let task = vm
-            .spawn("chrt -f 10 sh -c 'for i in $(seq 400); do usleep 5000; done'")
-            .expect("spawn");
-        let seen = wait_until(Duration::from_secs(60), Duration::from_millis(1), || {
-            let s = d.status();
-            let v = &s.vms[0].vcpus[0];
-            (v.reason == "proactive_halt" && params(tid).is_rt()).then_some(())
+        let cmd = "chrt -f 10 sh -c 'for i in $(seq 400); do usleep 5000; done'";
+        let task = guest_answers(&vm, vm.spawn(cmd), "spawn");
+        // A halt boost also starts from the guest's idle flag or the thread
+        // blocking; the HLT exits may arrive after it (read lazily).
+        let exits = || metric(&d, "pvsched_events_total{kind=\"kvm_exit\"}");
+        let mut seen = false;
+        wait_until(Duration::from_secs(60), Duration::from_millis(1), || {
+            if !seen {
+                let v = d.status().vms[0].vcpus[0].clone();
+                seen = v.reason == "proactive_halt" && params(tid).is_rt();
+            }
+            (seen && exits() > 0.0).then_some(())
         });
-        let exits = metric(&d, "pvsched_events_total{kind=\"kvm_exit\"}");
+        let exits = exits();
         let by_reason = d.status().vms[0].boosted_ms_by_reason.clone();
         let _ = vm.exec(&format!("kill {}", task.pid), Duration::from_secs(10));
 
         assert!(exits > 0.0, "no kvm_exit event handled; log:\n{}", d.log());
         assert!(
-            seen.is_some(),
+            seen,
             "the halted RT vCPU was never seen boosted for proactive_halt; by reason: \
              {by_reason:?}; log:\n{}",
             d.log()
@@ -271,9 +285,8 @@ kvm_test! {
         d.wait_serving(name, 1);
         let tid = vcpu_tid(&vm, 0);
 
-        let task = vm
-            .spawn("chrt -f 20 sh -c 'for i in $(seq 3000); do usleep 1000; done'")
-            .expect("spawn");
+        let cmd = "chrt -f 20 sh -c 'for i in $(seq 3000); do usleep 1000; done'";
+        let task = guest_answers(&vm, vm.spawn(cmd), "spawn");
         let boosted = wait_until(Duration::from_secs(30), Duration::from_millis(2), || {
             params(tid).is_rt().then_some(())
         });

@@ -4,8 +4,9 @@
 //! A test written with [`crate::kvm_test!`] runs its body when the process is
 //! inside a host VM; outside, it runs itself (`current_exe --exact NAME`) in
 //! the process's shared host VM and passes or fails with it. The host VM's
-//! own failures are retried on a fresh one and printed; a failure of the test
-//! is never retried.
+//! own failures are retried on a fresh one and printed, a test whose KVM guest
+//! was lost to the emulation ([`crate::guest_lost`]) runs again; a failure of
+//! the test is never retried.
 
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
@@ -13,6 +14,7 @@ use std::time::Duration;
 use pvsched_vmtest::IN_HOST_VM_ENV;
 
 use crate::error::{Error, Result};
+use crate::guest_lost::GUEST_LOST_MARKER;
 use crate::vm::{HostVm, HostVmConfig};
 
 /// Host VMs booted per test at most (the first and the retries).
@@ -106,12 +108,22 @@ pub fn run_test(name: &str, cfg: &HostVmConfig, timeout: Duration) -> Result<Str
             Ok((0, out)) => {
                 if !notes.is_empty() {
                     eprintln!(
-                        "pvsched-hostvm: {name} passed after {} host VM failure(s):\n{}",
+                        "pvsched-hostvm: {name} passed after {} host VM failure(s) or lost guest(s):\n{}",
                         notes.len(),
                         notes.join("\n")
                     );
                 }
                 return Ok(out);
+            }
+            Ok((_, out)) if out.contains(GUEST_LOST_MARKER) => {
+                // The host VM is fine; its KVM guest was lost (the test's
+                // panic unwound and killed it): the test runs again.
+                let line = out
+                    .lines()
+                    .find(|l| l.contains(GUEST_LOST_MARKER))
+                    .unwrap_or_default();
+                notes.push(format!("attempt {attempt}: guest lost: {line}"));
+                eprintln!("pvsched-hostvm: {name}: attempt {attempt}: {line}; running it again");
             }
             Ok((rc, out)) => {
                 let trouble = vm.kernel_trouble();
@@ -136,7 +148,7 @@ pub fn run_test(name: &str, cfg: &HostVmConfig, timeout: Duration) -> Result<Str
         }
     }
     Err(Error::HostVmFailed {
-        reason: format!("{ATTEMPTS} host VMs failed running {name}"),
+        reason: format!("{ATTEMPTS} attempts at {name} met host VM failures or lost guests"),
         kernel_log: notes.join("\n"),
     })
 }

@@ -12,9 +12,11 @@
 //! - [`initramfs`]: the init that loads KVM and serves commands in a chroot;
 //! - [`virtiofsd`]: the file system servers;
 //! - [`vm`]: [`HostVm`], failures of the host VM told from results, retries;
-//! - [`inside`]: tests that run themselves inside the host VM ([`kvm_test!`]).
+//! - [`inside`]: tests that run themselves inside the host VM ([`kvm_test!`]);
+//! - [`guest_lost`]: a KVM guest lost to the emulation, told from a result.
 
 pub mod error;
+pub mod guest_lost;
 pub mod initramfs;
 pub mod inside;
 pub mod packages;
@@ -26,6 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 pub use error::{Error, Result};
+pub use guest_lost::{guest_answers, GUEST_LOST_MARKER};
 pub use inside::{in_host_vm, run_test, shell_quote};
 pub use packages::{HostKernel, HostQemu, Packages};
 pub use vm::{default_cpus, default_guest_cpus, with_retries, HostVm, HostVmConfig, Retried};
