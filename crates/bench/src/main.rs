@@ -480,7 +480,9 @@ fn scenario_main<S, R>(cli: Cli, sc: ScenarioFns<S, R>) -> ExitCode {
         }
     };
     if let Some(raw) = &cli.from_raw {
-        return match (sc.rerender)(raw) {
+        let rendered = (sc.rerender)(raw)
+            .and_then(|(r, dir)| platform::add_platform_paragraph(&dir).map(|_| (r, dir)));
+        return match rendered {
             Ok((report, dir)) => {
                 end(&report, &dir);
                 ExitCode::SUCCESS
@@ -578,7 +580,9 @@ fn main() -> ExitCode {
         return locks_main(cli);
     }
     if let Some(raw) = &cli.from_raw {
-        return match run::rerender(raw) {
+        let rendered = run::rerender(raw)
+            .and_then(|(r, dir)| platform::add_platform_paragraph(&dir).map(|_| (r, dir)));
+        return match rendered {
             Ok((report, dir)) => {
                 print_end(&report, &dir);
                 ExitCode::SUCCESS

@@ -495,6 +495,21 @@ fn write_facts(out: &Path, facts: &HostVmFacts) -> Result<()> {
     })?;
     let path = out.join("host-vm.json");
     std::fs::write(&path, json).map_err(io(format!("writing {}", path.display())))?;
+    add_platform_paragraph(out)
+}
+
+/// Puts the platform's paragraph (from `host-vm.json`, when the run in `out`
+/// ran in a host VM) at the top of its freshly rendered report.md: after a
+/// run, and after `--from-raw` renders it again.
+pub fn add_platform_paragraph(out: &Path) -> Result<()> {
+    let path = out.join("host-vm.json");
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Ok(());
+    };
+    let facts: HostVmFacts = serde_json::from_str(&text).map_err(|source| BenchError::Json {
+        what: path.display().to_string(),
+        source,
+    })?;
     let report = out.join("report.md");
     if let Ok(md) = std::fs::read_to_string(&report) {
         // After the title line, before the rest.
