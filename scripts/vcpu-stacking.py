@@ -8,7 +8,7 @@ host's idle time and the busiest threads over the same window (from
 /proc/stat and every thread's utime + stime).
 
 Usage: vcpu-stacking.py SECONDS TID TID
-Used for BENCHMARKS.md, "Rivals" (run it during a pvsched-bench lock window).
+Used for benchmarks/LOG.md, "Rivals" (run it during a pvsched-bench lock window).
 """
 import argparse
 import collections
