@@ -3,9 +3,9 @@
  * pvsched shared-region ABI, version 1.3.
  *
  * The ONE definition of the memory a KVM guest and its host share for
- * cooperative vCPU scheduling. Guest kernel module, host daemon (through the
- * Rust mirror in crates/abi, whose tests compare every offset with this file)
- * and test vectors all follow it.
+ * cooperative vCPU scheduling. Guest kernel module, host daemon (through
+ * crates/abi, whose Rust structs and constants bindgen generates from this
+ * file at build time) and test vectors all follow it.
  *
  * Region layout (little endian, x86-64 first):
  *

@@ -1,7 +1,6 @@
 //! Behaviour of the region accessors: header initialisation, validation of
-//! arbitrary bytes, seqcount reads and writes, region files.
+//! arbitrary bytes, seqcount reads and writes.
 
-use std::os::unix::fs::PermissionsExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -294,58 +293,6 @@ fn bar_size_is_a_power_of_two_of_at_least_a_page() {
             "{slots}: {size}"
         );
     }
-}
-
-#[test]
-fn region_file_is_created_private_and_sized_for_the_slots() {
-    let dir = tempdir();
-    let path = dir.join("vm0");
-
-    let mut file = RegionFile::create(&path, 20, 0o600).unwrap();
-    file.region_mut().init_header(20, F_ALL).unwrap();
-
-    let meta = std::fs::metadata(&path).unwrap();
-    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
-    assert_eq!(meta.len(), 8192);
-    let reopened = RegionFile::open(&path, 20).unwrap();
-    assert_eq!(reopened.region().validate().unwrap().header.slot_count, 20);
-}
-
-#[test]
-fn a_world_writable_region_file_is_refused() {
-    let dir = tempdir();
-    let path = dir.join("vm0");
-    std::fs::write(&path, vec![0u8; 4096]).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
-
-    let err = RegionFile::open(&path, 1).unwrap_err();
-
-    assert!(
-        matches!(err, RegionFileError::WorldWritable { mode: 0o666, .. }),
-        "{err}"
-    );
-    assert!(err.to_string().contains("world-writable"));
-}
-
-#[test]
-fn a_symlinked_region_file_is_refused() {
-    let dir = tempdir();
-    std::fs::write(dir.join("real"), vec![0u8; 4096]).unwrap();
-    std::os::unix::fs::symlink(dir.join("real"), dir.join("link")).unwrap();
-
-    assert!(RegionFile::open(&dir.join("link"), 1).is_err());
-}
-
-fn tempdir() -> std::path::PathBuf {
-    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "pvsched-abi-test-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 proptest! {

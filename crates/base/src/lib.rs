@@ -1,8 +1,8 @@
 //! OS glue shared by pvsched's programs. Each piece has one home here:
 //! the clock, scheduling parameters, thread identity, vCPU thread names,
 //! the QMP client, the ivshmem-doorbell server protocol, the SIGBUS guard
-//! of shared mappings, capabilities and the kvm module's halt-polling
-//! parameters.
+//! of shared mappings, the region file mapped under that guard,
+//! capabilities and the kvm module's halt-polling parameters.
 //! Mechanism only: nothing here decides anything.
 
 pub mod caps;
@@ -10,6 +10,7 @@ pub mod clock;
 pub mod ivshmem;
 pub mod kvm_params;
 pub mod qmp;
+pub mod region_file;
 pub mod sched;
 pub mod sigbus;
 pub mod thread;

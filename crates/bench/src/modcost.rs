@@ -6,7 +6,7 @@
 //! How "with" and "without" are made: one extra guest, booted after the main
 //! sessions (the main guest powered off first, so that nothing competes with
 //! it; no stress-ng, no pvschedd), with a region file the bench initialises
-//! itself (vmtest's `RegionSetup::Fresh`: `pvsched_abi::RegionFile`, as
+//! itself (vmtest's `RegionSetup::Fresh`: `pvsched_base::region_file::RegionFile`, as
 //! pvschedd does, every feature offered), and `insmod` / `rmmod` between the
 //! runs. One guest rather than two booted alternately: the two variants then
 //! differ by the module only, not by where QEMU's memory or the guest's page

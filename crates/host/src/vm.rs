@@ -1,8 +1,8 @@
 //! One VM the daemon serves: its region, its threads, its policy state, and
 //! what is in force on each thread.
 
-use pvsched_abi::RegionFile;
 use pvsched_base::ivshmem;
+use pvsched_base::region_file::RegionFile;
 use pvsched_policy::{Decision, Decisions, DurationHistogram, Event, VmLimits, VmState};
 use tracing::{info, warn};
 
@@ -22,7 +22,7 @@ pub enum VmError {
     #[error("vm {vm}: region: {source}")]
     Region {
         vm: String,
-        source: pvsched_abi::RegionFileError,
+        source: pvsched_base::region_file::RegionFileError,
     },
     #[error("vm {vm}: region {path}: {source}")]
     RegionInit {

@@ -11,7 +11,8 @@
 
 use std::time::Duration;
 
-use pvsched_abi::{GuestHalf, RegionFile, F_DOORBELL, GF_ACTIVE, POLICY_FIFO};
+use pvsched_abi::{GuestHalf, F_DOORBELL, GF_ACTIVE, POLICY_FIFO};
+use pvsched_base::region_file::RegionFile;
 use pvsched_vmtest::wait_until;
 use support::{params, tempdir, vm_name, wait_boosted, Daemon, ShmFile};
 

@@ -8,7 +8,8 @@
 
 use std::time::Instant;
 
-use pvsched_abi::{GuestHalf, RegionFile, GF_ACTIVE, POLICY_FIFO};
+use pvsched_abi::{GuestHalf, GF_ACTIVE, POLICY_FIFO};
+use pvsched_base::region_file::RegionFile;
 use support::{params, tempdir, vm_name, wait_boosted, Daemon, ShmFile};
 
 mod support;

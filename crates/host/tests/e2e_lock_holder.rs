@@ -16,7 +16,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use pvsched_abi::{GuestHalf, RegionFile, GF_ACTIVE, LOCK_F_WRITE, LOCK_NONE};
+use pvsched_abi::{GuestHalf, GF_ACTIVE, LOCK_F_WRITE, LOCK_NONE};
+use pvsched_base::region_file::RegionFile;
 use pvsched_control::LockStatus;
 use pvsched_vmtest::wait_until;
 use support::{params, qmp_vm, tempdir, vm_name, Daemon, FakeVmmConfig, RtObserver};

@@ -15,7 +15,8 @@ use std::os::unix::net::UnixListener;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use pvsched_abi::{RegionFile, F_ALL};
+use pvsched_abi::F_ALL;
+use pvsched_base::region_file::RegionFile;
 use pvsched_base::sched::{SCHED_FIFO, SCHED_OTHER};
 use pvsched_base::thread::gettid;
 use pvsched_vmtest::wait_until;

@@ -233,7 +233,7 @@ fn kill_9_at_any_point_leaves_nothing_a_restart_does_not_restore() {
 
     assert_original(&vmm.tids);
     assert!(!d.state_file().exists());
-    let file = pvsched_abi::RegionFile::open(&region, 2).unwrap();
+    let file = pvsched_base::region_file::RegionFile::open(&region, 2).unwrap();
     assert!(file.region().validate().is_ok(), "region left invalid");
     eprintln!("{rounds} kills, {boosted_at_kill} of them with a vCPU boosted");
     assert!(

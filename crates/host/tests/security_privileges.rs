@@ -9,8 +9,9 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
-use pvsched_abi::{RegionFile, F_ALL};
+use pvsched_abi::F_ALL;
 use pvsched_base::caps::{mask, Capability};
+use pvsched_base::region_file::RegionFile;
 use pvsched_base::sched::{ThreadParams, SCHED_FIFO};
 use pvsched_vmtest::wait_until;
 use support::{params, qmp_vm, tempdir, Daemon, FakeVmm, FakeVmmConfig, ShmDir};

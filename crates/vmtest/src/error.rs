@@ -76,7 +76,7 @@ pub enum Error {
     Qmp(#[from] pvsched_base::qmp::QmpError),
 
     #[error("region file: {0}")]
-    RegionFile(#[from] pvsched_abi::RegionFileError),
+    RegionFile(#[from] pvsched_base::region_file::RegionFileError),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -11,9 +11,10 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use pvsched_abi::{Header, Region, RegionFile};
+use pvsched_abi::{Header, Region};
 use pvsched_base::ivshmem;
 use pvsched_base::qmp::Qmp;
+use pvsched_base::region_file::RegionFile;
 use pvsched_base::thread::threads_of;
 use pvsched_base::vcpu_names::{vcpu_index_from_name, Accel as VcpuAccel};
 

@@ -14,7 +14,8 @@ use std::sync::{Mutex, MutexGuard, Once, OnceLock};
 use std::time::{Duration, Instant};
 
 use pvsched_abi as abi;
-use pvsched_abi::{GuestHalf, Header, HostHalf, Region, RegionFile};
+use pvsched_abi::{GuestHalf, Header, HostHalf, Region};
+use pvsched_base::region_file::RegionFile;
 use pvsched_vmtest::{wait_until, workspace_root, GuestImage, RegionSetup, Vm, VmConfig};
 
 /// Timeout of a guest command, and of waiting for something to show in a slot.

@@ -23,7 +23,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use pvsched_abi::{GuestHalf, RegionFile, GF_ACTIVE, POLICY_FIFO};
+use pvsched_abi::{GuestHalf, GF_ACTIVE, POLICY_FIFO};
+use pvsched_base::region_file::RegionFile;
 use pvsched_base::thread::gettid;
 
 struct Args {

@@ -8,13 +8,14 @@
 //! a child: this binary again, with only that test and [`CHILD`] set.
 
 use std::fs::OpenOptions;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use pvsched_abi::*;
+use pvsched_base::region_file::*;
 
 const GIB: u64 = 1 << 30;
 
@@ -68,7 +69,7 @@ impl ShmDir {
     fn new(name: &str) -> Self {
         static N: AtomicU32 = AtomicU32::new(0);
         let dir = PathBuf::from(format!(
-            "/dev/shm/pvsched-abi-test-{name}-{}-{}",
+            "/dev/shm/pvsched-base-test-{name}-{}-{}",
             std::process::id(),
             N.fetch_add(1, Ordering::Relaxed)
         ));
@@ -331,4 +332,44 @@ fn a_sigbus_outside_every_region_still_kills_the_process() {
     let byte = unsafe { std::ptr::read_volatile(map.as_ptr()) };
 
     panic!("read {byte} from a truncated mapping without SIGBUS");
+}
+
+#[test]
+fn region_file_is_created_private_and_sized_for_the_slots() {
+    let dir = ShmDir::new("private");
+    let path = dir.join("vm0");
+
+    let mut file = RegionFile::create(&path, 20, 0o600).unwrap();
+    file.region_mut().init_header(20, F_ALL).unwrap();
+
+    let meta = std::fs::metadata(&path).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    assert_eq!(meta.len(), 8192);
+    let reopened = RegionFile::open(&path, 20).unwrap();
+    assert_eq!(reopened.region().validate().unwrap().header.slot_count, 20);
+}
+
+#[test]
+fn a_world_writable_region_file_is_refused() {
+    let dir = ShmDir::new("world-writable");
+    let path = dir.join("vm0");
+    std::fs::write(&path, vec![0u8; 4096]).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+
+    let err = RegionFile::open(&path, 1).unwrap_err();
+
+    assert!(
+        matches!(err, RegionFileError::WorldWritable { mode: 0o666, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("world-writable"));
+}
+
+#[test]
+fn a_symlinked_region_file_is_refused() {
+    let dir = ShmDir::new("symlink");
+    std::fs::write(dir.join("real"), vec![0u8; 4096]).unwrap();
+    std::os::unix::fs::symlink(dir.join("real"), dir.join("link")).unwrap();
+
+    assert!(RegionFile::open(&dir.join("link"), 1).is_err());
 }

@@ -6,9 +6,14 @@
 //! exactly [`bar_size`] of the VM's vCPU count, only if it is a regular
 //! file with one link and that size, or a power of two up to
 //! [`MAX_FILE_SIZE`] (libvirt sizes shared memory in MiB): never grown,
-//! zeroed or mapped beyond [`bar_size`]; and the mapping is guarded ([`pvsched_base::sigbus`]): if
-//! the owner truncates the file, the faulting access reads zeros instead of
-//! killing the process, and [`RegionFile::truncated`] says so.
+//! zeroed or mapped beyond [`bar_size`]; and the mapping is guarded
+//! ([`crate::sigbus`]): if the owner truncates the file, the faulting access
+//! reads zeros instead of killing the process, and [`RegionFile::truncated`]
+//! says so.
+//!
+//! Here rather than in pvsched-abi, beside the SIGBUS guard it uses, so that
+//! the ABI crate (and the pure policy and simulator on it) stay free of OS
+//! glue.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -17,25 +22,13 @@ use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 
 use memmap2::{MmapOptions, MmapRaw};
-use pvsched_base::sigbus::{Guard, SigbusError};
+use pvsched_abi::{bar_size, AbiError, Region, MAX_SLOTS};
 
-use crate::layout::{region_bytes, MAX_SLOTS};
-use crate::{AbiError, Region};
-
-/// Smallest region file: one page.
-pub const MIN_FILE_SIZE: u64 = 4096;
+use crate::sigbus::{Guard, SigbusError};
 
 /// Largest region file accepted (only its first [`bar_size`] bytes are
 /// mapped): libvirt's `<shmem>` sizes come in MiB, and no VMM needs more.
 pub const MAX_FILE_SIZE: u64 = 64 << 20;
-
-/// Size of the region file for `slot_count` vCPUs: a power of two, as a PCI
-/// BAR must be, and at least one page.
-pub fn bar_size(slot_count: u32) -> u64 {
-    region_bytes(slot_count)
-        .next_power_of_two()
-        .max(MIN_FILE_SIZE)
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum RegionFileError {
@@ -225,15 +218,15 @@ impl RegionFile {
         self.guard.lost()
     }
 
-    /// Whether the mapping still is the file, at its size: not
-    /// [`truncated`](Self::truncated), and `fstat` still finds the size it
-    /// was mapped at (a truncation no access has hit yet). One system call.
     /// `fstat` of the open file: who owns it and with what mode, as opened
     /// (not as the path names it now).
     pub fn metadata(&self) -> io::Result<std::fs::Metadata> {
         self.file.metadata()
     }
 
+    /// Whether the mapping still is the file, at its size: not
+    /// [`truncated`](Self::truncated), and `fstat` still finds the size it
+    /// was mapped at (a truncation no access has hit yet). One system call.
     pub fn check_intact(&self) -> Result<(), RegionFileError> {
         if self.truncated() {
             return Err(RegionFileError::Truncated {
@@ -307,44 +300,4 @@ fn check_file(path: &Path, file: &File, want: u64) -> Result<u64, RegionFileErro
         return Err(RegionFileError::WrongSize { path, len, want });
     }
     Ok(len)
-}
-
-/// A region in private, heap-allocated memory: tests and the simulator.
-pub struct OwnedRegion {
-    _buf: Vec<Line>,
-    region: Region,
-}
-
-#[repr(C, align(64))]
-#[derive(Clone, Copy)]
-struct Line([u8; 64]);
-
-impl OwnedRegion {
-    /// A zeroed region of `len` bytes, rounded up to a cache line.
-    pub fn zeroed(len: usize) -> Result<Self, AbiError> {
-        let lines = len.div_ceil(64).max(1);
-        let mut buf = vec![Line([0; 64]); lines];
-        let base = NonNull::new(buf.as_mut_ptr().cast::<u8>()).ok_or(AbiError::Misaligned)?;
-        // SAFETY: `buf` is a live, 64-byte aligned allocation of lines*64
-        // bytes, owned by the returned struct and never reallocated.
-        let region = unsafe { Region::from_raw(base, lines * 64) }?;
-        Ok(Self { _buf: buf, region })
-    }
-
-    /// A region holding a copy of `bytes` (a test vector).
-    pub fn from_bytes(bytes: &[u8]) -> Result<Self, AbiError> {
-        let owned = Self::zeroed(bytes.len())?;
-        let mut padded = bytes.to_vec();
-        padded.resize(owned.region.len(), 0);
-        owned.region.load_bytes(&padded)?;
-        Ok(owned)
-    }
-
-    pub fn region(&self) -> &Region {
-        &self.region
-    }
-
-    pub fn region_mut(&mut self) -> &mut Region {
-        &mut self.region
-    }
 }
