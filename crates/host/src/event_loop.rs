@@ -20,7 +20,7 @@ use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use pvsched_base::clock::monotonic_ns;
 use pvsched_control::{Recording, TraceRecord};
-use pvsched_policy::{Decision, Decisions, Event};
+use pvsched_policy::{serving, Decision, Decisions, Event, SlotReads};
 use tracing::{error, info, warn};
 
 use crate::actuator;
@@ -390,18 +390,7 @@ impl Daemon {
         acc.clear();
         let scratch = &mut self.scratch;
         let meaning = HostEventMeaning::of(kind, vcpu, rivals);
-        // A preempted vCPU may hold a lock another vCPU's guest waits for: the waits are
-        // in the other slots.
-        let waiters = meaning
-            .event
-            .is_some_and(|e| vm.policy.reads_waiters_on(&e));
-        let reads = (0..vm.policy.nr_vcpus()).filter(|&w| {
-            if w == vcpu {
-                meaning.slot_may_matter
-            } else {
-                waiters
-            }
-        });
+        let reads = SlotReads::for_event(&vm.policy, vcpu, meaning.event.as_ref());
         if lazy {
             self.late_reads.extend(reads.map(|w| (vm_id, w)));
         } else {
@@ -602,23 +591,14 @@ impl Daemon {
         // vCPU runs again only when it wakes: the timer runs while any vCPU
         // is boosted, at most one wakeup per recheck_boosted_us for them all.
         // A VM with a doorbell needs none of it: its guest rings.
-        let any = if self.quiet_active() {
-            self.vms
-                .iter()
-                .flatten()
-                .any(|vm| !vm.doorbell && vm.any_boosted())
-        } else {
-            self.vms
-                .iter()
-                .flatten()
-                .any(|vm| !vm.doorbell && vm.any_boosted_on_cpu())
-        };
-        self.next_recheck = if any {
-            self.next_recheck
-                .min(now + self.cfg.config.daemon.recheck_boosted_us * 1000)
-        } else {
-            u64::MAX
-        };
+        let lazy = self.quiet_active();
+        let wanted = self.vms.iter().flatten().any(|vm| vm.recheck_wanted(lazy));
+        self.next_recheck = serving::next_recheck(
+            self.next_recheck,
+            now,
+            self.cfg.config.daemon.recheck_boosted_us * 1000,
+            wanted,
+        );
         let boosted: usize = self
             .vms
             .iter()
@@ -664,7 +644,7 @@ impl Daemon {
                 continue;
             };
             for v in 0..vm.policy.nr_vcpus() {
-                if scan || (recheck && !vm.doorbell && vm.boosted_on_cpu(v)) {
+                if scan || (recheck && vm.recheck_reads(v)) {
                     vm.guest_update(now, v, scratch, &mut acc);
                 }
             }

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use pvsched_policy::{Reason, VmLimits};
+use pvsched_policy::{serving, Reason, VmLimits};
 use serde::{Deserialize, Serialize};
 
 mod limits;
@@ -129,10 +129,8 @@ pub struct DaemonConfig {
     /// wake-up costs more than the poll). Off: the guest's idle path is its own.
     pub offer_idle_hints: bool,
     /// The host counts as overloaded (`HF_OVERLOADED`: guests' idle drivers stop
-    /// polling) while CPU pressure (PSI `some`, 10 s average) is above this, percent.
-    /// Measured on the 2-CPU development host (BENCHMARKS.md, message passing): a
-    /// TCG guest's own message-passing load alone keeps it at 10-15 %; stress-ng on
-    /// every CPU at 50-77 %.
+    /// polling) while CPU pressure (PSI `some`, 10 s average) is above this, percent
+    /// (default and rule: `pvsched_policy::serving`, which the simulator shares).
     pub overload_cpu_pressure_percent: f64,
     /// The kvm module's parameter directory, which `pvschedctl idle --apply host`
     /// writes `halt_poll_ns` into (and puts back).
@@ -168,10 +166,10 @@ impl Default for DaemonConfig {
             metrics: "127.0.0.1:9477".into(),
             event_source: EventSourceKind::Auto,
             poll_interval_us: 1000,
-            recheck_boosted_us: 500,
+            recheck_boosted_us: serving::DEFAULT_RECHECK_NS / 1000,
             scan_interval_us: 10_000,
             doorbell_interval_us: 500,
-            discovery_interval_ms: 1000,
+            discovery_interval_ms: serving::DEFAULT_DISCOVERY_INTERVAL_NS / 1_000_000,
             priority: 5,
             mlock: true,
             boost_latency_path: true,
@@ -185,7 +183,7 @@ impl Default for DaemonConfig {
             find_rivals: true,
             quiet_without_rivals: true,
             offer_idle_hints: true,
-            overload_cpu_pressure_percent: 30.0,
+            overload_cpu_pressure_percent: serving::DEFAULT_OVERLOAD_CPU_PRESSURE_PERCENT,
             kvm_params_dir: pvsched_base::kvm_params::DEFAULT_DIR.into(),
         }
     }

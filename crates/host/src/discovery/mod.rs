@@ -27,7 +27,7 @@ use nix::sys::eventfd::EventFd;
 use pvsched_base::qmp::Qmp;
 use tracing::{debug, info};
 
-use pvsched_policy::VmLimits;
+use pvsched_policy::{serving, VmLimits};
 
 use crate::config::{Allowed, Resolved};
 use crate::metrics::VmMetrics;
@@ -179,7 +179,8 @@ pub fn spawn(
                     next_round = Instant::now() + interval;
                     let found = discover_once(&cfg, &mut notes);
                     let limit = cfg.config.daemon.overload_cpu_pressure_percent;
-                    let overloaded = cpu_pressure_some_avg10().is_some_and(|p| p > limit);
+                    let overloaded =
+                        cpu_pressure_some_avg10().is_some_and(|p| serving::overloaded(p, limit));
                     DiscoveryMsg::Snapshot(Snapshot { found, overloaded })
                 } else {
                     let left = next_round.saturating_duration_since(Instant::now());
