@@ -7,8 +7,8 @@ use pvsched_policy::{serving, Decision, Decisions, DurationHistogram, Event, VmL
 use tracing::{info, warn};
 
 use crate::actuator::Managed;
-use crate::discovery::{Found, VmThreads};
 use crate::events::Quiet;
+use crate::found::{Found, VmThreads};
 use crate::metrics::VmMetrics;
 use crate::statefile::{Restored, ThreadRecord};
 
