@@ -103,7 +103,7 @@ impl Daemon {
         discovery::spawn(cfg.clone(), disc_tx, open_rx, disc_fd.clone(), stop.clone())?;
         let control = ControlServer::start(d.control_socket.clone(), stop.clone())?;
         Ok(Self {
-            boost_mapping: d.boost_mapping(),
+            boost_mapping: actuator::BoostMapping::of(d),
             cfg,
             source,
             vms: VmTable::new(open_tx),

@@ -15,6 +15,7 @@ pub mod feed;
 pub mod found;
 pub mod idle_report;
 pub mod kvm_apply;
+pub mod managed;
 pub mod metrics;
 pub mod signals;
 pub mod state_keeper;

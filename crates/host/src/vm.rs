@@ -6,9 +6,9 @@ use pvsched_base::ivshmem;
 use pvsched_policy::{serving, Decision, Decisions, DurationHistogram, Event, VmLimits, VmState};
 use tracing::{info, warn};
 
-use crate::actuator::Managed;
 use crate::events::Quiet;
 use crate::found::{Found, VmThreads};
+use crate::managed::Managed;
 use crate::metrics::VmMetrics;
 use crate::statefile::{Restored, ThreadRecord};
 

@@ -7,6 +7,9 @@ use std::path::{Path, PathBuf};
 use pvsched_policy::{serving, Reason, VmLimits};
 use serde::{Deserialize, Serialize};
 
+pub use crate::events::EventSourceKind;
+use crate::events::{BpfOptions, PollOptions, SourceOptions};
+
 mod limits;
 
 pub use limits::{check_band, set_limit, LimitsConfig, PolicyList};
@@ -28,17 +31,6 @@ pub enum ConfigError {
     },
     #[error("{path}: {msg}")]
     Parse { path: String, msg: String },
-}
-
-/// Where the daemon takes its events from.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EventSourceKind {
-    /// BPF when it loads, else polling (logged).
-    #[default]
-    Auto,
-    Bpf,
-    Poll,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -138,23 +130,21 @@ pub struct DaemonConfig {
 }
 
 impl DaemonConfig {
-    /// How the actuator turns a boost decision into kernel parameters. The
-    /// reason names are checked by `Config::parse`; an unknown one maps nothing.
-    pub fn boost_mapping(&self) -> crate::actuator::BoostMapping {
-        let mut m = crate::actuator::BoostMapping {
-            fair_without_rt_work: self.fair_boost_without_rt_work,
-            nice: self.fair_boost_nice,
-            slice_ns: self.fair_boost_slice_us * 1000,
-            ..crate::actuator::BoostMapping::RT
-        };
-        for i in self
-            .fair_boost_reasons
-            .iter()
-            .filter_map(|n| Reason::index_of(n))
-        {
-            m.fair[i] = true;
+    /// The event source's options.
+    pub fn source_options(&self) -> SourceOptions {
+        SourceOptions {
+            kind: self.event_source,
+            bpf: BpfOptions {
+                lazy_wakeup: self.lazy_events,
+                quiet_idle_wakeups: self.quiet_idle_wakeups,
+                quiet_any_idle_wakeups: self.quiet_any_idle_wakeups,
+                find_rivals: self.find_rivals,
+                ..BpfOptions::default()
+            },
+            poll: PollOptions {
+                interval: std::time::Duration::from_micros(self.poll_interval_us.max(1)),
+            },
         }
-        m
     }
 }
 
@@ -612,28 +602,11 @@ mod tests {
     }
 
     #[test]
-    fn fair_boost_reasons_map_to_their_nice_and_slice_and_bad_values_are_refused() {
-        let r = Config::parse(
-            "[daemon]\nfair_boost_reasons = [\"proactive_wake\", \"lock_holder\"]\n\
-             fair_boost_nice = -10\nfair_boost_slice_us = 300\n",
-            "t.toml",
-        )
-        .unwrap();
+    fn bad_fair_boost_values_are_refused() {
         let slice = Config::parse("[daemon]\nfair_boost_slice_us = 50\n", "t.toml");
         let nice = Config::parse("[daemon]\nfair_boost_nice = -21\n", "t.toml");
         let unboost = Config::parse("[daemon]\nfair_boost_reasons = [\"debt\"]\n", "t.toml");
 
-        let m = r.config.daemon.boost_mapping();
-        let fair: Vec<&str> = (0..Reason::COUNT)
-            .filter(|&i| m.fair[i])
-            .map(|i| Reason::NAMES[i])
-            .collect();
-        assert_eq!(fair, ["proactive_wake", "lock_holder"]);
-        assert_eq!((m.nice, m.slice_ns), (-10, 300_000));
-        assert_eq!(
-            DaemonConfig::default().boost_mapping().fair,
-            crate::actuator::BoostMapping::RT.fair
-        );
         assert!(
             matches!(slice, Err(ConfigError::Invalid { key, .. }) if key == "daemon.fair_boost_slice_us")
         );
