@@ -1,19 +1,17 @@
-//! The actuator: the threads whose scheduling parameters the daemon
-//! changes, what was in force before (restored on exit), and the one place
-//! where a policy decision becomes a `sched_setattr`.
+//! The actuator: the one place where a policy decision becomes a
+//! `sched_setattr` on a managed thread (`managed.rs`), with the boost's
+//! scheduling class as the daemon config maps it.
 
 use pvsched_base::clock::monotonic_ns;
 use pvsched_base::sched::{
-    self, ThreadParams, SCHED_BATCH, SCHED_FIFO, SCHED_IDLE, SCHED_OTHER, SCHED_RR,
+    ThreadParams, SCHED_BATCH, SCHED_FIFO, SCHED_IDLE, SCHED_OTHER, SCHED_RR,
 };
-use pvsched_base::thread::ThreadHandle;
 use pvsched_control::{Recording, TraceKind, TraceRecord};
 use pvsched_policy::{Decision, HostPolicy, Reason};
 use tracing::{debug, warn};
 
-use crate::events::Quiet;
+use crate::config::DaemonConfig;
 use crate::metrics::Metrics;
-use crate::statefile::ThreadRecord;
 use crate::vm::ServedVm;
 
 /// How a boost becomes kernel parameters. The policy says "boosted, at RT
@@ -38,6 +36,25 @@ pub struct BoostMapping {
 }
 
 impl BoostMapping {
+    /// From the daemon config's `fair_boost_*` keys. The reason names are
+    /// checked by `Config::parse`; an unknown one maps nothing.
+    pub fn of(d: &DaemonConfig) -> Self {
+        let mut m = BoostMapping {
+            fair_without_rt_work: d.fair_boost_without_rt_work,
+            nice: d.fair_boost_nice,
+            slice_ns: d.fair_boost_slice_us * 1000,
+            ..BoostMapping::RT
+        };
+        for i in d
+            .fair_boost_reasons
+            .iter()
+            .filter_map(|n| Reason::index_of(n))
+        {
+            m.fair[i] = true;
+        }
+        m
+    }
+
     /// Every boost in the RT class.
     pub const RT: BoostMapping = BoostMapping {
         fair: [false; Reason::COUNT],
@@ -76,91 +93,6 @@ pub fn thread_params(d: &Decision, boost: &BoostMapping) -> ThreadParams {
         }
     };
     params.reset_on_fork()
-}
-
-/// Parameters that only a fair-class boost has: SCHED_OTHER with a slice
-/// request (the daemon's other fair-class params leave `runtime` at 0).
-fn is_fair_boost(p: &ThreadParams) -> bool {
-    p.policy == SCHED_OTHER && p.runtime != 0
-}
-
-/// A thread whose parameters the daemon manages.
-#[derive(Debug)]
-pub struct Managed {
-    pub handle: ThreadHandle,
-    /// Parameters before the daemon touched it: restored on exit.
-    pub original: ThreadParams,
-    /// Parameters in force now (as last set, or the original).
-    pub applied: ThreadParams,
-    /// Which of its records the event source queues without a wakeup, as
-    /// last set.
-    pub quiet: Quiet,
-    /// `sched_setattr` failures on this thread (logged at 1, 2, 4, 8, ...).
-    pub failures: u64,
-}
-
-impl Managed {
-    /// Opens thread `tid` of process `tgid` and reads its parameters.
-    pub fn open(tgid: i32, tid: i32) -> Result<Self, (&'static str, std::io::Error)> {
-        let handle = ThreadHandle::open(tgid, tid).map_err(|e| ("open", e))?;
-        let original = sched::get_params(tid).map_err(|e| ("sched_getattr", e))?;
-        Ok(Self {
-            handle,
-            original,
-            applied: original,
-            quiet: Quiet::NONE,
-            failures: 0,
-        })
-    }
-
-    /// What the state file keeps of it.
-    pub fn record(&self, vm: &str) -> ThreadRecord {
-        ThreadRecord {
-            vm: vm.to_string(),
-            tgid: self.handle.tgid,
-            tid: self.handle.tid,
-            start_time: self.handle.start_time,
-            original: self.original,
-        }
-    }
-
-    /// Boosted by us: RT now and not RT before we came, or given a fair-class
-    /// boost (a thread's original, as read back, also carries its slice).
-    pub fn boosted(&self) -> bool {
-        let rt = self.applied.is_rt() && !self.original.is_rt();
-        let fair = is_fair_boost(&self.applied) && self.applied != self.original;
-        rt || fair
-    }
-
-    /// Applies `want` unless already in force. Ok(true) when a call was made.
-    /// Refuses a thread id that no longer names the thread we opened.
-    pub fn apply(&mut self, want: &ThreadParams) -> std::io::Result<bool> {
-        let same_slice = want.runtime == 0 || want.runtime == self.applied.runtime;
-        if want.same_class(&self.applied) && same_slice {
-            return Ok(false);
-        }
-        if !self.handle.is_alive() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                "thread exited",
-            ));
-        }
-        sched::set_params(self.handle.tid, want)?;
-        self.applied = *want;
-        Ok(true)
-    }
-
-    /// Puts the original parameters back, flags included (when they differ
-    /// and the thread lives). Ok(true) when a call was made.
-    pub fn restore(&mut self) -> std::io::Result<bool> {
-        let original = self.original;
-        if !self.handle.is_alive() || original.same_setting(&self.applied) {
-            return Ok(false);
-        }
-        sched::set_params(self.handle.tid, &original)?;
-        self.applied = original;
-        Ok(true)
-    }
 }
 
 /// What [`apply_decisions`] needs besides the VM and its decisions.
@@ -293,6 +225,9 @@ fn record_decisions(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Config;
+    use crate::managed::{is_fair_boost, Managed};
+    use pvsched_base::sched;
     use pvsched_policy::SchedParams;
 
     fn mapping(fair: &[&str]) -> BoostMapping {
@@ -406,6 +341,28 @@ mod tests {
         );
 
         assert_eq!(p, ThreadParams::other(5).reset_on_fork());
+    }
+
+    #[test]
+    fn the_configured_fair_boost_reasons_map_to_their_nice_and_slice() {
+        let r = Config::parse(
+            "[daemon]\nfair_boost_reasons = [\"proactive_wake\", \"lock_holder\"]\n\
+             fair_boost_nice = -10\nfair_boost_slice_us = 300\n",
+            "t.toml",
+        )
+        .unwrap();
+
+        let m = BoostMapping::of(&r.config.daemon);
+        let fair: Vec<&str> = (0..Reason::COUNT)
+            .filter(|&i| m.fair[i])
+            .map(|i| Reason::NAMES[i])
+            .collect();
+        assert_eq!(fair, ["proactive_wake", "lock_holder"]);
+        assert_eq!((m.nice, m.slice_ns), (-10, 300_000));
+        assert_eq!(
+            BoostMapping::of(&DaemonConfig::default()).fair,
+            BoostMapping::RT.fair
+        );
     }
 
     /// Runs `f` on a managed handle of a thread of this process that waits meanwhile.

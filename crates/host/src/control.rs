@@ -2,17 +2,17 @@
 //! reply line; types in `pvsched-control`), and the answers the event
 //! thread gives between events (status, metrics, tunables, recordings).
 
-use crate::discovery::DiscoveryRequest;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Sender, SyncSender};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use nix::sys::eventfd::EventFd;
+use nix::sys::eventfd::{EfdFlags, EventFd};
 use pvsched_abi::{HS_HALTED, HS_PREEMPTED, HS_RUNNING};
 use pvsched_base::clock::monotonic_ns;
 use pvsched_control::{
@@ -21,11 +21,74 @@ use pvsched_control::{
 use pvsched_policy::VmLimits;
 use tracing::info;
 
-use crate::config;
-use crate::event_loop::Daemon;
+use crate::config::{self, Resolved};
+use crate::events::EventSource;
+use crate::kvm_apply::HaltPollApply;
+use crate::metrics::Metrics;
+use crate::state_keeper::StateKeeper;
+use crate::vm_table::VmTable;
 
 /// A request and where its reply goes.
 pub type ControlMsg = (Request, SyncSender<Response>);
+
+/// The event thread's end of the control socket: the requests its server
+/// thread passes on, and what they started (a recording).
+pub struct ControlServer {
+    requests: Receiver<ControlMsg>,
+    /// Signalled by the server thread for each request passed on.
+    wake: Arc<EventFd>,
+    /// The recording `pvschedctl record` started, while it runs.
+    recording: Option<Recording>,
+    started: Instant,
+}
+
+/// The parts of the daemon a request reads or changes.
+pub struct Served<'a> {
+    pub cfg: &'a mut Resolved,
+    pub vms: &'a mut VmTable,
+    pub source: &'a EventSource,
+    pub metrics: &'a Metrics,
+    pub halt_poll: &'a mut HaltPollApply,
+    pub state: &'a StateKeeper,
+}
+
+impl ControlServer {
+    /// Starts the server thread on a new socket at `path` ([`spawn`]).
+    pub fn start(path: PathBuf, stop: Arc<AtomicBool>) -> std::io::Result<Self> {
+        let (tx, requests) = mpsc::channel();
+        let wake = EventFd::from_flags(EfdFlags::EFD_NONBLOCK).map_err(|e| {
+            let e = std::io::Error::from(e);
+            std::io::Error::new(e.kind(), format!("eventfd: {e}"))
+        })?;
+        let wake = Arc::new(wake);
+        spawn(path, tx, wake.clone(), stop)?;
+        Ok(Self {
+            requests,
+            wake,
+            recording: None,
+            started: Instant::now(),
+        })
+    }
+
+    /// Readable while requests wait.
+    pub fn wake_fd(&self) -> BorrowedFd<'_> {
+        self.wake.as_fd()
+    }
+
+    /// The recording in progress, if any.
+    pub fn recording(&mut self) -> Option<&mut Recording> {
+        self.recording.as_mut()
+    }
+
+    /// Answers every request waiting, on the event thread.
+    pub fn answer_waiting(&mut self, mut d: Served<'_>) {
+        let _ = self.wake.read();
+        while let Ok((req, reply)) = self.requests.try_recv() {
+            let resp = self.answer(req, &mut d);
+            let _ = reply.send(resp);
+        }
+    }
+}
 
 /// The longest request line read (a request is a few hundred bytes).
 const MAX_REQUEST_BYTES: u64 = 64 * 1024;
@@ -109,25 +172,22 @@ fn error(message: impl Into<String>) -> Response {
     }
 }
 
-impl Daemon {
-    /// Answers one request, on the event thread.
-    pub(crate) fn on_control(&mut self, req: Request) -> Response {
+impl ControlServer {
+    /// Answers one request.
+    fn answer(&mut self, req: Request, d: &mut Served<'_>) -> Response {
         match req {
-            Request::Status => Response::Status(self.status()),
+            Request::Status => Response::Status(self.status(d)),
             Request::Metrics => Response::Metrics {
-                text: self.metrics.encode(),
+                text: d.metrics.encode(),
             },
-            Request::Set { vm, key, value } => self.set(vm.as_deref(), &key, &value),
+            Request::Set { vm, key, value } => set(d, vm.as_deref(), &key, &value),
             Request::Idle {
                 vm,
                 budget_permille,
-            } => match crate::idle_report::report(
-                self.vms.iter().flatten(),
-                vm.as_deref(),
-                budget_permille,
-                &self.cfg.config.daemon.kvm_params_dir,
-                monotonic_ns(),
-            ) {
+            } => match d
+                .halt_poll
+                .report(d.vms, vm.as_deref(), budget_permille, monotonic_ns())
+            {
                 Ok(r) => Response::Idle(r),
                 Err(message) => error(&message),
             },
@@ -135,26 +195,33 @@ impl Daemon {
                 vm,
                 budget_permille,
                 target,
-            } => match self.idle_apply(vm.as_deref(), budget_permille, target, monotonic_ns()) {
-                Ok(r) => Response::Idle(r),
-                Err(message) => error(&message),
-            },
+            } => {
+                let (vms, state) = (&*d.vms, d.state);
+                let save = |kvm: Option<&_>| state.save(vms.records(), kvm);
+                let now = monotonic_ns();
+                match d
+                    .halt_poll
+                    .apply(vms, vm.as_deref(), budget_permille, target, now, save)
+                {
+                    Ok(r) => Response::Idle(r),
+                    Err(message) => error(&message),
+                }
+            }
             Request::Rescan { reason } => {
                 let reason: String = reason.chars().take(200).collect();
                 tracing::info!(%reason, "looking for VMs now");
-                match self.open_tx.send(DiscoveryRequest::Rescan) {
+                match d.vms.rescan() {
                     Ok(()) => Response::Ok {
                         message: "looking for VMs now".into(),
                     },
-                    Err(_) => error("the discovery thread has stopped"),
+                    Err(message) => error(message),
                 }
             }
             // seconds > 0 starts a recording, 0 stops and returns it.
             Request::Record { seconds } if seconds > 0.0 => {
-                let tracks = self
+                let tracks = d
                     .vms
                     .iter()
-                    .flatten()
                     .flat_map(|vm| {
                         vm.vcpus.iter().enumerate().map(|(i, m)| TrackInfo {
                             vm: vm.name.clone(),
@@ -183,74 +250,12 @@ impl Daemon {
         }
     }
 
-    /// Sets tunable `key` for VM `vm`, or for the defaults and every VM.
-    /// All or nothing: every new value is checked (by the configuration
-    /// file's rules) before any is put in force.
-    fn set(&mut self, vm: Option<&str>, key: &str, value: &str) -> Response {
-        let daemon_priority = self.cfg.config.daemon.priority;
-        let parse = |base: &VmLimits| config::set_limit(base, key, value, daemon_priority);
-        let defaults = match vm {
-            None => match parse(&self.cfg.default_limits) {
-                Ok(l) => Some(l),
-                Err(e) => return error(e.to_string()),
-            },
-            Some(_) => None,
-        };
-        let mut changes: Vec<(usize, VmLimits)> = Vec::new();
-        for (i, served) in self.vms.iter().enumerate() {
-            let Some(served) = served else { continue };
-            if vm.is_some_and(|n| n != served.name) {
-                continue;
-            }
-            let new = match parse(served.policy.limits()) {
-                Ok(l) => l,
-                Err(e) => return error(format!("vm {}: {e}", served.name)),
-            };
-            if let Err(e) = new.validate() {
-                return error(format!("vm {}: {key}: {e}", served.name));
-            }
-            changes.push((i, new));
-        }
-        if let Some(name) = vm {
-            if changes.is_empty() {
-                return error(format!("no VM named {name:?} is served"));
-            }
-        }
-        if let Some(l) = defaults {
-            self.cfg.default_limits = l;
-        }
-        let mut changed = Vec::with_capacity(changes.len());
-        for (i, new) in changes {
-            let Some(served) = self.vms.get_mut(i).and_then(Option::as_mut) else {
-                continue;
-            };
-            if let Err(e) = served.policy.set_limits(new.clone()) {
-                // Validated above: not expected; say so rather than hide it.
-                return error(format!("vm {}: {e}", served.name));
-            }
-            if let Some(l) = served.cfg_index.and_then(|c| self.cfg.vm_limits.get_mut(c)) {
-                *l = new;
-            }
-            changed.push(served.name.clone());
-        }
-        info!(key, value, vms = ?changed, "tunable set");
-        let whom = if vm.is_none() {
-            "defaults and every VM".to_string()
-        } else {
-            changed.join(", ")
-        };
-        Response::Ok {
-            message: format!("{key} = {value} for {whom}"),
-        }
-    }
-
     /// The status view of every served VM.
-    fn status(&self) -> Status {
+    fn status(&self, d: &Served<'_>) -> Status {
         let now = monotonic_ns();
-        let vms = self
+        let vms = d
             .vms
             .iter()
-            .flatten()
             .map(|vm| {
                 let stats = vm.policy.vm_stats();
                 let header = vm.region.region().header();
@@ -345,9 +350,69 @@ impl Daemon {
         Status {
             pid: std::process::id(),
             uptime_s: self.started.elapsed().as_secs_f64(),
-            event_source: self.source.name().to_string(),
-            dropped_events: self.source.dropped_events(),
+            event_source: d.source.name().to_string(),
+            dropped_events: d.source.dropped_events(),
             vms,
         }
+    }
+}
+
+/// Sets tunable `key` for VM `vm`, or for the defaults and every VM.
+/// All or nothing: every new value is checked (by the configuration
+/// file's rules) before any is put in force.
+fn set(d: &mut Served<'_>, vm: Option<&str>, key: &str, value: &str) -> Response {
+    let daemon_priority = d.cfg.config.daemon.priority;
+    let parse = |base: &VmLimits| config::set_limit(base, key, value, daemon_priority);
+    let defaults = match vm {
+        None => match parse(&d.cfg.default_limits) {
+            Ok(l) => Some(l),
+            Err(e) => return error(e.to_string()),
+        },
+        Some(_) => None,
+    };
+    let mut changes: Vec<(u32, VmLimits)> = Vec::new();
+    for served in d.vms.iter() {
+        if vm.is_some_and(|n| n != served.name) {
+            continue;
+        }
+        let new = match parse(served.policy.limits()) {
+            Ok(l) => l,
+            Err(e) => return error(format!("vm {}: {e}", served.name)),
+        };
+        if let Err(e) = new.validate() {
+            return error(format!("vm {}: {key}: {e}", served.name));
+        }
+        changes.push((served.id, new));
+    }
+    if let Some(name) = vm {
+        if changes.is_empty() {
+            return error(format!("no VM named {name:?} is served"));
+        }
+    }
+    if let Some(l) = defaults {
+        d.cfg.default_limits = l;
+    }
+    let mut changed = Vec::with_capacity(changes.len());
+    for (id, new) in changes {
+        let Some(served) = d.vms.get_mut(id) else {
+            continue;
+        };
+        if let Err(e) = served.policy.set_limits(new.clone()) {
+            // Validated above: not expected; say so rather than hide it.
+            return error(format!("vm {}: {e}", served.name));
+        }
+        if let Some(l) = served.cfg_index.and_then(|c| d.cfg.vm_limits.get_mut(c)) {
+            *l = new;
+        }
+        changed.push(served.name.clone());
+    }
+    info!(key, value, vms = ?changed, "tunable set");
+    let whom = if vm.is_none() {
+        "defaults and every VM".to_string()
+    } else {
+        changed.join(", ")
+    };
+    Response::Ok {
+        message: format!("{key} = {value} for {whom}"),
     }
 }

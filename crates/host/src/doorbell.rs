@@ -11,7 +11,11 @@
 use std::collections::BTreeSet;
 use std::os::fd::{AsFd, OwnedFd, RawFd};
 
+use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags};
 use pvsched_base::ivshmem;
+use tracing::warn;
+
+use crate::metrics::Metrics;
 
 /// One VM's doorbell.
 #[derive(Debug)]
@@ -85,6 +89,124 @@ pub unsafe fn adopt(args: &[String]) -> Result<Vec<Doorbell>, DoorbellError> {
         });
     }
     Ok(out)
+}
+
+/// Every doorbell pvschedd was given, each registered one-shot in the event
+/// loop's epoll set under a token of its own, so that a ring is handled at
+/// most once per `doorbell_interval_us`: a guest writing its Doorbell
+/// register in a loop wakes the FIFO event thread no more often than that
+/// (by default, as often as the recheck timer the doorbell replaces would).
+/// Sparse rings are re-armed at once, without a timer.
+pub struct Doorbells {
+    bells: Vec<Doorbell>,
+    /// Doorbell `i`'s epoll token is `token_base + i`.
+    token_base: u64,
+    /// When each doorbell, disarmed by its last ring, is armed again
+    /// (`u64::MAX`: armed).
+    rearm_at: Vec<u64>,
+    /// When each doorbell's last ring was handled (0: never).
+    last_ring: Vec<u64>,
+}
+
+impl Doorbells {
+    pub fn new(bells: Vec<Doorbell>, token_base: u64) -> Self {
+        let n = bells.len();
+        Self {
+            bells,
+            token_base,
+            rearm_at: vec![u64::MAX; n],
+            last_ring: vec![0; n],
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bells.is_empty()
+    }
+
+    /// Whether VM `vm` has a doorbell.
+    pub fn serves(&self, vm: &str) -> bool {
+        self.bells.iter().any(|d| d.vm == vm)
+    }
+
+    /// The doorbell an epoll token names.
+    pub fn of_token(&self, token: u64) -> Option<usize> {
+        let i = usize::try_from(token.checked_sub(self.token_base)?).ok()?;
+        (i < self.bells.len()).then_some(i)
+    }
+
+    fn event(&self, i: usize) -> EpollEvent {
+        EpollEvent::new(
+            EpollFlags::EPOLLIN | EpollFlags::EPOLLONESHOT,
+            self.token_base + i as u64,
+        )
+    }
+
+    /// Adds every doorbell to `epoll`, armed.
+    pub fn register(&self, epoll: &Epoll) -> nix::Result<()> {
+        for (i, d) in self.bells.iter().enumerate() {
+            epoll.add(d.fd.as_fd(), self.event(i))?;
+        }
+        Ok(())
+    }
+
+    /// When the next disarmed doorbell is to be armed again.
+    pub fn next_rearm(&self) -> Option<u64> {
+        self.rearm_at.iter().min().copied()
+    }
+
+    /// Arms again, in `epoll`, each doorbell whose pause after a ring is over
+    /// at `now`.
+    pub fn rearm(&mut self, epoll: &Epoll, now: u64) -> nix::Result<()> {
+        for i in 0..self.bells.len() {
+            if self.rearm_at[i] > now {
+                continue;
+            }
+            self.rearm_at[i] = u64::MAX;
+            epoll.modify(self.bells[i].fd.as_fd(), &mut self.event(i))?;
+        }
+        Ok(())
+    }
+
+    /// Doorbell `i` woke the event loop at `now`: the VM whose guest rang, if
+    /// the ring is handled now. A ring less than `interval_ns` after the last
+    /// one handled is left pending (the doorbell stays disarmed) until that
+    /// interval is over. After a ring handled, the doorbell is re-armed at
+    /// once if the one before was at least two intervals earlier (sparse
+    /// rings cost one wakeup each, no timer), else one interval later.
+    pub fn ring(
+        &mut self,
+        i: usize,
+        now: u64,
+        interval_ns: u64,
+        metrics: &Metrics,
+    ) -> Option<&str> {
+        let d = self.bells.get(i)?;
+        let last = self.last_ring[i];
+        if last != 0 && now < last.saturating_add(interval_ns) {
+            metrics.wakeups_doorbell.inc();
+            self.rearm_at[i] = last + interval_ns;
+            return None;
+        }
+        self.last_ring[i] = now;
+        self.rearm_at[i] = if last == 0 || now - last >= 2 * interval_ns {
+            now
+        } else {
+            now + interval_ns
+        };
+        let rings = match ivshmem::drain(d.fd.as_fd()) {
+            Ok(n) => n,
+            Err(e) => {
+                warn!(vm = %d.vm, error = %e, "doorbell read failed");
+                0
+            }
+        };
+        if rings == 0 {
+            return None;
+        }
+        metrics.wakeups_doorbell.inc();
+        metrics.doorbell_rings.inc_by(rings);
+        Some(&d.vm)
+    }
 }
 
 #[cfg(test)]

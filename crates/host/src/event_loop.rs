@@ -5,13 +5,10 @@
 //! source, one timer, signals, and two channels (discovery, control) whose
 //! slow work runs on threads of their own.
 
-use std::collections::BTreeMap;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::mpsc::{self, Receiver};
 use std::sync::Arc;
-use std::time::Instant;
 
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
@@ -19,21 +16,26 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use pvsched_base::clock::monotonic_ns;
-use pvsched_control::{Recording, TraceRecord};
-use pvsched_policy::{Decision, Decisions, Event};
-use tracing::{error, info, warn};
+use pvsched_control::TraceRecord;
+use pvsched_policy::{serving, Decision, Decisions, Event, SlotReads};
+use tracing::{error, info};
 
 use crate::actuator;
 use crate::config::Resolved;
-use crate::control::{self, ControlMsg};
-use crate::discovery::{self, DiscoveryMsg, DiscoveryRequest};
-use crate::doorbell::Doorbell;
+use crate::control::{ControlServer, Served};
+use crate::discovery::{self, DiscoveryMsg, Snapshot};
+use crate::doorbell::{Doorbell, Doorbells};
+use crate::error::os;
+pub use crate::error::DaemonError;
 use crate::events::{EventSource, HostEvent};
 use crate::feed::{rivals_of, HostEventMeaning};
+use crate::kvm_apply::HaltPollApply;
 use crate::metrics::Metrics;
 pub use crate::signals::{block_stop_signals, STOP_SIGNALS};
-use crate::statefile::{self, restore_records, ThreadRecord};
+use crate::state_keeper::StateKeeper;
+use crate::statefile::{self, StateFileError, ThreadRecord};
 use crate::vm::ServedVm;
+use crate::vm_table::{OpenTerms, VmTable};
 
 const TOKEN_SOURCE: u64 = 1;
 const TOKEN_TIMER: u64 = 2;
@@ -43,24 +45,23 @@ const TOKEN_CONTROL: u64 = 5;
 /// Doorbell `i` (`Daemon::doorbells`) is `TOKEN_DOORBELL + i`.
 const TOKEN_DOORBELL: u64 = 16;
 
+/// pvschedd's event thread: the policy's mechanism, one part per job.
 pub struct Daemon {
-    pub(crate) cfg: Resolved,
+    cfg: Resolved,
     /// How boosts become kernel parameters (from the daemon config).
     boost_mapping: actuator::BoostMapping,
-    pub(crate) source: EventSource,
-    /// Served VMs; the index is the VM id in the event source's maps.
-    pub(crate) vms: Vec<Option<ServedVm>>,
-    pub(crate) metrics: Arc<Metrics>,
+    source: EventSource,
+    vms: VmTable,
+    metrics: Arc<Metrics>,
+    /// The state file, for a successor after a crash.
+    state: StateKeeper,
+    halt_poll: HaltPollApply,
+    control: ControlServer,
+    doorbells: Doorbells,
     /// Scratch output of one `handle` call.
     scratch: Decisions,
     /// Decisions collected for the VM being handled, applied in order.
     decisions: Vec<Decision>,
-    pub(crate) state_path: PathBuf,
-    /// Recorded threads that live but could not be restored (by a
-    /// predecessor or by us): kept in the state file, tried again.
-    pub(crate) leftover: Vec<ThreadRecord>,
-    pub(crate) recording: Option<Recording>,
-    pub(crate) started: Instant,
     next_scan: u64,
     next_recheck: u64,
     /// When the event thread last returned from epoll: the end of the
@@ -75,46 +76,10 @@ pub struct Daemon {
     /// Slots (VM id, vCPU) that records read late asked to read: read once the
     /// drain is over, at the present (see `on_host_event`).
     late_reads: Vec<(u32, u32)>,
-    pub(crate) overloaded: bool,
-    /// The kvm module's halt-polling parameters as found before `pvschedctl idle
-    /// --apply host` first changed them: put back at shutdown (and recorded in the
-    /// state file, for the next start after a crash).
-    pub(crate) kvm_original: Option<statefile::SavedHaltPoll>,
+    overloaded: bool,
     disc_rx: Receiver<DiscoveryMsg>,
     disc_fd: Arc<EventFd>,
-    /// VMs to open, to the discovery thread.
-    pub(crate) open_tx: Sender<DiscoveryRequest>,
-    /// VMs being opened there, by name, with the VM id reserved for each.
-    pub(crate) opening: BTreeMap<String, u32>,
-    /// Why each VM that could not be opened was refused (logged once).
-    pub(crate) refused: BTreeMap<String, String>,
-    ctl_rx: Receiver<ControlMsg>,
-    ctl_fd: Arc<EventFd>,
     stop: Arc<AtomicBool>,
-    /// Guest doorbells, by VM name (`--doorbell`).
-    pub(crate) doorbells: Vec<Doorbell>,
-    /// When each doorbell, disarmed by its last ring, is armed again
-    /// (`u64::MAX`: armed).
-    doorbell_rearm: Vec<u64>,
-    /// When each doorbell's last ring was handled (0: never).
-    doorbell_last: Vec<u64>,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum DaemonError {
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
-    #[error("{op}: {source}")]
-    Os {
-        op: &'static str,
-        source: nix::Error,
-    },
-    #[error(transparent)]
-    State(#[from] statefile::StateFileError),
-}
-
-fn os(op: &'static str) -> impl FnOnce(nix::Error) -> DaemonError {
-    move |source| DaemonError::Os { op, source }
 }
 
 impl Daemon {
@@ -128,33 +93,27 @@ impl Daemon {
         recovered: statefile::Restored,
         doorbells: Vec<Doorbell>,
     ) -> Result<Self, DaemonError> {
-        let leftover = recovered.left;
-        let state_path = cfg.config.daemon.state_file.clone();
+        let d = &cfg.config.daemon;
+        let state = StateKeeper::new(d.state_file.clone(), recovered.left);
+        let halt_poll = HaltPollApply::new(d.kvm_params_dir.clone(), recovered.kvm_halt_poll);
         let (disc_tx, disc_rx) = mpsc::channel();
         let (open_tx, open_rx) = mpsc::channel();
         let disc_fd = Arc::new(EventFd::from_flags(EfdFlags::EFD_NONBLOCK).map_err(os("eventfd"))?);
-        let (ctl_tx, ctl_rx) = mpsc::channel();
-        let ctl_fd = Arc::new(EventFd::from_flags(EfdFlags::EFD_NONBLOCK).map_err(os("eventfd"))?);
         let stop = Arc::new(AtomicBool::new(false));
         discovery::spawn(cfg.clone(), disc_tx, open_rx, disc_fd.clone(), stop.clone())?;
-        control::spawn(
-            cfg.config.daemon.control_socket.clone(),
-            ctl_tx,
-            ctl_fd.clone(),
-            stop.clone(),
-        )?;
+        let control = ControlServer::start(d.control_socket.clone(), stop.clone())?;
         Ok(Self {
-            boost_mapping: cfg.config.daemon.boost_mapping(),
+            boost_mapping: actuator::BoostMapping::of(d),
             cfg,
             source,
-            vms: Vec::new(),
+            vms: VmTable::new(open_tx),
             metrics,
+            state,
+            halt_poll,
+            control,
+            doorbells: Doorbells::new(doorbells, TOKEN_DOORBELL),
             scratch: Decisions::with_capacity(64),
             decisions: Vec::with_capacity(64),
-            state_path,
-            leftover,
-            recording: None,
-            started: Instant::now(),
             next_scan: 0,
             woke_ns: 0,
             armed_ns: 0,
@@ -162,18 +121,9 @@ impl Daemon {
             late_reads: Vec::new(),
             next_recheck: u64::MAX,
             overloaded: false,
-            kvm_original: recovered.kvm_halt_poll,
             disc_rx,
             disc_fd,
-            open_tx,
-            opening: BTreeMap::new(),
-            refused: BTreeMap::new(),
-            ctl_rx,
-            ctl_fd,
             stop,
-            doorbells,
-            doorbell_rearm: Vec::new(),
-            doorbell_last: Vec::new(),
         })
     }
 
@@ -203,35 +153,21 @@ impl Daemon {
             (timer.as_fd(), TOKEN_TIMER),
             (sigfd.as_fd(), TOKEN_SIGNAL),
             (self.disc_fd.as_fd(), TOKEN_DISCOVERY),
-            (self.ctl_fd.as_fd(), TOKEN_CONTROL),
+            (self.control.wake_fd(), TOKEN_CONTROL),
         ] {
             epoll
                 .add(fd, EpollEvent::new(EpollFlags::EPOLLIN, token))
                 .map_err(os("epoll_ctl"))?;
         }
-        // One-shot: a ring is handled at most once per doorbell_interval_us
-        // (`on_doorbell`, `rearm_doorbells`), so a guest writing its Doorbell
-        // register in a loop wakes this FIFO thread no more often than that
-        // (by default, as often as the recheck timer the doorbell replaces
-        // would). Sparse rings are re-armed at once, without a timer.
-        for (i, d) in self.doorbells.iter().enumerate() {
-            epoll
-                .add(
-                    d.fd.as_fd(),
-                    EpollEvent::new(
-                        EpollFlags::EPOLLIN | EpollFlags::EPOLLONESHOT,
-                        TOKEN_DOORBELL + i as u64,
-                    ),
-                )
-                .map_err(os("epoll_ctl"))?;
-        }
-        self.doorbell_rearm = vec![u64::MAX; self.doorbells.len()];
-        self.doorbell_last = vec![0; self.doorbells.len()];
+        // One-shot, re-armed by the ring rate (`Doorbells`).
+        self.doorbells.register(&epoll).map_err(os("epoll_ctl"))?;
         info!("serving");
         let mut events = [EpollEvent::empty(); 8];
         loop {
             if !self.doorbells.is_empty() {
-                self.rearm_doorbells(&epoll, monotonic_ns())?;
+                self.doorbells
+                    .rearm(&epoll, monotonic_ns())
+                    .map_err(os("epoll_ctl"))?;
             }
             self.arm(&timer)?;
             let n = match epoll.wait(&mut events, EpollTimeout::NONE) {
@@ -274,17 +210,19 @@ impl Daemon {
                             }
                         }
                     }
-                    TOKEN_CONTROL => {
-                        let _ = self.ctl_fd.read();
-                        while let Ok((req, reply)) = self.ctl_rx.try_recv() {
-                            let resp = self.on_control(req);
-                            let _ = reply.send(resp);
+                    TOKEN_CONTROL => self.control.answer_waiting(Served {
+                        cfg: &mut self.cfg,
+                        vms: &mut self.vms,
+                        source: &self.source,
+                        metrics: &self.metrics,
+                        halt_poll: &mut self.halt_poll,
+                        state: &self.state,
+                    }),
+                    t => {
+                        if let Some(i) = self.doorbells.of_token(t) {
+                            self.on_doorbell(i);
                         }
                     }
-                    t if t >= TOKEN_DOORBELL => {
-                        self.on_doorbell((t - TOKEN_DOORBELL) as usize);
-                    }
-                    _ => {}
                 }
             }
             // Poll sources have no fd activity of their own between ticks.
@@ -296,7 +234,7 @@ impl Daemon {
 
     fn arm(&mut self, timer: &TimerFd) -> Result<(), DaemonError> {
         let mut next = self.next_scan.min(self.next_recheck);
-        for vm in self.vms.iter().flatten() {
+        for vm in self.vms.iter() {
             if let Some(d) = vm.policy.next_deadline() {
                 next = next.min(d);
             }
@@ -304,7 +242,7 @@ impl Daemon {
         if let Some(p) = self.source.next_poll_ns() {
             next = next.min(p);
         }
-        if let Some(&r) = self.doorbell_rearm.iter().min() {
+        if let Some(r) = self.doorbells.next_rearm() {
             next = next.min(r);
         }
         let next = next.max(1);
@@ -346,7 +284,7 @@ impl Daemon {
             let mut acc = std::mem::take(&mut self.decisions);
             acc.clear();
             let scratch = &mut self.scratch;
-            let mut vm = self.vms.get_mut(id as usize).and_then(Option::as_mut);
+            let mut vm = self.vms.get_mut(id);
             while i < reads.len() && reads[i].0 == id {
                 if let Some(vm) = vm.as_deref_mut() {
                     vm.guest_update(now, reads[i].1, scratch, &mut acc);
@@ -371,7 +309,7 @@ impl Daemon {
             quiet: lazy,
             ..
         } = ev;
-        let Some(vm) = self.vms.get_mut(vm_id as usize).and_then(Option::as_mut) else {
+        let Some(vm) = self.vms.get_mut(vm_id) else {
             return;
         };
         if vcpu >= vm.policy.nr_vcpus() {
@@ -390,18 +328,7 @@ impl Daemon {
         acc.clear();
         let scratch = &mut self.scratch;
         let meaning = HostEventMeaning::of(kind, vcpu, rivals);
-        // A preempted vCPU may hold a lock another vCPU's guest waits for: the waits are
-        // in the other slots.
-        let waiters = meaning
-            .event
-            .is_some_and(|e| vm.policy.reads_waiters_on(&e));
-        let reads = (0..vm.policy.nr_vcpus()).filter(|&w| {
-            if w == vcpu {
-                meaning.slot_may_matter
-            } else {
-                waiters
-            }
-        });
+        let reads = SlotReads::for_event(&vm.policy, vcpu, meaning.event.as_ref());
         if lazy {
             self.late_reads.extend(reads.map(|w| (vm_id, w)));
         } else {
@@ -420,7 +347,7 @@ impl Daemon {
                 .inc();
             vm.feed(now, &event, scratch, &mut acc);
         }
-        if let (Some(rec), Some(kind)) = (self.recording.as_mut(), trace) {
+        if let (Some(rec), Some(kind)) = (self.control.recording(), trace) {
             rec.records.push(TraceRecord {
                 ts_ns: ts,
                 tid: tid as i32,
@@ -449,7 +376,7 @@ impl Daemon {
     /// Applies the pending decisions of VM `vm_id`.
     fn apply(&mut self, vm_id: u32, event_ts: Option<u64>, now: u64) {
         let mut decisions = std::mem::take(&mut self.decisions);
-        if let Some(vm) = self.vms.get_mut(vm_id as usize).and_then(Option::as_mut) {
+        if let Some(vm) = self.vms.get_mut(vm_id) {
             actuator::apply_decisions(
                 vm,
                 &decisions,
@@ -460,7 +387,7 @@ impl Daemon {
                     boost_latency_path: self.cfg.config.daemon.boost_latency_path,
                     boost: &self.boost_mapping,
                     metrics: &self.metrics,
-                    recording: self.recording.as_mut(),
+                    recording: self.control.recording(),
                 },
             );
         }
@@ -484,7 +411,7 @@ impl Daemon {
             return;
         }
         let quiet_without_rivals = self.cfg.config.daemon.quiet_without_rivals;
-        let Some(vm) = self.vms.get_mut(vm_id as usize).and_then(Option::as_mut) else {
+        let Some(vm) = self.vms.get_mut(vm_id) else {
             return;
         };
         for v in 0..vm.vcpus.len() {
@@ -498,81 +425,28 @@ impl Daemon {
         }
     }
 
-    /// Arms again, in `epoll`, each doorbell whose pause after a ring is over.
-    fn rearm_doorbells(&mut self, epoll: &Epoll, now: u64) -> Result<(), DaemonError> {
-        for (i, d) in self.doorbells.iter().enumerate() {
-            if self.doorbell_rearm[i] > now {
-                continue;
-            }
-            self.doorbell_rearm[i] = u64::MAX;
-            epoll
-                .modify(
-                    d.fd.as_fd(),
-                    &mut EpollEvent::new(
-                        EpollFlags::EPOLLIN | EpollFlags::EPOLLONESHOT,
-                        TOKEN_DOORBELL + i as u64,
-                    ),
-                )
-                .map_err(os("epoll_ctl"))?;
-        }
-        Ok(())
-    }
-
     /// The guest of doorbell `i` rang: it published that a boosted vCPU has
-    /// no reason left. Records queued without a wakeup come first, then every
-    /// boosted vCPU of that VM is re-read (the ring does not say which).
-    ///
-    /// Rate: a ring less than `doorbell_interval_us` after the last one
-    /// handled is left pending (the doorbell disarmed, one-shot) until that
-    /// interval is over. After a ring handled, the doorbell is re-armed at
-    /// once if the one before was at least two intervals earlier (sparse
-    /// rings cost one wakeup each, no timer), else one interval later.
+    /// no reason left (`Doorbells::ring` says whether the ring is handled
+    /// now). Records queued without a wakeup come first, then every boosted
+    /// vCPU of that VM is re-read (the ring does not say which).
     fn on_doorbell(&mut self, i: usize) {
-        let Some(d) = self.doorbells.get(i) else {
-            return;
-        };
         let interval = self.cfg.config.daemon.doorbell_interval_us * 1000;
-        let (now, last) = (monotonic_ns(), self.doorbell_last[i]);
-        if last != 0 && now < last.saturating_add(interval) {
-            self.metrics.wakeups_doorbell.inc();
-            self.doorbell_rearm[i] = last + interval;
+        let rung = self
+            .doorbells
+            .ring(i, monotonic_ns(), interval, &self.metrics);
+        let Some(name) = rung.map(str::to_string) else {
             return;
-        }
-        self.doorbell_last[i] = now;
-        self.doorbell_rearm[i] = if last == 0 || now - last >= 2 * interval {
-            now
-        } else {
-            now + interval
         };
-        let rings = match pvsched_base::ivshmem::drain(d.fd.as_fd()) {
-            Ok(n) => n,
-            Err(e) => {
-                warn!(vm = %d.vm, error = %e, "doorbell read failed");
-                0
-            }
-        };
-        if rings == 0 {
-            return;
-        }
-        self.metrics.wakeups_doorbell.inc();
-        self.metrics.doorbell_rings.inc_by(rings);
-        let name = d.vm.clone();
         if self.source.is_bpf() {
             self.drain_source();
         }
         let now = monotonic_ns();
-        let Some(id) = self
-            .vms
-            .iter()
-            .flatten()
-            .find(|vm| vm.name == name)
-            .map(|vm| vm.id)
-        else {
+        let Some(id) = self.vms.id_of(&name) else {
             return;
         };
         let mut acc = std::mem::take(&mut self.decisions);
         acc.clear();
-        if let Some(vm) = self.vms.get_mut(id as usize).and_then(Option::as_mut) {
+        if let Some(vm) = self.vms.get_mut(id) {
             for v in 0..vm.policy.nr_vcpus() {
                 if vm.vcpus.get(v as usize).is_some_and(|m| m.boosted()) {
                     vm.guest_update(now, v, &mut self.scratch, &mut acc);
@@ -587,7 +461,7 @@ impl Daemon {
         // rings again when the reason ends. Without this a boost kept at the
         // ring lasted until the next scan rewrote the half and the guest
         // published again.
-        if let Some(vm) = self.vms.get(id as usize).and_then(Option::as_ref) {
+        if let Some(vm) = self.vms.get(id) {
             for v in 0..vm.policy.nr_vcpus() {
                 if vm.vcpus.get(v as usize).is_some_and(|m| m.boosted()) {
                     vm.publish(now, v);
@@ -602,27 +476,17 @@ impl Daemon {
         // vCPU runs again only when it wakes: the timer runs while any vCPU
         // is boosted, at most one wakeup per recheck_boosted_us for them all.
         // A VM with a doorbell needs none of it: its guest rings.
-        let any = if self.quiet_active() {
-            self.vms
-                .iter()
-                .flatten()
-                .any(|vm| !vm.doorbell && vm.any_boosted())
-        } else {
-            self.vms
-                .iter()
-                .flatten()
-                .any(|vm| !vm.doorbell && vm.any_boosted_on_cpu())
-        };
-        self.next_recheck = if any {
-            self.next_recheck
-                .min(now + self.cfg.config.daemon.recheck_boosted_us * 1000)
-        } else {
-            u64::MAX
-        };
+        let lazy = self.quiet_active();
+        let wanted = self.vms.iter().any(|vm| vm.recheck_wanted(lazy));
+        self.next_recheck = serving::next_recheck(
+            self.next_recheck,
+            now,
+            self.cfg.config.daemon.recheck_boosted_us * 1000,
+            wanted,
+        );
         let boosted: usize = self
             .vms
             .iter()
-            .flatten()
             .map(|vm| vm.vcpus.iter().filter(|m| m.boosted()).count())
             .sum();
         self.metrics.boosted_vcpus.set(boosted as i64);
@@ -647,7 +511,7 @@ impl Daemon {
             // A region truncated under us is no longer the guest's: its VM
             // is restored and dropped before anything reads it (one fstat
             // per VM per scan).
-            for vm in self.vms.iter_mut().flatten() {
+            for vm in self.vms.iter_mut() {
                 if !vm.region_intact() {
                     vm.gone = true;
                 }
@@ -655,16 +519,16 @@ impl Daemon {
             self.drop_gone();
         }
         // Slot index == VM id; no list collected on this 2-kHz path.
-        for id in 0..self.vms.len() as u32 {
+        for id in 0..self.vms.id_bound() {
             let mut acc = std::mem::take(&mut self.decisions);
             acc.clear();
             let overloaded = self.overloaded;
             let scratch = &mut self.scratch;
-            let Some(vm) = self.vms.get_mut(id as usize).and_then(Option::as_mut) else {
+            let Some(vm) = self.vms.get_mut(id) else {
                 continue;
             };
             for v in 0..vm.policy.nr_vcpus() {
-                if scan || (recheck && !vm.doorbell && vm.boosted_on_cpu(v)) {
+                if scan || (recheck && vm.recheck_reads(v)) {
                     vm.guest_update(now, v, scratch, &mut acc);
                 }
             }
@@ -688,32 +552,74 @@ impl Daemon {
     /// file only when every thread it would list was restored or is gone
     /// (else it is rewritten with those, for the next start).
     fn shutdown(&mut self) {
-        let mut restored = 0;
-        for vm in self.vms.iter_mut().flatten() {
-            let done = vm.restore_all();
-            restored += done.restored;
-            self.leftover.extend(done.left);
-            vm.clear_host_halves();
-        }
-        self.vms.clear();
+        let done = self.vms.restore_all();
+        self.state.keep_unrestored(done.left);
         self.stop.store(true, Ordering::Relaxed);
-        if let Err(e) = self.restore_kvm_params() {
+        if let Err(e) = self.halt_poll.restore() {
             error!(error = %e, "cannot put the kvm module's halt-polling parameters back");
         }
-        let done = restore_records(&self.leftover);
-        restored += done.restored;
-        self.leftover = done.left;
-        if self.leftover.is_empty() && self.kvm_original.is_none() {
-            let _ = std::fs::remove_file(&self.state_path);
-        } else if let Err(e) = self.save_state(std::iter::empty()) {
-            error!(error = %e, left = self.leftover.len(), "cannot record the threads left unrestored");
-        } else {
-            warn!(
-                left = self.leftover.len(),
-                "threads left unrestored stay in the state file"
-            );
-        }
+        let restored = done.restored + self.state.finish(self.halt_poll.original());
         let _ = std::fs::remove_file(&self.cfg.config.daemon.control_socket);
         info!(restored, "restored every thread; exiting");
+    }
+
+    fn on_discovery(&mut self, snapshot: Snapshot) {
+        let Snapshot { found, overloaded } = snapshot;
+        self.overloaded = overloaded;
+        // Drop VMs that are gone or whose threads changed, then open new ones.
+        self.vms.mark_missing(&found);
+        self.drop_gone();
+        let terms = OpenTerms {
+            cfg: &self.cfg,
+            metrics: &self.metrics,
+            doorbells: &self.doorbells,
+        };
+        self.vms.open_new(found, terms);
+    }
+
+    /// A VM opened on the discovery thread: served once the state file
+    /// lists its threads (none is boosted before).
+    fn on_opened(&mut self, name: String, id: u32, result: Result<Box<ServedVm>, String>) {
+        let Some(vm) = self.vms.opened(name, result) else {
+            return;
+        };
+        if let Err(e) = self.save_state(vm.records().into_iter()) {
+            error!(vm = %vm.name, error = %e, "cannot record the threads in the state file: not serving");
+            return;
+        }
+        self.vms.serve(id, vm, &mut self.source);
+        self.metrics.vms.set(self.vms.served() as i64);
+    }
+
+    /// Restores and drops the VMs marked gone.
+    fn drop_gone(&mut self) {
+        let Some(left) = self.vms.drop_gone(&mut self.source) else {
+            return;
+        };
+        self.state.keep_unrestored(left);
+        // A failure leaves the previous file, which lists more threads
+        // than are served: safe, since recovery checks each identity.
+        if let Err(e) = self.save_state(std::iter::empty()) {
+            error!(error = %e, "cannot rewrite the state file");
+        }
+        self.metrics.vms.set(self.vms.served() as i64);
+    }
+
+    /// Tries again to restore threads whose restore failed earlier (by this
+    /// daemon or a predecessor); records the ones still left.
+    fn retry_leftover(&mut self) {
+        if self.state.retry_unrestored() {
+            if let Err(e) = self.save_state(std::iter::empty()) {
+                error!(error = %e, "cannot rewrite the state file");
+            }
+        }
+    }
+
+    /// Writes the state file: every served VM's threads, `extra` (VMs about
+    /// to be served), the threads left unrestored and the kvm parameters to
+    /// put back.
+    fn save_state(&self, extra: impl Iterator<Item = ThreadRecord>) -> Result<(), StateFileError> {
+        let served = self.vms.records().chain(extra);
+        self.state.save(served, self.halt_poll.original())
     }
 }

@@ -1,6 +1,6 @@
-//! What a host event means to the policy: the policy event it becomes,
-//! whether the vCPU's slot should be read first, and how a recording shows
-//! it.
+//! What a host event means to the policy: the policy event it becomes and
+//! how a recording shows it (which slots to read before it is the policy's
+//! rule: `pvsched_policy::SlotReads`).
 
 use pvsched_control::TraceKind;
 use pvsched_policy::{Event, ExitReason, Rivals, WakeSource};
@@ -24,9 +24,6 @@ pub fn rivals_of(ev: &HostEvent) -> Rivals {
 pub struct HostEventMeaning {
     /// The policy event, if the policy has one for it.
     pub event: Option<Event>,
-    /// Read the vCPU's guest half before ([`Event::reads_slot_first`]: the
-    /// policy's rule, shared with the simulator).
-    pub slot_may_matter: bool,
     /// How `pvschedctl record` shows it.
     pub trace: Option<TraceKind>,
 }
@@ -80,11 +77,7 @@ impl HostEventMeaning {
                 None,
             ),
         };
-        Self {
-            event,
-            slot_may_matter: event.is_some_and(|e| e.reads_slot_first()),
-            trace,
-        }
+        Self { event, trace }
     }
 }
 
@@ -93,7 +86,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_preemption_reads_the_slot_and_becomes_preempted() {
+    fn a_preemption_becomes_preempted() {
         let m = HostEventMeaning::of(EventKind::SwitchOut { runnable: true }, 3, Rivals::None);
 
         assert_eq!(
@@ -103,15 +96,15 @@ mod tests {
                 rivals: Rivals::None
             })
         );
-        assert!(m.slot_may_matter);
+        assert_eq!(m.trace, Some(TraceKind::Preempted));
     }
 
     #[test]
-    fn a_switch_in_needs_no_slot_read() {
+    fn a_switch_in_becomes_running() {
         let m = HostEventMeaning::of(EventKind::SwitchIn { cpu: 1 }, 0, Rivals::Host);
 
         assert_eq!(m.event, Some(Event::Running { vcpu: 0 }));
-        assert!(!m.slot_may_matter);
+        assert_eq!(m.trace, Some(TraceKind::Running));
     }
 
     #[test]

@@ -8,13 +8,10 @@ use std::path::Path;
 use pvsched_base::kvm_params::{self, HaltPoll};
 use pvsched_base::vcpu_names::Accel;
 use pvsched_control::{IdleReport, PollOutcome, VcpuIdle, VmIdle};
-use pvsched_policy::{advise, DurationHistogram, PollPrice};
+use pvsched_policy::serving::{advise_vcpu, observed_ns, PooledHalts};
+use pvsched_policy::{DurationHistogram, PollPrice};
 
 use crate::vm::ServedVm;
-
-/// Largest window the advisor considers: 1 ms, far above KVM's 200 µs default;
-/// a longer poll is a busy vCPU, not a halt.
-const MAX_WINDOW_NS: u64 = 1_000_000;
 
 /// Budgets above this are refused: a poll that may take half a core per vCPU
 /// is not a halt-polling setting.
@@ -58,7 +55,7 @@ pub fn report<'a>(
         .map_err(|e| format!("kvm module parameters: {e}"))?;
     let mut out = Vec::new();
     // Every reported vCPU's halts, for the host-wide cap: budgets add up per vCPU.
-    let (mut all_halts, mut all_elapsed) = (DurationHistogram::default(), 0u64);
+    let mut all_halts = PooledHalts::default();
     for vm in vms.filter(|vm| only.is_none_or(|n| n == vm.name)) {
         let tcg = vm.threads.accel == Accel::Tcg;
         let mut vcpus = Vec::new();
@@ -66,10 +63,9 @@ pub fn report<'a>(
             let Some(m) = vm.policy.idle_meter(v) else {
                 continue;
             };
-            let elapsed = m.since().map_or(0, |s| now.saturating_sub(s));
-            all_halts.merge(&m.halt_to_wake);
-            all_elapsed = all_elapsed.saturating_add(elapsed);
-            let advice = advise(&m.halt_to_wake, elapsed, budget_permille, MAX_WINDOW_NS);
+            let elapsed = observed_ns(m, now);
+            all_halts.add(m, now);
+            let advice = advise_vcpu(m, now, budget_permille);
             let in_force = match (tcg, kvm) {
                 (false, Some(HaltPoll { halt_poll_ns, .. })) => {
                     Some(outcome(&m.halt_to_wake.price(halt_poll_ns), elapsed))
@@ -97,11 +93,12 @@ pub fn report<'a>(
     if let (Some(name), true) = (only, out.is_empty()) {
         return Err(format!("no VM named {name:?}"));
     }
-    let host = advise(&all_halts, all_elapsed, budget_permille, MAX_WINDOW_NS);
     Ok(IdleReport {
         budget_permille,
         kvm_halt_poll: kvm,
-        host_advice: (all_halts.count() > 0).then(|| outcome(&host, all_elapsed)),
+        host_advice: all_halts
+            .advise(budget_permille)
+            .map(|host| outcome(&host, all_halts.observed_ns())),
         applied: None,
         vms: out,
     })

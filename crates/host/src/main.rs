@@ -8,7 +8,7 @@ use clap::Parser;
 use pvsched_base::caps::{self, Capability};
 use pvsched_host::config::{Config, DaemonConfig, EventSourceKind, DEFAULT_CONFIG_PATH};
 use pvsched_host::event_loop::{block_stop_signals, Daemon};
-use pvsched_host::events::{EventSource, SourceOptions};
+use pvsched_host::events::EventSource;
 use pvsched_host::metrics::{self, Metrics};
 use pvsched_host::statefile;
 use tracing::{error, info, warn};
@@ -146,7 +146,7 @@ fn run(
             d.fair_boost_nice
         );
     }
-    let source = EventSource::open(&SourceOptions::from_config(&d))?;
+    let source = EventSource::open(&d.source_options())?;
     info!(source = source.name(), "event source");
     // Least privilege from here on. Capabilities belong to a thread, not the
     // process: drop them before the first helper thread (metrics, discovery,

@@ -4,7 +4,7 @@
 
 use nix::sys::signal::{SigSet, Signal};
 
-use crate::event_loop::DaemonError;
+use crate::error::DaemonError;
 
 /// The signals that stop the daemon (restoring every thread first): every
 /// signal whose default action ends a process and that another process can

@@ -3,12 +3,12 @@
 
 use pvsched_base::ivshmem;
 use pvsched_base::region_file::RegionFile;
-use pvsched_policy::{Decision, Decisions, DurationHistogram, Event, VmLimits, VmState};
+use pvsched_policy::{serving, Decision, Decisions, DurationHistogram, Event, VmLimits, VmState};
 use tracing::{info, warn};
 
-use crate::actuator::Managed;
-use crate::discovery::{Found, VmThreads};
 use crate::events::Quiet;
+use crate::found::{Found, VmThreads};
+use crate::managed::Managed;
 use crate::metrics::VmMetrics;
 use crate::statefile::{Restored, ThreadRecord};
 
@@ -249,11 +249,10 @@ impl ServedVm {
         let _ = self.region.region().write_host(vcpu, &half);
     }
 
-    /// vCPU `v` is boosted by us and not halted (its guest may change its slot).
-    pub fn boosted_on_cpu(&self, v: u32) -> bool {
+    /// Whether the recheck timer re-reads vCPU `v`'s slot ([`serving::recheck_reads`]).
+    pub fn recheck_reads(&self, v: u32) -> bool {
         let boosted = self.vcpus.get(v as usize).is_some_and(Managed::boosted);
-        let halted = self.policy.status(v) == Some(pvsched_policy::RunStatus::Halted);
-        boosted && !halted
+        serving::recheck_reads(self.doorbell, boosted, self.policy.status(v))
     }
 
     /// Which records of vCPU `v` need not wake the daemon at `now`;
@@ -271,13 +270,15 @@ impl ServedVm {
         )
     }
 
-    /// Whether any vCPU of this VM is boosted (halted or not).
-    pub fn any_boosted(&self) -> bool {
-        self.vcpus.iter().any(Managed::boosted)
-    }
-
-    pub fn any_boosted_on_cpu(&self) -> bool {
-        (0..self.vcpus.len() as u32).any(|v| self.boosted_on_cpu(v))
+    /// Whether this VM keeps the recheck timer running ([`serving::recheck_wanted`]);
+    /// `lazy_records`: records may reach the daemon late.
+    pub fn recheck_wanted(&self, lazy_records: bool) -> bool {
+        let vcpus = self
+            .vcpus
+            .iter()
+            .enumerate()
+            .map(|(v, m)| (m.boosted(), self.policy.status(v as u32)));
+        serving::recheck_wanted(self.doorbell, lazy_records, vcpus)
     }
 
     /// The strongest boost among the vCPUs (what the latency path gets).

@@ -1,36 +1,104 @@
-//! The table of served VMs: VMs that discovery reports are opened and
-//! tracked by the event source, VMs that are gone (or whose threads
-//! changed) are restored and untracked, and the state file is rewritten
-//! whenever the set of managed threads changes.
+//! The table of served VMs: VMs that discovery reports are opened (on the
+//! discovery thread, each with a VM id reserved here) and tracked by the
+//! event source; VMs that are gone (or whose threads changed) are restored
+//! and untracked.
 
+use std::collections::BTreeMap;
+use std::sync::mpsc::Sender;
+
+use pvsched_abi::{F_ALL, F_DOORBELL, F_IDLE_HINTS};
 use tracing::{error, info, warn};
 
-use crate::discovery::{DiscoveryRequest, OpenRequest, Snapshot};
-use crate::event_loop::Daemon;
-use pvsched_abi::{F_ALL, F_DOORBELL, F_IDLE_HINTS};
-
-use crate::statefile::{restore_records, StateFile, StateFileError, ThreadRecord};
+use crate::config::Resolved;
+use crate::discovery::{DiscoveryRequest, OpenRequest};
+use crate::doorbell::Doorbells;
+use crate::events::EventSource;
+use crate::found::Found;
+use crate::metrics::Metrics;
+use crate::statefile::{Restored, ThreadRecord};
 use crate::vm::ServedVm;
 
-impl Daemon {
-    pub(crate) fn on_discovery(&mut self, snapshot: Snapshot) {
-        let Snapshot { found, overloaded } = snapshot;
-        self.overloaded = overloaded;
-        // Drop VMs that are gone or whose threads changed.
-        for vm in self.vms.iter_mut().flatten() {
+pub struct VmTable {
+    /// Served VMs; the index is the VM id in the event source's maps.
+    slots: Vec<Option<ServedVm>>,
+    /// VMs to open, to the discovery thread.
+    open_tx: Sender<DiscoveryRequest>,
+    /// VMs being opened there, by name, with the VM id reserved for each.
+    opening: BTreeMap<String, u32>,
+    /// Why each VM that could not be opened was refused (logged once).
+    refused: BTreeMap<String, String>,
+}
+
+/// What a new VM is opened with, from the daemon's configuration.
+pub struct OpenTerms<'a> {
+    pub cfg: &'a Resolved,
+    pub metrics: &'a Metrics,
+    pub doorbells: &'a Doorbells,
+}
+
+impl VmTable {
+    pub fn new(open_tx: Sender<DiscoveryRequest>) -> Self {
+        Self {
+            slots: Vec::new(),
+            open_tx,
+            opening: BTreeMap::new(),
+            refused: BTreeMap::new(),
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &ServedVm> + '_ {
+        self.slots.iter().flatten()
+    }
+
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut ServedVm> + '_ {
+        self.slots.iter_mut().flatten()
+    }
+
+    pub fn get(&self, id: u32) -> Option<&ServedVm> {
+        self.slots.get(id as usize).and_then(Option::as_ref)
+    }
+
+    pub fn get_mut(&mut self, id: u32) -> Option<&mut ServedVm> {
+        self.slots.get_mut(id as usize).and_then(Option::as_mut)
+    }
+
+    /// One past the highest VM id in use (ids below it may be free).
+    pub fn id_bound(&self) -> u32 {
+        self.slots.len() as u32
+    }
+
+    /// The VM id of the served VM named `name`.
+    pub fn id_of(&self, name: &str) -> Option<u32> {
+        self.iter().find(|vm| vm.name == name).map(|vm| vm.id)
+    }
+
+    /// How many VMs are served.
+    pub fn served(&self) -> usize {
+        self.iter().count()
+    }
+
+    /// Every served VM's threads, as the state file records them.
+    pub fn records(&self) -> impl Iterator<Item = ThreadRecord> + '_ {
+        self.iter().flat_map(ServedVm::records)
+    }
+
+    /// Marks as gone each served VM that discovery no longer `found`, or
+    /// found with other threads.
+    pub fn mark_missing(&mut self, found: &[Found]) {
+        for vm in self.iter_mut() {
             match found.iter().find(|f| f.name == vm.name) {
                 None => vm.gone = true,
                 Some(f) if f.threads != vm.threads => vm.gone = true,
                 Some(_) => {}
             }
         }
-        self.drop_gone();
-        // New VMs are opened on the discovery thread (file-system work),
-        // each with a VM id reserved here.
+    }
+
+    /// Asks the discovery thread to open each VM `found` that is neither
+    /// served nor being opened, with a VM id reserved for it.
+    pub fn open_new(&mut self, found: Vec<Found>, terms: OpenTerms<'_>) {
         for f in found {
-            if self.opening.contains_key(&f.name)
-                || self.vms.iter().flatten().any(|vm| vm.name == f.name)
-            {
+            if self.opening.contains_key(&f.name) || self.id_of(&f.name).is_some() {
                 continue;
             }
             let Some(id) = self.free_ids().next() else {
@@ -38,15 +106,15 @@ impl Daemon {
             };
             let limits = f
                 .cfg_index
-                .and_then(|i| self.cfg.vm_limits.get(i).cloned())
-                .unwrap_or_else(|| self.cfg.default_limits.clone());
-            let metrics = self.metrics.vm(&f.name);
+                .and_then(|i| terms.cfg.vm_limits.get(i).cloned())
+                .unwrap_or_else(|| terms.cfg.default_limits.clone());
+            let metrics = terms.metrics.vm(&f.name);
             self.opening.insert(f.name.clone(), id);
             let mut features = F_ALL;
-            if !self.cfg.config.daemon.offer_idle_hints {
+            if !terms.cfg.config.daemon.offer_idle_hints {
                 features &= !F_IDLE_HINTS;
             }
-            if !self.doorbells.iter().any(|d| d.vm == f.name) {
+            if !terms.doorbells.serves(&f.name) {
                 features &= !F_DOORBELL;
             }
             let req = OpenRequest {
@@ -67,122 +135,103 @@ impl Daemon {
         }
     }
 
-    /// A VM opened on the discovery thread: served once the state file
-    /// lists its threads (none is boosted before).
-    pub(crate) fn on_opened(
+    /// The discovery thread's answer for VM `name`: the VM, to serve once the
+    /// state file lists its threads, or why it was refused (logged once).
+    pub fn opened(
         &mut self,
         name: String,
-        id: u32,
         result: Result<Box<ServedVm>, String>,
-    ) {
+    ) -> Option<ServedVm> {
         self.opening.remove(&name);
-        let vm = match result {
-            Ok(vm) => *vm,
+        match result {
+            Ok(vm) => {
+                self.refused.remove(&name);
+                Some(*vm)
+            }
             Err(e) => {
                 if self.refused.get(&name) != Some(&e) {
                     warn!(vm = %name, error = %e, "cannot serve VM");
                     self.refused.insert(name, e);
                 }
-                return;
+                None
             }
-        };
-        self.refused.remove(&name);
-        if let Err(e) = self.save_state(vm.records().into_iter()) {
-            error!(vm = %name, error = %e, "cannot record the threads in the state file: not serving");
-            return;
         }
+    }
+
+    /// Serves `vm` as VM `id`: the event source tracks its threads from now.
+    pub fn serve(&mut self, id: u32, vm: ServedVm, source: &mut EventSource) {
         for (i, m) in vm.vcpus.iter().enumerate() {
-            self.source.track(m.handle.tid as u32, id, i as u32);
+            source.track(m.handle.tid as u32, id, i as u32);
         }
-        self.source.track_vmm(vm.threads.tgid as u32, id);
+        source.track_vmm(vm.threads.tgid as u32, id);
         info!(
             vm = %vm.name, tgid = vm.threads.tgid, vcpus = vm.vcpus.len(),
             accel = ?vm.threads.accel, generation = vm.generation, "serving VM"
         );
         let slot = id as usize;
-        if self.vms.len() <= slot {
-            self.vms.resize_with(slot + 1, || None);
+        if self.slots.len() <= slot {
+            self.slots.resize_with(slot + 1, || None);
         }
-        self.vms[slot] = Some(vm);
-        self.metrics
-            .vms
-            .set(self.vms.iter().flatten().count() as i64);
+        self.slots[slot] = Some(vm);
     }
 
-    /// VM ids free for new VMs, lowest first: empty slots, then new ones,
-    /// but none reserved for a VM being opened.
-    fn free_ids(&self) -> impl Iterator<Item = u32> + '_ {
-        let empty = self
-            .vms
-            .iter()
-            .enumerate()
-            .filter(|(_, slot)| slot.is_none())
-            .map(|(i, _)| i as u32);
-        empty
-            .chain(self.vms.len() as u32..)
-            .filter(|id| !self.opening.values().any(|r| r == id))
-    }
-
-    pub(crate) fn drop_gone(&mut self) {
-        let mut changed = false;
-        for slot in self.vms.iter_mut() {
+    /// Restores and drops every VM marked gone, the event source untracking
+    /// its threads: `None` when none was, else the records of the threads
+    /// that live but could not be restored.
+    pub fn drop_gone(&mut self, source: &mut EventSource) -> Option<Vec<ThreadRecord>> {
+        let mut left = None::<Vec<ThreadRecord>>;
+        for slot in self.slots.iter_mut() {
             if !slot.as_ref().is_some_and(|vm| vm.gone) {
                 continue;
             }
             if let Some(mut vm) = slot.take() {
                 let done = vm.restore_all();
                 for m in &vm.vcpus {
-                    self.source.untrack(m.handle.tid as u32);
+                    source.untrack(m.handle.tid as u32);
                 }
-                self.source.untrack_vmm(vm.threads.tgid as u32);
+                source.untrack_vmm(vm.threads.tgid as u32);
                 info!(
                     vm = %vm.name, tgid = vm.threads.tgid, restored = done.restored,
                     left = done.left.len(), "VM gone; no longer served"
                 );
-                self.leftover.extend(done.left);
-                changed = true;
+                left.get_or_insert_with(Vec::new).extend(done.left);
             }
         }
-        if changed {
-            // A failure leaves the previous file, which lists more threads
-            // than are served: safe, since recovery checks each identity.
-            if let Err(e) = self.save_state(std::iter::empty()) {
-                error!(error = %e, "cannot rewrite the state file");
-            }
-            self.metrics
-                .vms
-                .set(self.vms.iter().flatten().count() as i64);
-        }
+        left
     }
 
-    /// Tries again to restore threads whose restore failed earlier (by this
-    /// daemon or a predecessor); records the ones still left.
-    pub(crate) fn retry_leftover(&mut self) {
-        if self.leftover.is_empty() {
-            return;
+    /// At exit: restores every thread, clears every host half and empties the
+    /// table.
+    pub fn restore_all(&mut self) -> Restored {
+        let mut out = Restored::default();
+        for vm in self.iter_mut() {
+            let done = vm.restore_all();
+            out.restored += done.restored;
+            out.left.extend(done.left);
+            vm.clear_host_halves();
         }
-        let done = restore_records(&self.leftover);
-        if done.left.len() != self.leftover.len() {
-            self.leftover = done.left;
-            if let Err(e) = self.save_state(std::iter::empty()) {
-                error!(error = %e, "cannot rewrite the state file");
-            }
-        }
+        self.slots.clear();
+        out
     }
 
-    /// Writes the state file: every served VM's threads, `extra` (VMs about
-    /// to be served) and the threads left unrestored.
-    pub(crate) fn save_state(
-        &self,
-        extra: impl Iterator<Item = ThreadRecord>,
-    ) -> Result<(), StateFileError> {
-        let mut state = StateFile::new();
-        for vm in self.vms.iter().flatten() {
-            state.threads.extend(vm.records());
-        }
-        state.threads.extend(extra);
-        state.threads.extend(self.leftover.iter().cloned());
-        state.kvm_halt_poll = self.kvm_original.clone();
-        state.save(&self.state_path)
+    /// Asks the discovery thread for a round now.
+    pub fn rescan(&self) -> Result<(), String> {
+        self.open_tx
+            .send(DiscoveryRequest::Rescan)
+            .map_err(|_| "the discovery thread has stopped".to_string())
+    }
+
+    /// VM ids free for new VMs, lowest first: empty slots, then new ones,
+    /// but none reserved for a VM being opened.
+    fn free_ids(&self) -> impl Iterator<Item = u32> + '_ {
+        let empty = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, slot)| slot.is_none())
+            .map(|(i, _)| i as u32);
+        empty
+            .chain(self.slots.len() as u32..)
+            .filter(|id| !self.opening.values().any(|r| r == id))
     }
 }

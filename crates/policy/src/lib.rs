@@ -66,6 +66,7 @@ pub mod guest;
 pub mod idle;
 pub mod limits;
 pub mod locks;
+pub mod serving;
 pub mod state;
 
 pub use decision::{Decision, Decisions, Reason, SchedParams, Target};
@@ -75,4 +76,5 @@ pub use guest::{GuestPolicy, GuestView, LockHolder, PendingHint};
 pub use idle::{advise, DurationHistogram, IdleMeter, PollPrice, WakeHint};
 pub use limits::{AllowedPolicies, HostPolicy, LimitsError, VmLimits, MAX_CS_WINDOW_NS, MAX_VCPUS};
 pub use locks::LockLedger;
+pub use serving::{PooledHalts, SlotReads};
 pub use state::{RunStatus, VcpuStats, VmState, VmStats};

@@ -3,6 +3,7 @@
 //! guests this project's tests and benchmark run (see README.md for where each figure
 //! comes from). A scenario picks one by name and may override any field.
 
+use pvsched_policy::serving;
 use serde::{Deserialize, Serialize};
 
 /// KVM's halt-polling module parameters (`halt_poll_ns`, `_grow`, `_grow_start`,
@@ -117,7 +118,7 @@ impl Costs {
             halt_poll: HaltPoll::default(),
             guest_halt_poll_ns: 0,
             daemon_reaction_ns: 20_000,
-            daemon_recheck_ns: 500_000,
+            daemon_recheck_ns: serving::DEFAULT_RECHECK_NS,
         }
     }
 
@@ -139,7 +140,7 @@ impl Costs {
             halt_poll: HaltPoll::OFF,
             guest_halt_poll_ns: 0,
             daemon_reaction_ns: 50_000,
-            daemon_recheck_ns: 500_000,
+            daemon_recheck_ns: serving::DEFAULT_RECHECK_NS,
         }
     }
 

@@ -1,11 +1,12 @@
 //! pvschedd as the simulator runs it: the real policy engine (`pvsched-policy`), one
 //! [`VmState`] per VM, fed the events the daemon's BPF programs would deliver and the guest
-//! halves it would read (at a preemption, a halt, a wakeup, and on its recheck timer for
-//! boosted vCPUs; at a preemption also every other vCPU's, where lock waits naming the
-//! preempted vCPU are, when the policy asks: [`VmState::reads_waiters_on`]), its decisions
-//! taking effect `reaction_ns` later. Every discovery round it tells the policy whether the
-//! host is overloaded (CPU pressure, as pvschedd's discovery thread decides it) when a guest
-//! reads the flag (the hinted idle driver). What it leaves out: the daemon's own CPU time
+//! halves it would read, its decisions taking effect `reaction_ns` later. The daemon's own
+//! rules come from [`pvsched_policy::serving`], which pvschedd calls too: the slots read at
+//! a host event ([`SlotReads`]: at a preemption, a halt, a wakeup; at a preemption also every
+//! other vCPU's, where lock waits naming the preempted vCPU are, when the policy asks), the
+//! boosted vCPUs its recheck timer re-reads (none in a VM with a doorbell) and when, the
+//! overload flag from CPU pressure at every discovery round (when a guest reads the flag:
+//! the hinted idle driver), and the halt-polling advisor. What it leaves out: the daemon's own CPU time
 //! (slot reads are free), lost events, and lazy records (the sim delivers every record at
 //! once; the daemon reads a boosted vCPU's records up to one recheck period late, except a
 //! waited-on vCPU's switch-ins and preemptions, which wake it as here); the host halves
@@ -14,25 +15,21 @@
 //! on: a lock waiter may see a boosted vCPU's status up to 10 ms later than here).
 
 use pvsched_abi::{GuestHalf, HostHalf};
+use pvsched_policy::serving::{self, PooledHalts, SlotReads};
 use pvsched_policy::{
-    advise, Decisions, DurationHistogram, Event, HostPolicy, PollPrice, SchedParams, VmLimits,
-    VmState, VmStats,
+    Decisions, Event, HostPolicy, PollPrice, SchedParams, VmLimits, VmState, VmStats,
 };
 
-/// The advisor's longest window, as pvschedd's (`idle_report.rs`).
-const ADVISOR_MAX_WINDOW_NS: u64 = 1_000_000;
-
-/// pvschedd's discovery round (`daemon.discovery_interval_ms` default), which reads the
-/// host's CPU pressure.
-pub const DISCOVERY_INTERVAL_NS: u64 = 1_000_000_000;
-
-/// Whether pvschedd would call the host overloaded at CPU pressure `some_share` (0..=1):
-/// PSI cpu `some avg10` above 10 % (crates/host/src/discovery).
-pub fn overloaded(some_share: f64) -> bool {
-    some_share * 100.0 > 10.0
-}
-
 use crate::host::Class;
+
+/// Whether pvschedd, at its default threshold, would call the host overloaded at CPU
+/// pressure `some_share` (PSI cpu `some avg10`, 0..=1).
+pub fn overloaded(some_share: f64) -> bool {
+    serving::overloaded(
+        some_share * 100.0,
+        serving::DEFAULT_OVERLOAD_CPU_PRESSURE_PERCENT,
+    )
+}
 
 pub struct Daemon {
     vms: Vec<DaemonVm>,
@@ -40,6 +37,8 @@ pub struct Daemon {
     latency_path: bool,
     reaction_ns: u64,
     recheck_ns: u64,
+    /// The guests ring a doorbell when a boost's reason clears: no recheck timer.
+    doorbell: bool,
 }
 
 struct DaemonVm {
@@ -82,6 +81,7 @@ impl Daemon {
         latency_path: bool,
         reaction_ns: u64,
         recheck_ns: u64,
+        doorbell: bool,
     ) -> Daemon {
         let vms = vcpus_per_vm
             .iter()
@@ -102,6 +102,7 @@ impl Daemon {
             latency_path,
             reaction_ns,
             recheck_ns,
+            doorbell,
         }
     }
 
@@ -128,10 +129,16 @@ impl Daemon {
         }
     }
 
-    /// Whether `ev` (about a vCPU of `vm`) comes with reads of the VM's other slots, where
-    /// lock waits that may name it are ([`VmState::reads_waiters_on`]).
-    pub fn reads_waiters_on(&self, vm: u32, ev: &Event) -> bool {
-        self.vms[vm as usize].state.reads_waiters_on(ev)
+    /// The slots of `vm` pvschedd reads before `ev` about its `vcpu`, in order.
+    pub fn slot_reads(&self, vm: u32, vcpu: u32, ev: &Event) -> SlotReads {
+        SlotReads::for_event(&self.vms[vm as usize].state, vcpu, Some(ev))
+    }
+
+    /// Whether the recheck timer re-reads `vcpu` of `vm` ([`serving::recheck_reads`]).
+    pub fn recheck_reads(&self, vm: u32, vcpu: u32) -> bool {
+        let dv = &self.vms[vm as usize];
+        let boosted = dv.boosted.get(vcpu as usize).is_some_and(Option::is_some);
+        serving::recheck_reads(self.doorbell, boosted, dv.state.status(vcpu))
     }
 
     /// Whether `vcpu` of `vm` is preempted as its host half shows it (`HS_PREEMPTED`): the
@@ -180,8 +187,7 @@ impl Daemon {
         now: u64,
         applies: &mut Vec<(u64, u32, Class)>,
     ) -> Option<u64> {
-        let latency_path = self.latency_path;
-        let recheck = self.recheck_ns;
+        let (latency_path, recheck, doorbell) = (self.latency_path, self.recheck_ns, self.doorbell);
         let dv = &mut self.vms[vm as usize];
         applies.clear();
         applies.append(&mut dv.pending);
@@ -200,8 +206,11 @@ impl Daemon {
             }
         }
         let mut next = dv.state.next_deadline().map(|t| t.max(now));
-        if dv.boosted.iter().any(|b| b.is_some()) {
-            let r = now + recheck;
+        // Records reach the simulated daemon at once: none is lazy.
+        let vcpus = (0..dv.state.nr_vcpus())
+            .map(|v| (dv.boosted[v as usize].is_some(), dv.state.status(v)));
+        if serving::recheck_wanted(doorbell, false, vcpus) {
+            let r = serving::next_recheck(u64::MAX, now, recheck, true);
             next = Some(next.map_or(r, |t| t.min(r)));
         }
         match (next, dv.tick_at) {
@@ -233,29 +242,18 @@ impl Daemon {
 
     /// What the halt-polling advisor (`pvschedctl idle`) would recommend for each VM from
     /// the halts the policy measured up to `now`, within `budget_permille` of a core per
-    /// vCPU (the VM's vCPUs' halts together, priced per vCPU).
-    /// Each entry: the advisor's price and its CPU share per vCPU.
+    /// vCPU: the VM's vCPUs' halts pooled as pvschedd pools them for its host-wide window
+    /// ([`PooledHalts`]). Each entry: the advisor's price and its CPU share per vCPU.
     pub fn advice(&self, now: u64, budget_permille: u32) -> Vec<Option<(PollPrice, f64)>> {
         self.vms
             .iter()
             .map(|v| {
-                let nr = v.state.nr_vcpus();
-                let mut halts = DurationHistogram::default();
-                let mut since = None::<u64>;
-                for i in 0..nr {
-                    if let Some(m) = v.state.idle_meter(i) {
-                        halts.merge(&m.halt_to_wake);
-                        since = match (since, m.since()) {
-                            (Some(a), Some(b)) => Some(a.min(b)),
-                            (a, b) => a.or(b),
-                        };
-                    }
+                let mut pooled = PooledHalts::default();
+                for m in (0..v.state.nr_vcpus()).filter_map(|i| v.state.idle_meter(i)) {
+                    pooled.add(m, now);
                 }
-                let elapsed = since.map(|s| now.saturating_sub(s))? * u64::from(nr);
-                (halts.count() > 0).then(|| {
-                    let p = advise(&halts, elapsed, budget_permille, ADVISOR_MAX_WINDOW_NS);
-                    (p, p.cpu_share(elapsed))
-                })
+                let p = pooled.advise(budget_permille)?;
+                Some((p, p.cpu_share(pooled.observed_ns())))
             })
             .collect()
     }
@@ -268,5 +266,44 @@ impl DaemonVm {
             self.boosted[d.vcpu as usize] = d.params.is_rt().then_some(class);
             self.pending.push((at, d.vcpu, class));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pvsched_abi::{CS_HARDIRQ, GF_ACTIVE};
+
+    const RECHECK_NS: u64 = 500_000;
+
+    /// One 1-vCPU VM whose vCPU was boosted at 1 µs (a critical section); its next tick.
+    fn boosted(doorbell: bool) -> (Daemon, Option<u64>) {
+        let mut d = Daemon::new(&[1], VmLimits::default(), false, 0, RECHECK_NS, doorbell);
+        let guest = GuestHalf {
+            flags: GF_ACTIVE,
+            cs_flags: CS_HARDIRQ,
+            ..Default::default()
+        };
+        d.handle(0, 1_000, &[(0, guest)], None);
+        let tick = d.drain(0, 1_000, &mut Vec::new());
+        (d, tick)
+    }
+
+    #[test]
+    fn the_overload_flag_takes_pvschedds_default_threshold() {
+        assert!(!overloaded(0.2));
+        assert!(overloaded(0.31));
+    }
+
+    #[test]
+    fn a_boosted_vcpu_is_rechecked_unless_its_guest_has_a_doorbell() {
+        let (plain, plain_tick) = boosted(false);
+        let (rings, rings_tick) = boosted(true);
+
+        assert!(plain.is_boosted(0, 0) && rings.is_boosted(0, 0));
+        assert!(plain.recheck_reads(0, 0));
+        assert_eq!(plain_tick, Some(1_000 + RECHECK_NS));
+        assert!(!rings.recheck_reads(0, 0));
+        assert_ne!(rings_tick, Some(1_000 + RECHECK_NS));
     }
 }

@@ -4,8 +4,11 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use pvsched_policy::{Reason, VmLimits};
+use pvsched_policy::{serving, Reason, VmLimits};
 use serde::{Deserialize, Serialize};
+
+pub use crate::events::EventSourceKind;
+use crate::events::{BpfOptions, PollOptions, SourceOptions};
 
 mod limits;
 
@@ -28,17 +31,6 @@ pub enum ConfigError {
     },
     #[error("{path}: {msg}")]
     Parse { path: String, msg: String },
-}
-
-/// Where the daemon takes its events from.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EventSourceKind {
-    /// BPF when it loads, else polling (logged).
-    #[default]
-    Auto,
-    Bpf,
-    Poll,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -129,10 +121,8 @@ pub struct DaemonConfig {
     /// wake-up costs more than the poll). Off: the guest's idle path is its own.
     pub offer_idle_hints: bool,
     /// The host counts as overloaded (`HF_OVERLOADED`: guests' idle drivers stop
-    /// polling) while CPU pressure (PSI `some`, 10 s average) is above this, percent.
-    /// Measured on the 2-CPU development host (BENCHMARKS.md, message passing): a
-    /// TCG guest's own message-passing load alone keeps it at 10-15 %; stress-ng on
-    /// every CPU at 50-77 %.
+    /// polling) while CPU pressure (PSI `some`, 10 s average) is above this, percent
+    /// (default and rule: `pvsched_policy::serving`, which the simulator shares).
     pub overload_cpu_pressure_percent: f64,
     /// The kvm module's parameter directory, which `pvschedctl idle --apply host`
     /// writes `halt_poll_ns` into (and puts back).
@@ -140,23 +130,21 @@ pub struct DaemonConfig {
 }
 
 impl DaemonConfig {
-    /// How the actuator turns a boost decision into kernel parameters. The
-    /// reason names are checked by `Config::parse`; an unknown one maps nothing.
-    pub fn boost_mapping(&self) -> crate::actuator::BoostMapping {
-        let mut m = crate::actuator::BoostMapping {
-            fair_without_rt_work: self.fair_boost_without_rt_work,
-            nice: self.fair_boost_nice,
-            slice_ns: self.fair_boost_slice_us * 1000,
-            ..crate::actuator::BoostMapping::RT
-        };
-        for i in self
-            .fair_boost_reasons
-            .iter()
-            .filter_map(|n| Reason::index_of(n))
-        {
-            m.fair[i] = true;
+    /// The event source's options.
+    pub fn source_options(&self) -> SourceOptions {
+        SourceOptions {
+            kind: self.event_source,
+            bpf: BpfOptions {
+                lazy_wakeup: self.lazy_events,
+                quiet_idle_wakeups: self.quiet_idle_wakeups,
+                quiet_any_idle_wakeups: self.quiet_any_idle_wakeups,
+                find_rivals: self.find_rivals,
+                ..BpfOptions::default()
+            },
+            poll: PollOptions {
+                interval: std::time::Duration::from_micros(self.poll_interval_us.max(1)),
+            },
         }
-        m
     }
 }
 
@@ -168,10 +156,10 @@ impl Default for DaemonConfig {
             metrics: "127.0.0.1:9477".into(),
             event_source: EventSourceKind::Auto,
             poll_interval_us: 1000,
-            recheck_boosted_us: 500,
+            recheck_boosted_us: serving::DEFAULT_RECHECK_NS / 1000,
             scan_interval_us: 10_000,
             doorbell_interval_us: 500,
-            discovery_interval_ms: 1000,
+            discovery_interval_ms: serving::DEFAULT_DISCOVERY_INTERVAL_NS / 1_000_000,
             priority: 5,
             mlock: true,
             boost_latency_path: true,
@@ -185,7 +173,7 @@ impl Default for DaemonConfig {
             find_rivals: true,
             quiet_without_rivals: true,
             offer_idle_hints: true,
-            overload_cpu_pressure_percent: 30.0,
+            overload_cpu_pressure_percent: serving::DEFAULT_OVERLOAD_CPU_PRESSURE_PERCENT,
             kvm_params_dir: pvsched_base::kvm_params::DEFAULT_DIR.into(),
         }
     }
@@ -614,28 +602,11 @@ mod tests {
     }
 
     #[test]
-    fn fair_boost_reasons_map_to_their_nice_and_slice_and_bad_values_are_refused() {
-        let r = Config::parse(
-            "[daemon]\nfair_boost_reasons = [\"proactive_wake\", \"lock_holder\"]\n\
-             fair_boost_nice = -10\nfair_boost_slice_us = 300\n",
-            "t.toml",
-        )
-        .unwrap();
+    fn bad_fair_boost_values_are_refused() {
         let slice = Config::parse("[daemon]\nfair_boost_slice_us = 50\n", "t.toml");
         let nice = Config::parse("[daemon]\nfair_boost_nice = -21\n", "t.toml");
         let unboost = Config::parse("[daemon]\nfair_boost_reasons = [\"debt\"]\n", "t.toml");
 
-        let m = r.config.daemon.boost_mapping();
-        let fair: Vec<&str> = (0..Reason::COUNT)
-            .filter(|&i| m.fair[i])
-            .map(|i| Reason::NAMES[i])
-            .collect();
-        assert_eq!(fair, ["proactive_wake", "lock_holder"]);
-        assert_eq!((m.nice, m.slice_ns), (-10, 300_000));
-        assert_eq!(
-            DaemonConfig::default().boost_mapping().fair,
-            crate::actuator::BoostMapping::RT.fair
-        );
         assert!(
             matches!(slice, Err(ConfigError::Invalid { key, .. }) if key == "daemon.fair_boost_slice_us")
         );

@@ -24,8 +24,8 @@ use std::path::{Path, PathBuf};
 use pvsched_base::thread::tgid_of;
 
 use super::vmm::{check_region_file, check_vmm, finish, maps_file, Accel, DiscoveryError};
-use super::Found;
 use crate::config::{Allowed, LibvirtConfig};
+use crate::found::Found;
 
 /// Largest status file read (libvirt's are a few tens of KiB).
 const MAX_STATUS_BYTES: u64 = 4 << 20;

@@ -27,9 +27,10 @@ use nix::sys::eventfd::EventFd;
 use pvsched_base::qmp::Qmp;
 use tracing::{debug, info};
 
-use pvsched_policy::VmLimits;
+use pvsched_policy::{serving, VmLimits};
 
 use crate::config::{Allowed, Resolved};
+use crate::found::Found;
 use crate::metrics::VmMetrics;
 use crate::vm::ServedVm;
 use vmm::{mappers, vmm_among};
@@ -39,7 +40,7 @@ mod vmm;
 
 pub use vmm::{
     check_region_file, check_region_meta, check_vmm, threads_by_name, threads_by_qmp, Accel,
-    DiscoveryError, FileId, VmThreads,
+    DiscoveryError, FileId,
 };
 
 /// Bound of each QMP exchange (connect and greeting, each command).
@@ -52,17 +53,6 @@ const RESCAN_FOLLOW_UPS: [Duration; 3] = [
     Duration::from_millis(1000),
     Duration::from_millis(3000),
 ];
-
-/// A VM found by the discovery thread.
-#[derive(Clone, Debug)]
-pub struct Found {
-    pub name: String,
-    /// Index of its `[[vm]]` entry; `None` for an auto-discovered VM.
-    pub cfg_index: Option<usize>,
-    pub region: PathBuf,
-    pub region_mode: u32,
-    pub threads: VmThreads,
-}
 
 /// What the discovery thread sends the event loop.
 pub struct Snapshot {
@@ -179,7 +169,8 @@ pub fn spawn(
                     next_round = Instant::now() + interval;
                     let found = discover_once(&cfg, &mut notes);
                     let limit = cfg.config.daemon.overload_cpu_pressure_percent;
-                    let overloaded = cpu_pressure_some_avg10().is_some_and(|p| p > limit);
+                    let overloaded =
+                        cpu_pressure_some_avg10().is_some_and(|p| serving::overloaded(p, limit));
                     DiscoveryMsg::Snapshot(Snapshot { found, overloaded })
                 } else {
                     let left = next_round.saturating_duration_since(Instant::now());

@@ -13,6 +13,8 @@ use pvsched_base::thread::tgid_of;
 use pvsched_base::vcpu_names::vcpu_threads_by_name;
 pub use pvsched_base::vcpu_names::Accel;
 
+use crate::found::VmThreads;
+
 use crate::config::Allowed;
 
 #[derive(Debug, thiserror::Error)]
@@ -64,19 +66,6 @@ impl DiscoveryError {
             Self::Io { .. } | Self::NoVcpuThreads(_) | Self::NotMapped(_)
         )
     }
-}
-
-/// A running VM as the host sees it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct VmThreads {
-    /// The VMM process.
-    pub tgid: i32,
-    /// (vCPU index, thread id), sorted by index, indices 0..n without gaps.
-    pub vcpus: Vec<(u32, i32)>,
-    /// Other VMM threads on the guest's latency path (under TCG, QEMU's main
-    /// loop delivers guest timers).
-    pub latency_path: Vec<i32>,
-    pub accel: Accel,
 }
 
 /// vCPU threads of process `tgid` by thread name. The names are the

@@ -147,8 +147,16 @@ impl EventSourceError {
     }
 }
 
-/// Which source [`EventSource::open`] may use.
-pub use crate::config::EventSourceKind;
+/// Which source [`EventSource::open`] may use (`daemon.event_source`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EventSourceKind {
+    /// BPF when it loads, else polling (logged).
+    #[default]
+    Auto,
+    Bpf,
+    Poll,
+}
 
 /// Options of [`EventSource::open`].
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -157,25 +165,6 @@ pub struct SourceOptions {
     pub kind: EventSourceKind,
     pub bpf: BpfOptions,
     pub poll: PollOptions,
-}
-
-impl SourceOptions {
-    /// From the `[daemon]` section of the configuration.
-    pub fn from_config(d: &crate::config::DaemonConfig) -> Self {
-        SourceOptions {
-            kind: d.event_source,
-            bpf: BpfOptions {
-                lazy_wakeup: d.lazy_events,
-                quiet_idle_wakeups: d.quiet_idle_wakeups,
-                quiet_any_idle_wakeups: d.quiet_any_idle_wakeups,
-                find_rivals: d.find_rivals,
-                ..BpfOptions::default()
-            },
-            poll: PollOptions {
-                interval: Duration::from_micros(d.poll_interval_us.max(1)),
-            },
-        }
-    }
 }
 
 /// The daemon's event source: BPF, or the polling fallback.

@@ -4,17 +4,17 @@
 use pvsched_policy::Event;
 
 use super::{Ev, Sim};
-use crate::daemon::{overloaded, DISCOVERY_INTERVAL_NS};
-use crate::host::ThreadState;
+use pvsched_policy::serving::DEFAULT_DISCOVERY_INTERVAL_NS;
+
+use crate::daemon::overloaded;
 
 impl Sim {
-    /// Feeds the daemon a host event of vCPU `v` as pvschedd's `on_host_event` does: its
-    /// guest half read first when the daemon would ([`Event::reads_slot_first`]), then, when
-    /// the policy asks ([`VmState::reads_waiters_on`]: a preemption, lock holders honoured),
-    /// every other vCPU's (the lock waits that may name `v`), then the event. Reads cost
-    /// nothing here: the daemon's own CPU time is not modelled.
+    /// Feeds the daemon a host event of vCPU `v` as pvschedd's `on_host_event` does: the
+    /// guest halves it reads first ([`SlotReads`]: `v`'s when the event reads it, every
+    /// other vCPU's where lock waits may name `v`), then the event. Reads cost nothing
+    /// here: the daemon's own CPU time is not modelled.
     ///
-    /// [`VmState::reads_waiters_on`]: pvsched_policy::VmState::reads_waiters_on
+    /// [`SlotReads`]: pvsched_policy::SlotReads
     pub(super) fn feed(&mut self, vm: u32, v: u32, ev: Event) {
         let Some(d) = self.daemon.as_mut() else {
             return;
@@ -23,17 +23,7 @@ impl Sim {
         let g = &self.vms[vm as usize];
         let mut reads = std::mem::take(&mut self.reads);
         reads.clear();
-        if ev.reads_slot_first() {
-            reads.push((v, g.guest_half(v, now)));
-        }
-        if d.reads_waiters_on(vm, &ev) {
-            let n = g.vcpus.len() as u32;
-            reads.extend(
-                (0..n)
-                    .filter(|&w| w != v)
-                    .map(|w| (w, g.guest_half(w, now))),
-            );
-        }
+        reads.extend(d.slot_reads(vm, v, &ev).map(|w| (w, g.guest_half(w, now))));
         d.handle(vm, now, &reads, Some(ev));
         self.reads = reads;
         self.daemon_after(vm);
@@ -48,18 +38,15 @@ impl Sim {
         if !d.tick_due(vm, now) {
             return false;
         }
-        // The recheck: boosted vCPUs on a CPU are re-read.
+        // The recheck: the boosted vCPUs pvschedd re-reads (`serving::recheck_reads`).
         let nr = self.vms[vm as usize].vcpus.len() as u32;
         for v in 0..nr {
-            if !self.daemon.as_ref().is_some_and(|d| d.is_boosted(vm, v)) {
+            if !self.daemon.as_ref().is_some_and(|d| d.recheck_reads(vm, v)) {
                 continue;
             }
-            let tid = self.vms[vm as usize].vcpus[v as usize].tid;
-            if matches!(self.host.state(tid), ThreadState::Running(_)) {
-                let half = self.vms[vm as usize].guest_half(v, now);
-                if let Some(d) = self.daemon.as_mut() {
-                    d.handle(vm, now, &[(v, half)], None);
-                }
+            let half = self.vms[vm as usize].guest_half(v, now);
+            if let Some(d) = self.daemon.as_mut() {
+                d.handle(vm, now, &[(v, half)], None);
             }
         }
         if let Some(d) = self.daemon.as_mut() {
@@ -86,7 +73,7 @@ impl Sim {
             }
             self.daemon_after(vm);
         }
-        self.push(now + DISCOVERY_INTERVAL_NS, Ev::Discovery);
+        self.push(now + DEFAULT_DISCOVERY_INTERVAL_NS, Ev::Discovery);
     }
 
     /// Schedules the daemon's decisions and its next wakeup for `vm`.

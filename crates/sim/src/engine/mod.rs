@@ -23,10 +23,11 @@ use tasks::add_guest_tasks;
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
+use pvsched_policy::serving::DEFAULT_DISCOVERY_INTERVAL_NS;
 use pvsched_policy::{Event, Rivals};
 
 use crate::costs::Costs;
-use crate::daemon::{Daemon, DISCOVERY_INTERVAL_NS};
+use crate::daemon::Daemon;
 use crate::guest::{Behaviour, GuestIdle, GuestVm, TaskId, VWork, Vcpu, FOREVER};
 use crate::host::{Class, Host, HostParams, Switch, SwitchOut, ThreadState, Tid};
 use crate::results::{ModeResult, Recorder};
@@ -399,12 +400,13 @@ impl Sim {
                 sc.pvsched.boost_latency_path,
                 sim.costs.daemon_reaction_ns,
                 sim.costs.daemon_recheck_ns,
+                sim.doorbell,
             ));
             // The overload flag has a reader only in the hinted driver: other runs keep
             // their events (and figures) as they were.
             if sim.guest_idle == GuestIdle::Hinted {
                 sim.host.track_cpu_pressure();
-                sim.push(DISCOVERY_INTERVAL_NS, Ev::Discovery);
+                sim.push(DEFAULT_DISCOVERY_INTERVAL_NS, Ev::Discovery);
             }
         }
 

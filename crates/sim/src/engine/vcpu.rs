@@ -317,7 +317,7 @@ impl Sim {
     }
 
     /// The doorbell: a boosted vCPU whose guest half no longer shows a reason rings, and
-    /// the daemon reads the slot now rather than at its next recheck.
+    /// the daemon reads the VM's boosted vCPUs' slots now rather than at its next recheck.
     pub(super) fn ring_if_reason_cleared(&mut self, vm: u32, v: u32) {
         let now = self.now;
         let Some(d) = self.daemon.as_mut() else {
@@ -336,7 +336,13 @@ impl Sim {
         }
         self.vms[vm as usize].vcpus[v as usize].rung_seq =
             self.vms[vm as usize].vcpus[v as usize].seq;
-        d.handle(vm, now, &[(v, half)], None);
+        // pvschedd re-reads every boosted vCPU of the VM: the ring does not say which.
+        let mut reads = std::mem::take(&mut self.reads);
+        reads.clear();
+        let g = &self.vms[vm as usize];
+        reads.extend(d.boosted_vcpus(vm).map(|w| (w, g.guest_half(w, now))));
+        d.handle(vm, now, &reads, None);
+        self.reads = reads;
         self.daemon_after(vm);
     }
 

@@ -1,5 +1,6 @@
 //! CPU pressure as PSI reports it in /proc/pressure/cpu (`some`), which pvschedd reads to
-//! decide that the host is overloaded (`avg10 > 10`, crates/host/src/discovery).
+//! decide that the host is overloaded (`avg10` above 30 % by default:
+//! `pvsched_policy::serving::overloaded`).
 //!
 //! Per CPU, as `psi_group_cpu` (kernel/sched/psi.c, Linux 6.1): *some* time, while a thread
 //! is runnable there but not running (queued; an RT queue throttled counts), and *non-idle*
