@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::Mode;
+use crate::harness::axes::Mode;
 use crate::report::{pvsched_per_load, Report, Scenario};
 
 /// Host p99 pvsched / vanilla the target allows.
@@ -120,7 +120,7 @@ pub fn build(r: &Report) -> Vec<HostCostTarget> {
         ) else {
             continue;
         };
-        let ratio = |a: u64, b: u64| crate::report::ratio(a as f64, b as f64);
+        let ratio = |a: u64, b: u64| crate::harness::figures::ratio(a as f64, b as f64);
         let (Some(h), Some(g)) = (
             ratio(p.host.summary.p99_us, v.host.summary.p99_us),
             ratio(p.guest.summary.p99_us, v.guest.summary.p99_us),
@@ -136,8 +136,8 @@ pub fn build(r: &Report) -> Vec<HostCostTarget> {
             remains.push(format!(
                 "guest: p99 per repeat {} µs (vanilla {}); the boost budget latched {} times \
                  over the loaded sessions",
-                crate::report::join(&p.guest.p99_us_per_repeat),
-                crate::report::join(&v.guest.p99_us_per_repeat),
+                crate::harness::figures::join(&p.guest.p99_us_per_repeat),
+                crate::harness::figures::join(&v.guest.p99_us_per_repeat),
                 latches(r, "loaded").map_or("n/a".into(), |n| n.to_string())
             ));
         }

@@ -18,21 +18,29 @@ use std::time::{Duration, Instant};
 use pvsched_abi::F_LOCK_WAIT;
 use pvsched_vmtest::{Accel, Vm};
 
+use crate::daemon::daemon_counters;
+use crate::daemon::pin_daemon;
 use crate::daemon::{Binaries, Daemon, VmEntry};
 use crate::error::{guest, io, BenchError, Result};
 use crate::foreign;
 use crate::guest as gp;
+use crate::harness::axes::mode_order;
+use crate::harness::disturbance::DISTURBED;
+use crate::harness::journal::first_line;
+use crate::harness::journal::{Journal, Journaled};
+use crate::harness::meta::Meta;
+use crate::harness::output::json;
+use crate::harness::plan::{announce, listed};
+use crate::harness::settings::Settings;
+use crate::harness::start::{in_private_tmp, Start};
+use crate::harness::vm::{boot_pair, Guest};
 use crate::host::Machine;
 use crate::locks_report::{
     self, DaemonLocks, GuestLocks, LockCase, LockMode, LocksMeta, LocksRaw, LocksReport,
     LockstressResult, Phase, SessionStatus, VmPhase, Workload, DEFINITIONS, VM_A, VM_B,
 };
-use crate::model::{daemon_counters, mode_order};
 use crate::plot;
-use crate::progress::{human, Progress};
-use crate::report::Meta;
-use crate::rogue::{boot_pair, pin_daemon, Guest};
-use crate::run::{self, first_line, json, Settings, DISTURBED};
+use crate::progress::Progress;
 
 /// The standard settings plus what only this scenario has.
 #[derive(Clone, Debug)]
@@ -179,24 +187,19 @@ struct Bench<'a> {
     host_cpus: usize,
     phases: Vec<Phase>,
     sessions: Vec<SessionStatus>,
-    notes: Vec<String>,
-    errors: usize,
+    journal: Journal,
     progress: Progress,
     /// pvsched modes that could not be set up, and why.
     broken: BTreeMap<LockMode, String>,
 }
 
+impl Journaled for Bench<'_> {
+    fn journal(&mut self) -> &mut Journal {
+        &mut self.journal
+    }
+}
+
 impl Bench<'_> {
-    fn note(&mut self, msg: String) {
-        eprintln!("pvsched-bench: {msg}");
-        self.notes.push(msg);
-    }
-
-    fn error(&mut self, msg: String) {
-        self.errors += 1;
-        self.note(format!("ERROR: {msg}"));
-    }
-
     fn ends(&self, daemon: Option<&Daemon>) -> Ends {
         Ends {
             at: Instant::now(),
@@ -289,7 +292,7 @@ impl Bench<'_> {
         let msgs: Vec<String> = self
             .guests
             .iter()
-            .flat_map(|(_, g)| run::restore_threads(&g.baseline, mode.name()))
+            .flat_map(|(_, g)| crate::harness::vm::restore_threads(&g.baseline, mode.name()))
             .collect();
         for m in msgs {
             self.note(m);
@@ -570,58 +573,52 @@ pub fn phase_line(p: &Phase) -> String {
 /// Runs the scenario; returns the report and whether every phase worked.
 pub fn run(s: &LockSettings) -> Result<(LocksReport, bool)> {
     let b = &s.base;
-    let started = run::timestamp(false);
-    let t0 = Instant::now();
-    let (out, run_dir, raw_dir) = run::output_dirs(&b.out)?;
-    run::preflight(b)?;
+    let start = Start::begin(b)?;
     let pvsched = s.modes.iter().any(|m| m.honor_lock_holders().is_some());
-    let (bins, pvschedd) = if pvsched {
-        let (bins, what) = pin_daemon(Binaries::locate(b.pvschedd.as_deref())?, &run_dir)?;
-        (Some(bins), what)
-    } else {
-        (None, "not used".to_string())
-    };
+    let daemon = pvsched
+        .then(|| pin_daemon(Binaries::locate(b.pvschedd.as_deref())?, &start.run_dir))
+        .transpose()?;
     plot::init_font()?;
     let (phases, nominal) = plan(s);
-    eprintln!(
-        "pvsched-bench: lock scenario: {} repeats x cases [{}] x modes [{}], {} s of `{}` each: \
-         {phases} phases, {} of measurement (about {} with boots and overheads); results in {}",
-        b.repeat,
-        s.cases
-            .iter()
-            .map(|c| c.name())
-            .collect::<Vec<_>>()
-            .join(","),
-        s.modes
-            .iter()
-            .map(|m| m.name())
-            .collect::<Vec<_>>()
-            .join(","),
-        b.duration,
-        lockstress_args(b.duration, s.workload, s.threads),
-        human(nominal),
-        human(nominal * 1.5 + 60.0),
-        out.display()
+    announce(
+        &format!(
+            "lock scenario: {} repeats x cases [{}] x modes [{}], {} s of `{}` each",
+            b.repeat,
+            listed(&s.cases),
+            listed(&s.modes),
+            b.duration,
+            lockstress_args(b.duration, s.workload, s.threads)
+        ),
+        phases,
+        nominal,
+        nominal * 1.5 + 60.0,
+        "boots and overheads",
+        &start.out,
     );
-    run::in_private_tmp(|| {
-        run_in(
-            s, &out, run_dir, raw_dir, started, t0, bins, pvschedd, pvsched,
-        )
-    })
+    in_private_tmp(|| run_in(s, start, daemon))
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The lock scenario once its folders are there: boots the guests, runs
+/// every session and renders the report. `daemon`: the pinned pvschedd and
+/// what the report says about it, when a mode needs it.
 fn run_in(
     s: &LockSettings,
-    out: &Path,
-    run_dir: PathBuf,
-    raw_dir: PathBuf,
-    started: String,
-    t0: Instant,
-    bins: Option<Binaries>,
-    pvschedd: String,
-    pvsched: bool,
+    start: Start,
+    daemon: Option<(Binaries, String)>,
 ) -> Result<(LocksReport, bool)> {
+    let Start {
+        started,
+        t0,
+        out,
+        run_dir,
+        raw_dir,
+    } = start;
+    let out = out.as_path();
+    let pvsched = daemon.is_some();
+    let (bins, pvschedd) = match daemon {
+        Some((bins, what)) => (Some(bins), what),
+        None => (None, "not used".to_string()),
+    };
     let b = &s.base;
     let (phases, nominal) = plan(s);
     let machine = Machine::probe(&pvsched_vmtest::workspace_root());
@@ -697,8 +694,7 @@ fn run_in(
         host_cpus,
         phases: Vec::new(),
         sessions: Vec::new(),
-        notes,
-        errors: 0,
+        journal: Journal::with_notes(notes),
         progress: Progress::new(phases, nominal),
         broken: BTreeMap::new(),
     };
@@ -721,9 +717,9 @@ fn run_in(
     'outer: for rep in 1..=b.repeat {
         for (ci, &case) in s.cases.iter().enumerate() {
             for mode in mode_order(&s.modes, rep - 1, ci) {
-                let errors = bench.errors;
+                let errors = bench.journal.errors;
                 bench.session(rep, case, mode);
-                if bench.errors > errors && !bench.vms_alive() {
+                if bench.journal.errors > errors && !bench.vms_alive() {
                     bench.error("a guest stopped answering: run aborted".into());
                     break 'outer;
                 }
@@ -756,7 +752,7 @@ fn run_in(
             pvschedd_settings: b.pvschedd_overlay.to_string(),
             static_rt_priority: 0,
             machine,
-            notes: bench.notes.clone(),
+            notes: bench.journal.notes.clone(),
         },
         vms: bench
             .guests
@@ -783,7 +779,7 @@ fn run_in(
         phases: bench.phases,
         sessions: bench.sessions,
     };
-    let ok = bench.errors == 0;
+    let ok = bench.journal.errors == 0;
     drop(bench.guests);
     let report = render(out, &raw)?;
     Ok((report, ok))
@@ -791,13 +787,13 @@ fn run_in(
 
 /// Writes raw.json, report.json, the plot and report.md into `out`.
 pub fn render(out: &Path, raw: &LocksRaw) -> Result<LocksReport> {
-    let write = |name: &str, text: &str| run::write_into(out, name, text);
+    let write = |name: &str, text: &str| crate::harness::output::write_into(out, name, text);
     write("raw.json", &json(raw))?;
     let mut report = locks_report::build(raw);
     let mut panels = Vec::new();
     for c in &report.cases {
         let modes = locks_report::ordered(&c.modes);
-        let bar = |m: LockMode, s: &crate::msgpass_report::Spread| plot::Bar {
+        let bar = |m: LockMode, s: &crate::harness::figures::Spread| plot::Bar {
             mode: m.name(),
             value: s.median,
             low: s.min,
@@ -872,8 +868,7 @@ pub fn plot_title(raw: &LocksRaw) -> String {
 
 /// Re-renders a report from a previous lock run's raw.json (into its directory).
 pub fn rerender(raw_path: &Path) -> Result<(LocksReport, PathBuf)> {
-    let (raw, dir): (LocksRaw, PathBuf) = crate::raw::load(raw_path)?;
-    Ok((render(&dir, &raw)?, dir))
+    crate::harness::raw::rerender(raw_path, render)
 }
 
 #[cfg(test)]
@@ -946,27 +941,8 @@ mod tests {
     fn plan_counts_one_phase_per_case_mode_and_repeat() {
         let s = LockSettings {
             base: Settings {
-                out: "x".into(),
                 repeat: 5,
-                duration: 10,
-                intervals: vec![1000],
-                loads: vec![],
-                modes: vec![],
-                accel: crate::accel::AccelChoice::Auto,
-                smp: 2,
-                memory_mb: 512,
-                pvschedd: None,
-                static_rt_priority: 8,
-                pvschedd_overlay: toml::Table::new(),
-                buckets: 100_000,
-                audio_secs: 0,
-                pingpong_secs: 0,
-                retry_disturbed: 1,
-                doorbell: true,
-                modcost: Default::default(),
-                command: String::new(),
-                first_repeat: 1,
-                load_offset: 0,
+                ..Settings::example()
             },
             cases: LockCase::ALL.to_vec(),
             modes: LockMode::ALL.to_vec(),

@@ -18,8 +18,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::BenchError;
-use crate::msgpass_report::Spread;
-use crate::report::Meta;
+use crate::harness::figures::Spread;
+use crate::harness::meta::Meta;
 
 /// The first VM: runs the workload in both cases.
 pub const VM_A: &str = "lock-a";

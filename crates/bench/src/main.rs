@@ -6,16 +6,18 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use pvsched_bench::accel::AccelChoice;
+use pvsched_bench::harness;
+use pvsched_bench::harness::axes::{Load, Mode};
+use pvsched_bench::harness::settings::ModCostSettings;
+use pvsched_bench::harness::settings::Settings;
 use pvsched_bench::locks::{self, LockSettings};
 use pvsched_bench::locks_report::{LockCase, LockMode, Workload};
-use pvsched_bench::modcost::ModCostSettings;
-use pvsched_bench::model::{Load, Mode};
 use pvsched_bench::msgpass::{self, MsgSettings};
 use pvsched_bench::msgpass_report::IdleCase;
 use pvsched_bench::platform::{self, Platform};
 use pvsched_bench::rogue::{self, RogueSettings};
 use pvsched_bench::rogue_report::Case;
-use pvsched_bench::run::{self, Settings};
+use pvsched_bench::run::{self};
 use pvsched_bench::{BenchError, Result};
 
 /// What a run measures.
@@ -181,11 +183,11 @@ struct Cli {
     /// Guest module overhead phase (standard scenario): runs of `perf bench
     /// sched pipe` in a guest with pvsched.ko loaded and bound, and as many
     /// without, interleaved, after the sessions; 0 skips the phase.
-    #[arg(long, value_name = "N", default_value_t = pvsched_bench::modcost::DEFAULT_REPEAT)]
+    #[arg(long, value_name = "N", default_value_t = pvsched_bench::harness::settings::DEFAULT_REPEAT)]
     modcost_repeat: usize,
     /// Guest module overhead phase: `perf bench sched pipe -l` loops per run
     /// (about 100-130 µs of host time each under TCG).
-    #[arg(long, value_name = "LOOPS", default_value_t = pvsched_bench::modcost::DEFAULT_LOOPS,
+    #[arg(long, value_name = "LOOPS", default_value_t = pvsched_bench::harness::settings::DEFAULT_LOOPS,
           value_parser = clap::value_parser!(u32).range(100..))]
     modcost_loops: u32,
     /// Guest module overhead phase: the clock of perf's µs/op. `icount`
@@ -193,7 +195,7 @@ struct Cli {
     /// guest instruction, one vCPU; `host`: the guest clock on host time.
     /// KVM always uses the host's.
     #[arg(long, value_enum, default_value = "icount")]
-    modcost_clock: pvsched_bench::modcost::ModCostClock,
+    modcost_clock: pvsched_bench::harness::settings::ModCostClock,
     /// cyclictest histogram size in µs (later samples count as overflows at the max).
     #[arg(long, default_value_t = 100_000)]
     buckets: u32,
@@ -222,7 +224,10 @@ fn rogue_settings(mut cli: Cli) -> Result<RogueSettings> {
         cli.out = Some(if q {
             PathBuf::from("bench-results/demo-rogue")
         } else {
-            PathBuf::from(format!("{}-rogue", run::default_out().display()))
+            PathBuf::from(format!(
+                "{}-rogue",
+                harness::settings::default_out().display()
+            ))
         });
     }
     cli.loads.get_or_insert_with(|| vec![Load::Loaded]);
@@ -261,7 +266,7 @@ fn msgpass_settings(mut cli: Cli) -> Result<MsgSettings> {
     if cli.out.is_none() {
         cli.out = Some(PathBuf::from(format!(
             "{}-message-passing",
-            run::default_out().display()
+            harness::settings::default_out().display()
         )));
     }
     cli.duration.get_or_insert(5);
@@ -299,7 +304,10 @@ fn locks_settings(mut cli: Cli) -> Result<LockSettings> {
         cli.out = Some(if q {
             PathBuf::from("bench-results/demo-locks")
         } else {
-            PathBuf::from(format!("{}-locks", run::default_out().display()))
+            PathBuf::from(format!(
+                "{}-locks",
+                harness::settings::default_out().display()
+            ))
         });
     }
     cli.repeat.get_or_insert(if q { 2 } else { 5 });
@@ -371,7 +379,7 @@ fn settings(cli: Cli) -> Result<Settings> {
             if q {
                 PathBuf::from("bench-results/demo")
             } else {
-                run::default_out()
+                harness::settings::default_out()
             }
         }),
         repeat: cli.repeat.unwrap_or(if q { 2 } else { 3 }),
@@ -528,7 +536,7 @@ fn host_vm_main(cli: &Cli) -> ExitCode {
         args.extend(["--smp".into(), "1".into()]);
     }
     let out = cli.out.clone().unwrap_or_else(|| {
-        let base = run::default_out();
+        let base = harness::settings::default_out();
         match cli.scenario {
             Scenario::Standard => platform::default_out(base),
             Scenario::Rogue => PathBuf::from(format!("{}-rogue-kvm", base.display())),

@@ -41,61 +41,16 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{guest, io, BenchError, Result};
 use crate::foreign;
-use crate::model::mode_order;
+use crate::harness::axes::mode_order;
+use crate::harness::disturbance::DISTURBED;
+use crate::harness::settings::Settings;
+use crate::harness::settings::{ModCostClock, ModCostSettings};
+use crate::harness::start::find_perf;
+use crate::harness::start::which;
+use crate::harness::vm::vm_config;
 use crate::progress::Progress;
-use crate::run::{vm_config, which, Settings, DISTURBED};
 use crate::stats::{median, quantile};
 
-/// How the phase times an operation (`--modcost-clock`; module docs).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum ModCostClock {
-    /// Guest time under `-icount shift=0,sleep=off`: 1 ns per guest
-    /// instruction (TCG only, one vCPU).
-    #[default]
-    Icount,
-    /// The guest's clock running on host time, as before icount.
-    Host,
-}
-
-impl ModCostClock {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Icount => "icount",
-            Self::Host => "host",
-        }
-    }
-
-    /// What µs/op means under this clock, for the report.
-    fn unit(self) -> &'static str {
-        match self {
-            Self::Icount => {
-                "guest time under `-icount shift=0,sleep=off`: 1 ns per guest instruction, \
-                 so µs/op is thousands of guest instructions per operation"
-            }
-            Self::Host => "guest time on the host clock",
-        }
-    }
-}
-
-/// What the phase runs (`--modcost-repeat`, `--modcost-loops`, `--modcost-clock`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ModCostSettings {
-    /// Runs of each variant (0: no phase).
-    pub repeat: usize,
-    /// `perf bench sched pipe -l` loops per run.
-    pub loops: u32,
-    /// The clock asked for; KVM falls back to the host's.
-    #[serde(default)]
-    pub clock: ModCostClock,
-}
-
-/// Repeats per variant by default. On the host clock a run's spread under
-/// TCG is several percent, and 9 was meant to put a 2 % difference clear of
-/// zero (it did not, at up to 15 %); under icount 4 runs already do.
-pub const DEFAULT_REPEAT: usize = 9;
-/// About 2-3 s per run under TCG (~100-130 µs of host time per operation).
-pub const DEFAULT_LOOPS: u32 = 20_000;
 /// The issue's target: the module may cost at most this much, percent of
 /// the median time per operation.
 pub const TARGET_PCT: f64 = 2.0;
@@ -104,16 +59,6 @@ pub const TARGET_PCT: f64 = 2.0;
 const NOMINAL_US_PER_OP: f64 = 130.0;
 /// Bootstrap resamples of the overhead's interval.
 const RESAMPLES: usize = 4000;
-
-impl Default for ModCostSettings {
-    fn default() -> Self {
-        Self {
-            repeat: DEFAULT_REPEAT,
-            loops: DEFAULT_LOOPS,
-            clock: ModCostClock::default(),
-        }
-    }
-}
 
 /// Phases and nominal seconds the phase adds to a run.
 pub fn plan(m: &ModCostSettings) -> (usize, f64) {
@@ -174,52 +119,6 @@ pub struct Outcome {
     pub raw: Option<ModCostRaw>,
     pub notes: Vec<String>,
     pub errors: Vec<String>,
-}
-
-/// The host's `perf` as the guest gets it: `perf` on `$PATH` when it is an
-/// executable, else (a wrapper script that picks a versioned binary, as in
-/// Debian before 12) the newest `/usr/bin/perf_*` or
-/// `/usr/lib/linux-tools-*/perf`.
-pub fn find_perf() -> Result<PathBuf> {
-    let missing = || BenchError::Missing {
-        what: "perf (the guest module overhead phase runs `perf bench sched pipe`)".into(),
-        hint: "install linux-perf (scripts/install-deps.sh), or --modcost-repeat 0".into(),
-    };
-    let perf = which("perf").ok_or_else(missing)?;
-    let head = std::fs::read(&perf).map_err(io(format!("reading {}", perf.display())))?;
-    if head.starts_with(b"\x7fELF") {
-        return Ok(perf);
-    }
-    let mut found: Vec<PathBuf> = Vec::new();
-    for (dir, prefix) in [("/usr/bin", "perf_"), ("/usr/lib", "linux-tools-")] {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().to_string();
-            if !name.starts_with(prefix) {
-                continue;
-            }
-            let p = if prefix == "perf_" {
-                e.path()
-            } else {
-                e.path().join("perf")
-            };
-            if p.is_file() {
-                found.push(p);
-            }
-        }
-    }
-    found.sort_by_key(|p| version_key(p));
-    found.pop().ok_or_else(missing)
-}
-
-/// Numbers in a path, for a version sort (`perf_5.10` < `perf_6.1`).
-fn version_key(p: &Path) -> Vec<u64> {
-    p.to_string_lossy()
-        .split(|c: char| !c.is_ascii_digit())
-        .filter_map(|n| n.parse().ok())
-        .collect()
 }
 
 /// The guest command of one run: both tasks on vCPU `cpu`.
@@ -977,7 +876,7 @@ mod tests {
     #[test]
     fn plan_counts_two_runs_per_repeat_and_zero_skips() {
         let (phases, secs) = plan(&ModCostSettings::default());
-        assert_eq!(phases, 2 * DEFAULT_REPEAT);
+        assert_eq!(phases, 2 * crate::harness::settings::DEFAULT_REPEAT);
         assert!(secs > 0.0);
         assert_eq!(
             plan(&ModCostSettings {
@@ -1060,15 +959,5 @@ mod tests {
         let mut md = String::new();
         markdown(&mut md, Some(&summarize(&raw(&[(100.0, 101.0)]))));
         assert!(md.contains("1 ns per guest instruction"), "{md}");
-    }
-
-    #[test]
-    fn version_sort_puts_the_newest_perf_last() {
-        let mut v = [
-            PathBuf::from("/usr/bin/perf_6.1"),
-            PathBuf::from("/usr/bin/perf_5.10"),
-        ];
-        v.sort_by_key(|p| version_key(p));
-        assert_eq!(v[1], PathBuf::from("/usr/bin/perf_6.1"));
     }
 }

@@ -1,109 +1,15 @@
 //! What a run measures: modes, loads, and the raw results they collect.
 
 use std::collections::BTreeMap;
-use std::fmt;
-use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::error::BenchError;
 use crate::guest::{AudioResult, PingPongResult};
+use crate::harness::axes::{Load, Mode};
 use crate::host::StressorRate;
 use crate::share::CpuUse;
 use crate::stats::Histogram;
-
-/// How the host treats the vCPU threads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Mode {
-    /// SCHED_OTHER, as QEMU starts them.
-    Vanilla,
-    /// Every vCPU thread SCHED_RR 8 (chrt -r 8, libvirt `<vcpusched>`).
-    StaticRt,
-    /// pvschedd running with its default policy.
-    Pvsched,
-}
-
-impl Mode {
-    pub const ALL: [Mode; 3] = [Mode::Vanilla, Mode::StaticRt, Mode::Pvsched];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Vanilla => "vanilla",
-            Mode::StaticRt => "static-rt",
-            Mode::Pvsched => "pvsched",
-        }
-    }
-}
-
-impl fmt::Display for Mode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Mode {
-    type Err = BenchError;
-    fn from_str(s: &str) -> Result<Self, BenchError> {
-        Mode::ALL
-            .into_iter()
-            .find(|m| m.name() == s)
-            .ok_or_else(|| BenchError::Unknown {
-                what: "mode",
-                given: s.to_string(),
-                choices: "vanilla, static-rt, pvsched",
-            })
-    }
-}
-
-/// What else runs on the host.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Load {
-    Idle,
-    /// stress-ng as in the published setup, scaled to the cores.
-    Loaded,
-}
-
-impl Load {
-    pub fn name(self) -> &'static str {
-        match self {
-            Load::Idle => "idle",
-            Load::Loaded => "loaded",
-        }
-    }
-}
-
-impl fmt::Display for Load {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Load {
-    type Err = BenchError;
-    fn from_str(s: &str) -> Result<Self, BenchError> {
-        match s {
-            "idle" => Ok(Load::Idle),
-            "loaded" => Ok(Load::Loaded),
-            _ => Err(BenchError::Unknown {
-                what: "load",
-                given: s.to_string(),
-                choices: "idle, loaded",
-            }),
-        }
-    }
-}
-
-/// Order of the modes in repeat `rep` under load number `load_idx`: rotated,
-/// so that over the repeats every mode takes every position (first after the
-/// load starts, last...) equally often and drift favours none.
-pub fn mode_order<T: Copy>(modes: &[T], rep: usize, load_idx: usize) -> Vec<T> {
-    if modes.is_empty() {
-        return Vec::new();
-    }
-    let k = (rep + load_idx) % modes.len();
-    modes[k..].iter().chain(&modes[..k]).copied().collect()
-}
 
 /// One cyclictest measurement (guest and host at once).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -163,63 +69,6 @@ pub struct SessionRun {
     pub daemon_counters: BTreeMap<String, f64>,
     #[serde(default)]
     pub daemon_seconds: f64,
-}
-
-/// The daemon counters a session keeps (`SessionRun::daemon_counters`):
-/// (key, Prometheus sample name).
-pub const DAEMON_COUNTERS: [(&str, &str); 6] = [
-    (
-        "wakeups_records",
-        "pvsched_wakeups_total{cause=\"records\"}",
-    ),
-    ("wakeups_timer", "pvsched_wakeups_total{cause=\"timer\"}"),
-    (
-        "wakeups_doorbell",
-        "pvsched_wakeups_total{cause=\"doorbell\"}",
-    ),
-    ("doorbell_rings", "pvsched_doorbell_rings_total"),
-    ("bpf_records", "pvsched_bpf_records"),
-    ("bpf_lazy_records", "pvsched_bpf_lazy_records"),
-];
-
-/// The [`DAEMON_COUNTERS`] present in pvschedd's Prometheus text `text`, by key.
-pub fn daemon_counters(text: &str) -> BTreeMap<String, f64> {
-    DAEMON_COUNTERS
-        .iter()
-        .filter_map(|(key, name)| Some((key.to_string(), prometheus_value(text, name)?)))
-        .collect()
-}
-
-/// The value of the sample `name` (with its labels, as printed) in the
-/// Prometheus text `text`.
-pub fn prometheus_value(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .filter_map(|l| l.strip_prefix(name))
-        .find_map(|rest| rest.strip_prefix(' ')?.trim().parse().ok())
-}
-
-/// The cumulative buckets of the Prometheus histogram `name` in `text`
-/// (`NAME_bucket{le="X"} N` lines), in order, `+Inf` (`None`) last; empty if
-/// absent.
-pub fn prometheus_buckets(text: &str, name: &str) -> Vec<(Option<f64>, u64)> {
-    let prefix = format!("{name}_bucket{{le=\"");
-    let mut out: Vec<(Option<f64>, u64)> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix(prefix.as_str()))
-        .filter_map(|rest| {
-            let (le, count) = rest.split_once("\"}")?;
-            let le = match le {
-                "+Inf" => None,
-                v => Some(v.parse().ok()?),
-            };
-            Some((le, count.trim().parse().ok()?))
-        })
-        .collect();
-    out.sort_by(|a, b| {
-        a.0.unwrap_or(f64::INFINITY)
-            .total_cmp(&b.0.unwrap_or(f64::INFINITY))
-    });
-    out
 }
 
 /// (load, interval µs, mode) -> one entry per repeat.
@@ -299,26 +148,6 @@ mod session_map {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn mode_order_rotates_so_each_mode_leads_once_per_cycle() {
-        let m = Mode::ALL;
-        let firsts: Vec<Mode> = (0..3).map(|r| mode_order(&m, r, 0)[0]).collect();
-        assert_eq!(firsts, vec![Mode::Vanilla, Mode::StaticRt, Mode::Pvsched]);
-        assert_eq!(
-            mode_order(&m, 1, 1),
-            vec![Mode::Pvsched, Mode::Vanilla, Mode::StaticRt]
-        );
-    }
-
-    #[test]
-    fn names_round_trip() {
-        for m in Mode::ALL {
-            assert_eq!(m.name().parse::<Mode>().unwrap(), m);
-        }
-        assert_eq!("loaded".parse::<Load>().unwrap(), Load::Loaded);
-        assert!("busy".parse::<Load>().is_err());
-    }
 
     #[test]
     fn results_round_trip_through_json() {

@@ -24,16 +24,23 @@ use crate::daemon::{Binaries, Daemon, Locator, VM_NAME};
 use crate::error::{guest, io, BenchError, Result};
 use crate::foreign;
 use crate::guest as gp;
+use crate::harness::axes::{mode_order, Load};
+use crate::harness::disturbance::DISTURBED;
+use crate::harness::journal::first_line;
+use crate::harness::journal::{Journal, Journaled};
+use crate::harness::meta::Meta;
+use crate::harness::output::json;
+use crate::harness::plan::{announce, listed};
+use crate::harness::settings::Settings;
+use crate::harness::start::{in_private_tmp, Start};
+use crate::harness::vm::ThreadBaseline;
 use crate::host::{self, Machine};
-use crate::model::{mode_order, Load};
 use crate::msgpass_report::{
     self, parse_advice, parse_idle, parse_schedstat, parse_uptime, sections, Block, IdleCase,
     IdleFile, Measurement, MsgMeta, MsgRaw, MsgReport, Session, Workload, IDLE_FILE,
 };
 use crate::plot;
-use crate::progress::{human, Progress};
-use crate::report::Meta;
-use crate::run::{self, first_line, json, Settings, ThreadBaseline, DISTURBED};
+use crate::progress::Progress;
 
 /// The standard settings plus what only this scenario has.
 #[derive(Clone, Debug)]
@@ -161,8 +168,7 @@ struct Bench<'a> {
     guest_cpus: u32,
     blocks: Vec<Block>,
     sessions: Vec<Session>,
-    notes: Vec<String>,
-    errors: usize,
+    journal: Journal,
     progress: Progress,
     /// Cases that cannot run in this guest, and why.
     unavailable: std::collections::BTreeMap<IdleCase, String>,
@@ -171,17 +177,13 @@ struct Bench<'a> {
     kvm_poll_before: Option<HaltPoll>,
 }
 
+impl Journaled for Bench<'_> {
+    fn journal(&mut self) -> &mut Journal {
+        &mut self.journal
+    }
+}
+
 impl Bench<'_> {
-    fn note(&mut self, msg: String) {
-        eprintln!("pvsched-bench: {msg}");
-        self.notes.push(msg);
-    }
-
-    fn error(&mut self, msg: String) {
-        self.errors += 1;
-        self.note(format!("ERROR: {msg}"));
-    }
-
     /// The idle debugfs file now; None when the module has none.
     fn idle_file(&self) -> Result<Option<IdleFile>> {
         let (rc, out) = self
@@ -751,7 +753,7 @@ impl Bench<'_> {
     /// Puts every QEMU thread back to its boot-time parameters; notes any
     /// thread that was not there.
     fn verify_restored(&mut self, after: &str) {
-        for m in run::restore_threads(&self.baseline, after) {
+        for m in crate::harness::vm::restore_threads(&self.baseline, after) {
             self.note(m);
         }
     }
@@ -766,52 +768,42 @@ impl Bench<'_> {
 /// Runs the scenario; returns the report and whether every phase worked.
 pub fn run(s: &MsgSettings) -> Result<(MsgReport, bool)> {
     let b = &s.base;
-    let started = run::timestamp(false);
-    let t0 = Instant::now();
-    let (out, run_dir, raw_dir) = run::output_dirs(&b.out)?;
-    run::preflight(b)?;
+    let start = Start::begin(b)?;
     let bins = Binaries::locate(b.pvschedd.as_deref())?;
     plot::init_font()?;
     let (phases, nominal) = plan(s);
-    eprintln!(
-        "pvsched-bench: message-passing scenario: {} repeats x loads [{}] x (warm-up + cases \
-         [{}]) x {} workloads of {} s: {phases} phases, {} of measurement (about {} with the \
-         boot, module reloads and overheads); results in {}",
-        b.repeat,
-        b.loads
-            .iter()
-            .map(|l| l.name())
-            .collect::<Vec<_>>()
-            .join(","),
-        s.cases
-            .iter()
-            .map(|c| c.name())
-            .collect::<Vec<_>>()
-            .join(","),
-        Workload::ALL.len(),
-        b.duration,
-        human(nominal),
+    announce(
+        &format!(
+            "message-passing scenario: {} repeats x loads [{}] x (warm-up + cases [{}]) x {} \
+             workloads of {} s",
+            b.repeat,
+            listed(&b.loads),
+            listed(&s.cases),
+            Workload::ALL.len(),
+            b.duration
+        ),
+        phases,
+        nominal,
         // Boot and image ~60 s; per session a module reload and the settle
         // time; per block a daemon start.
-        human(
-            nominal * 1.2
-                + 60.0
-                + (b.repeat * b.loads.len()) as f64 * (10.0 + (s.cases.len() + 1) as f64 * 6.0)
-        ),
-        out.display()
+        nominal * 1.2
+            + 60.0
+            + (b.repeat * b.loads.len()) as f64 * (10.0 + (s.cases.len() + 1) as f64 * 6.0),
+        "the boot, module reloads and overheads",
+        &start.out,
     );
-    run::in_private_tmp(|| run_in(s, &out, run_dir, raw_dir, started, t0, bins))
+    in_private_tmp(|| run_in(s, start, bins))
 }
 
-fn run_in(
-    s: &MsgSettings,
-    out: &Path,
-    run_dir: PathBuf,
-    raw_dir: PathBuf,
-    started: String,
-    t0: Instant,
-    bins: Binaries,
-) -> Result<(MsgReport, bool)> {
+fn run_in(s: &MsgSettings, start: Start, bins: Binaries) -> Result<(MsgReport, bool)> {
+    let Start {
+        started,
+        t0,
+        out,
+        run_dir,
+        raw_dir,
+    } = start;
+    let out = out.as_path();
     let b = &s.base;
     let (phases, nominal) = plan(s);
     let machine = Machine::probe(&pvsched_vmtest::workspace_root());
@@ -819,7 +811,7 @@ fn run_in(
     let cache = pvsched_vmtest::cache_root().with_file_name("pvsched-bench");
     let image = gp::build_image(&cache)?;
     eprintln!("pvsched-bench: booting the guest ({} vCPUs)", b.smp);
-    let (vm, accel_reason, accel) = run::boot(b, image, VM_NAME)?;
+    let (vm, accel_reason, accel) = crate::harness::vm::boot(b, image, VM_NAME)?;
     eprintln!("pvsched-bench: accelerator: {accel_reason}");
     let guest_cpus = vm.guest_cpus().max(1);
     if guest_cpus < 2 {
@@ -828,8 +820,8 @@ fn run_in(
              the guest has {guest_cpus}"
         )));
     }
-    let vcpus = run::vcpu_threads(&vm)?;
-    let baseline = run::thread_baseline(vm.qemu_pid())?;
+    let vcpus = crate::harness::vm::vcpu_threads(&vm)?;
+    let baseline = crate::harness::vm::thread_baseline(vm.qemu_pid())?;
     let mut bench = Bench {
         s,
         vm,
@@ -842,8 +834,7 @@ fn run_in(
         guest_cpus,
         blocks: Vec::new(),
         sessions: Vec::new(),
-        notes: Vec::new(),
-        errors: 0,
+        journal: Journal::default(),
         progress: Progress::new(phases, nominal),
         unavailable: Default::default(),
         accel,
@@ -864,23 +855,26 @@ fn run_in(
         idle_driver
     );
     if machine.cpus != guest_cpus as usize {
-        bench.notes.push(format!(
+        bench.journal.notes.push(format!(
             "guest has {guest_cpus} vCPUs on {} host CPUs",
             machine.cpus
         ));
     }
     'outer: for rep in 1..=b.repeat {
         for (li, &load) in b.loads.iter().enumerate() {
-            let errors = bench.errors;
+            let errors = bench.journal.errors;
             bench.block(rep, load, li);
-            if bench.errors > errors && !bench.vm_alive() {
+            if bench.journal.errors > errors && !bench.vm_alive() {
                 bench.error("the guest stopped answering: run aborted".into());
                 break 'outer;
             }
         }
     }
     for (case, why) in &bench.unavailable {
-        bench.notes.push(format!("{case} did not run: {why}"));
+        bench
+            .journal
+            .notes
+            .push(format!("{case} did not run: {why}"));
     }
 
     let commands = Workload::ALL
@@ -906,7 +900,7 @@ fn run_in(
             pvschedd_settings: b.pvschedd_overlay.to_string(),
             static_rt_priority: 0,
             machine,
-            notes: bench.notes.clone(),
+            notes: bench.journal.notes.clone(),
         },
         budget_permille: s.budget_permille,
         idle_driver,
@@ -921,7 +915,7 @@ fn run_in(
         blocks: bench.blocks,
         sessions: bench.sessions,
     };
-    let ok = bench.errors == 0;
+    let ok = bench.journal.errors == 0;
     drop(bench.vm);
     let report = render(out, &raw)?;
     Ok((report, ok))
@@ -943,7 +937,7 @@ pub const DEFINITIONS: [&str; 4] = [
 
 /// Writes raw.json, report.json, the plot and report.md into `out`.
 pub fn render(out: &Path, raw: &MsgRaw) -> Result<MsgReport> {
-    let write = |name: &str, text: &str| run::write_into(out, name, text);
+    let write = |name: &str, text: &str| crate::harness::output::write_into(out, name, text);
     write("raw.json", &json(raw))?;
     let mut report = msgpass_report::build(raw);
     let mut panels = Vec::new();
@@ -989,39 +983,23 @@ pub fn render(out: &Path, raw: &MsgRaw) -> Result<MsgReport> {
 /// Re-renders a report from a previous message-passing run's raw.json (into
 /// its directory).
 pub fn rerender(raw_path: &Path) -> Result<(MsgReport, PathBuf)> {
-    let (raw, dir): (MsgRaw, PathBuf) = crate::raw::load(raw_path)?;
-    Ok((render(&dir, &raw)?, dir))
+    crate::harness::raw::rerender(raw_path, render)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::accel::AccelChoice;
 
     fn settings(cases: Vec<IdleCase>) -> MsgSettings {
         MsgSettings {
             base: Settings {
-                out: "x".into(),
-                repeat: 3,
                 duration: 5,
                 intervals: vec![],
-                loads: vec![Load::Idle, Load::Loaded],
                 modes: vec![],
-                accel: AccelChoice::Auto,
-                smp: 2,
-                memory_mb: 512,
-                pvschedd: None,
-                static_rt_priority: 8,
-                pvschedd_overlay: toml::Table::new(),
-                buckets: 100_000,
                 audio_secs: 0,
                 pingpong_secs: 0,
                 retry_disturbed: 1,
-                doorbell: false,
-                modcost: Default::default(),
-                command: String::new(),
-                first_repeat: 1,
-                load_offset: 0,
+                ..Settings::example()
             },
             cases,
             budget_permille: 50,

@@ -16,9 +16,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{BenchError, Result};
+use crate::harness::axes::Load;
+use crate::harness::figures::ratio;
+use crate::harness::figures::Spread;
+use crate::harness::meta::Meta;
 use crate::host::StressorRate;
-use crate::model::Load;
-use crate::report::{ratio, Meta};
 
 /// Smallest `hinted / default` throughput ratio the idle-host target allows.
 pub const THROUGHPUT_TARGET: f64 = 1.3;
@@ -589,32 +591,6 @@ pub struct MsgRaw {
     pub cases: Vec<IdleCase>,
     pub blocks: Vec<Block>,
     pub sessions: Vec<Session>,
-}
-
-/// A figure over the repeats: median, spread, each repeat in run order.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Spread {
-    pub median: f64,
-    pub min: f64,
-    pub max: f64,
-    pub per_repeat: Vec<f64>,
-}
-
-impl Spread {
-    pub fn of(v: Vec<f64>) -> Spread {
-        let mut s = v.clone();
-        s.sort_by(|a, b| a.total_cmp(b));
-        Spread {
-            median: median_sorted(&s),
-            min: s.first().copied().unwrap_or(0.0),
-            max: s.last().copied().unwrap_or(0.0),
-            per_repeat: v,
-        }
-    }
-}
-
-fn median_sorted(s: &[f64]) -> f64 {
-    crate::stats::median(s).unwrap_or(0.0)
 }
 
 fn geomean(v: &[f64]) -> Option<f64> {

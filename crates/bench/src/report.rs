@@ -13,48 +13,12 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::host::Machine;
-use crate::model::{Load, Mode, Results};
+use crate::harness::axes::{Load, Mode};
+use crate::harness::figures::{join, ratio, side, Side};
+use crate::harness::meta::Meta;
+use crate::model::Results;
 use crate::share_report::{self, LoadShare};
-use crate::stats::{Histogram, Summary};
-
-/// Facts about the run that the numbers need next to them.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Meta {
-    pub command: String,
-    pub started: String,
-    pub wall_s: f64,
-    pub repeat: usize,
-    pub duration_s: u64,
-    pub accel: String,
-    pub accel_reason: String,
-    pub guest_cpus: u32,
-    pub guest_kernel: String,
-    pub guest_module: String,
-    pub load_cmd: String,
-    /// pvschedd settings over its defaults (`--pvschedd-config`), as TOML;
-    /// empty: the defaults.
-    #[serde(default)]
-    pub pvschedd_settings: String,
-    /// SCHED_RR priority of the vCPU threads in the static-rt mode (0 in
-    /// reports from before it was recorded: it was 8).
-    #[serde(default)]
-    pub static_rt_priority: u32,
-    pub machine: Machine,
-    pub notes: Vec<String>,
-}
-
-/// Latency of one side (guest or host) of one mode: merged over repeats.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Side {
-    #[serde(flatten)]
-    pub summary: Summary,
-    /// p99 of each repeat, in run order: the spread.
-    pub p99_us_per_repeat: Vec<u64>,
-    /// Wakeups that happened / wakeups the interval asked for (cyclictest
-    /// skips the periods a late thread missed).
-    pub loops_ratio: f64,
-}
+use crate::stats::Histogram;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Audio {
@@ -250,14 +214,6 @@ pub struct Report {
     pub host_cost_targets: Vec<crate::host_cost_targets::HostCostTarget>,
 }
 
-pub fn ratio(a: f64, b: f64) -> Option<f64> {
-    if b > 0.0 && a.is_finite() && b.is_finite() {
-        Some(a / b)
-    } else {
-        None
-    }
-}
-
 fn median(v: Vec<f64>) -> f64 {
     crate::stats::median(&v).unwrap_or(0.0)
 }
@@ -280,19 +236,6 @@ pub fn merged(results: &Results, load: Load, interval: u32, mode: Mode) -> (Hist
         Histogram::merged(runs.iter().map(|r| &r.guest)),
         Histogram::merged(runs.iter().map(|r| &r.host)),
     )
-}
-
-pub(crate) fn side(hists: &[&Histogram], expected: u64) -> Side {
-    let merged = Histogram::merged(hists.iter().copied());
-    Side {
-        summary: merged.summary(),
-        p99_us_per_repeat: hists.iter().map(|h| h.percentile(0.99)).collect(),
-        loops_ratio: if expected > 0 {
-            ((merged.samples as f64 / expected as f64) * 1000.0).round() / 1000.0
-        } else {
-            0.0
-        },
-    }
 }
 
 fn mean_rates(results: &Results, load: Load, mode: Mode) -> BTreeMap<String, f64> {
@@ -1083,10 +1026,6 @@ fn headline(o: &mut String, r: &Report) {
     let _ = writeln!(o);
 }
 
-pub(crate) fn join<T: ToString>(v: &[T]) -> String {
-    v.iter().map(T::to_string).collect::<Vec<_>>().join(", ")
-}
-
 /// Modes in the canonical order (vanilla, static-rt, pvsched).
 pub fn ordered(modes: &BTreeMap<String, ModeReport>) -> Vec<(&str, &ModeReport)> {
     Mode::ALL
@@ -1246,9 +1185,9 @@ mod tests {
         let text = "pvsched_wakeups_total{cause=\"timer\"} 300\n\
                     pvsched_doorbell_rings_total 40\n";
         let session = |t: &str, secs: f64| crate::model::SessionRun {
-            daemon_counters: crate::model::DAEMON_COUNTERS
+            daemon_counters: crate::daemon::DAEMON_COUNTERS
                 .iter()
-                .filter_map(|(k, n)| Some((k.to_string(), crate::model::prometheus_value(t, n)?)))
+                .filter_map(|(k, n)| Some((k.to_string(), crate::daemon::prometheus_value(t, n)?)))
                 .collect(),
             daemon_seconds: secs,
             ..Default::default()
@@ -1295,7 +1234,7 @@ mod tests {
                     pvsched_reaction_latency_seconds_bucket{le=\"+Inf\"} 5\n\
                     pvsched_other_bucket{le=\"1.0\"} 9\n";
 
-        let b = crate::model::prometheus_buckets(text, "pvsched_reaction_latency_seconds");
+        let b = crate::daemon::prometheus_buckets(text, "pvsched_reaction_latency_seconds");
 
         assert_eq!(b, vec![(Some(0.00001), 3), (None, 5)]);
         // What raw.json keeps reads back (JSON has no infinity).

@@ -16,24 +16,31 @@ use std::time::{Duration, Instant};
 
 use pvsched_base::sched::{get_params, set_params, ThreadParams};
 use pvsched_base::thread::threads_of;
-use pvsched_vmtest::{Accel, GuestImage, Vm};
+use pvsched_vmtest::{Accel, Vm};
 use serde_json::Value;
 
-use crate::accel::{self, KvmFacts};
-use crate::daemon::{Binaries, Daemon, Locator, VmEntry};
-use crate::error::{guest, io, BenchError, Result};
+use crate::daemon::pin_daemon;
+use crate::daemon::{Binaries, Daemon, VmEntry};
+use crate::error::{guest, BenchError, Result};
 use crate::foreign;
 use crate::guest as gp;
+use crate::harness::axes::{mode_order, Load, Mode};
+use crate::harness::disturbance::DISTURBED;
+use crate::harness::journal::first_line;
+use crate::harness::journal::{Journal, Journaled};
+use crate::harness::meta::Meta;
+use crate::harness::output::json;
+use crate::harness::plan::{announce, listed};
+use crate::harness::settings::Settings;
+use crate::harness::start::{in_private_tmp, Start};
+use crate::harness::vm::{boot_pair, Guest};
 use crate::host::{self, HostCyclictest, Machine};
-use crate::model::{mode_order, Load, Mode};
 use crate::plot;
-use crate::progress::{human, Progress};
-use crate::report::Meta;
+use crate::progress::Progress;
 use crate::rogue_report::{
     self, Case, ParamsSeen, Phase, RogueMeta, RogueRaw, RogueReport, SessionStatus, VmCounters,
     NEIGHBOUR, ROGUE, SHARE_DEFINITION, THREAD_GROUPS,
 };
-use crate::run::{self, first_line, json, Settings, ThreadBaseline, DISTURBED};
 use crate::stats::Histogram;
 
 /// The standard settings plus what only this scenario has.
@@ -88,68 +95,6 @@ pub const STOP_CMD: &str = "killall rtspin 2>/dev/null; i=0; \
 /// rtspin processes that said they are ready, in a guest command's output.
 pub fn count_ready(out: &str) -> u32 {
     out.lines().filter(|l| l.contains("rtspin: ready")).count() as u32
-}
-
-/// One of the two guests, with what the bench knows of it (also the lock
-/// scenario's).
-pub(crate) struct Guest {
-    pub(crate) vm: Vm,
-    pub(crate) vcpus: Vec<(u32, i32)>,
-    pub(crate) cpus: u32,
-    pub(crate) module: String,
-    pub(crate) baseline: ThreadBaseline,
-}
-
-impl Guest {
-    pub(crate) fn new(vm: Vm, needs_module: bool) -> Result<Guest> {
-        let cpus = vm.guest_cpus().max(1);
-        let (rc, out) = vm
-            .insmod("")
-            .map_err(guest(format!("insmod in {}", vm.name())))?;
-        if rc != 0 && needs_module {
-            return Err(BenchError::GuestModule { output: out });
-        }
-        let module = if rc == 0 {
-            "loaded".to_string()
-        } else {
-            format!("NOT loaded ({})", first_line(out.trim()))
-        };
-        let vcpus = run::vcpu_threads(&vm)?;
-        let baseline = run::thread_baseline(vm.qemu_pid())?;
-        Ok(Guest {
-            vm,
-            vcpus,
-            cpus,
-            module,
-            baseline,
-        })
-    }
-
-    pub(crate) fn entry(&self, name: &str, by_pid: bool) -> Result<VmEntry> {
-        let region = self
-            .vm
-            .region_path()
-            .ok_or_else(|| BenchError::PvschedUnavailable(format!("VM {name} has no region file")))?
-            .to_path_buf();
-        if !region.exists() {
-            return Err(BenchError::PvschedUnavailable(format!(
-                "the region file {} of VM {name} is gone (its directory was removed by another \
-                 process): pvschedd cannot serve this VM",
-                region.display()
-            )));
-        }
-        Ok(VmEntry {
-            name: name.to_string(),
-            region,
-            locator: if by_pid {
-                Locator::Pid(self.vm.qemu_pid())
-            } else {
-                Locator::Qmp(self.vm.qmp_socket().to_path_buf())
-            },
-            vcpus: self.vcpus.len(),
-            doorbell: None,
-        })
-    }
 }
 
 /// CPU ticks of both QEMU processes at one moment.
@@ -231,26 +176,24 @@ struct Bench<'a> {
     host_cpus: usize,
     phases: Vec<Phase>,
     sessions: Vec<SessionStatus>,
-    notes: Vec<String>,
-    errors: usize,
+    journal: Journal,
     progress: Progress,
     pvsched_broken: Option<String>,
 }
 
+impl Journaled for Bench<'_> {
+    fn journal(&mut self) -> &mut Journal {
+        &mut self.journal
+    }
+}
+
 impl Bench<'_> {
-    fn note(&mut self, msg: String) {
-        eprintln!("pvsched-bench: {msg}");
-        self.notes.push(msg);
-    }
-
-    fn error(&mut self, msg: String) {
-        self.errors += 1;
-        self.note(format!("ERROR: {msg}"));
-    }
-
     fn verify_restored(&mut self, after: &str) {
-        let mut msgs = run::restore_threads(&self.neighbour.baseline, after);
-        msgs.extend(run::restore_threads(&self.rogue.baseline, after));
+        let mut msgs = crate::harness::vm::restore_threads(&self.neighbour.baseline, after);
+        msgs.extend(crate::harness::vm::restore_threads(
+            &self.rogue.baseline,
+            after,
+        ));
         for m in msgs {
             self.note(m);
         }
@@ -480,7 +423,7 @@ impl Bench<'_> {
                  time RT threads held the CPUs"
             ));
         }
-        let guest_hist = crate::run::guest_histogram(
+        let guest_hist = crate::guest::guest_histogram(
             &self.raw_dir,
             tag,
             "the neighbour's guest cyclictest",
@@ -675,145 +618,54 @@ impl Bench<'_> {
     }
 }
 
-/// Boots both VMs at once (two TCG boots on two cores take about as long
-/// as one after the other, but the wait is not added): the neighbour with
-/// `--accel`'s choice and its KVM fallback, the rogue with the accelerator
-/// the neighbour ended up with.
-/// The two-guest scenarios' start: builds (or takes from the cache) the
-/// guest image and boots `first` and `second` with it ([`boot_two`]),
-/// saying so; returns the VMs, the accelerator's reason and the accelerator.
-pub(crate) fn boot_pair(
-    s: &Settings,
-    first: &str,
-    second: &str,
-) -> Result<(Vm, Vm, String, Accel)> {
-    eprintln!("pvsched-bench: building the guest image (cached after the first run)");
-    let cache = pvsched_vmtest::cache_root().with_file_name("pvsched-bench");
-    let image = gp::build_image(&cache)?;
-    eprintln!(
-        "pvsched-bench: booting two guests ({} vCPUs each): {first} and {second}",
-        s.smp
-    );
-    let booted = boot_two(s, image, first, second)?;
-    eprintln!("pvsched-bench: accelerator: {}", booted.2);
-    Ok(booted)
-}
-
-/// Boots the VMs `first` and `second` at once: `first` with `--accel`'s
-/// choice and its KVM fallback, `second` with the accelerator `first` ended
-/// up with (booted again if it differs).
-fn boot_two(
-    s: &Settings,
-    image: GuestImage,
-    first: &str,
-    second: &str,
-) -> Result<(Vm, Vm, String, Accel)> {
-    let decision = accel::decide(s.accel, &KvmFacts::probe());
-    let (one, two) = std::thread::scope(|sc| {
-        let two = sc.spawn(|| Vm::boot(run::vm_config(s, &image, second, decision.accel)));
-        let one = run::boot(s, image.clone(), first);
-        (one, two.join())
-    });
-    let (one, reason, accel) = one?;
-    let two = match two {
-        Ok(Ok(vm)) if decision.accel == accel => vm,
-        _ => Vm::boot(run::vm_config(s, &image, second, accel))
-            .map_err(guest(format!("booting the VM {second}")))?,
-    };
-    Ok((one, two, reason, accel))
-}
-
-/// Copies pvschedd into the run directory: the run then uses one binary
-/// from start to end, even if someone rebuilds target/release meanwhile.
-pub(crate) fn pin_daemon(bins: Binaries, run_dir: &Path) -> Result<(Binaries, String)> {
-    let copy = run_dir.join("pvschedd");
-    std::fs::copy(&bins.pvschedd, &copy).map_err(io(format!(
-        "copying {} to {}",
-        bins.pvschedd.display(),
-        copy.display()
-    )))?;
-    let modified = std::fs::metadata(&bins.pvschedd)
-        .and_then(|m| m.modified())
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map(|d| {
-            let secs = d.as_secs() as libc::time_t;
-            // SAFETY: libc::tm is plain data: all-zero is a valid value.
-            let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-            // SAFETY: localtime_r(3) with valid pointers.
-            unsafe { libc::localtime_r(&secs, &mut tm) };
-            format!(
-                "{:04}-{:02}-{:02} {:02}:{:02}",
-                tm.tm_year + 1900,
-                tm.tm_mon + 1,
-                tm.tm_mday,
-                tm.tm_hour,
-                tm.tm_min
-            )
-        })
-        .unwrap_or_else(|| "?".into());
-    let what = format!("`{}` (built {modified})", bins.pvschedd.display());
-    Ok((Binaries { pvschedd: copy }, what))
-}
-
 /// Runs the scenario; returns the report and whether every phase worked.
 pub fn run(s: &RogueSettings) -> Result<(RogueReport, bool)> {
     let b = &s.base;
-    let started = run::timestamp(false);
-    let t0 = Instant::now();
-    let (out, run_dir, raw_dir) = run::output_dirs(&b.out)?;
-    run::preflight(b)?;
+    let start = Start::begin(b)?;
     let pvsched = s.cases.iter().any(|c| c.mode() == Mode::Pvsched);
-    let (bins, pvschedd) = if pvsched {
-        let (bins, what) = pin_daemon(Binaries::locate(b.pvschedd.as_deref())?, &run_dir)?;
-        (Some(bins), what)
-    } else {
-        (None, "not used".to_string())
-    };
+    let daemon = pvsched
+        .then(|| pin_daemon(Binaries::locate(b.pvschedd.as_deref())?, &start.run_dir))
+        .transpose()?;
     plot::init_font()?;
     let (phases, nominal) = plan(s);
-    eprintln!(
-        "pvsched-bench: rogue scenario: {} repeats x loads [{}] x intervals [{}] x cases [{}]: \
-         {phases} phases, {} of measurement (about {} with boots and overheads); results in {}",
-        b.repeat,
-        b.loads
-            .iter()
-            .map(|l| l.name())
-            .collect::<Vec<_>>()
-            .join(","),
-        b.intervals
-            .iter()
-            .map(|i| format!("{i}us"))
-            .collect::<Vec<_>>()
-            .join(","),
-        s.cases
-            .iter()
-            .map(|c| c.name())
-            .collect::<Vec<_>>()
-            .join(","),
-        human(nominal),
-        human(nominal * 2.5 + 90.0),
-        out.display()
+    announce(
+        &format!(
+            "rogue scenario: {} repeats x loads [{}] x intervals [{}] x cases [{}]",
+            b.repeat,
+            listed(&b.loads),
+            listed(b.intervals.iter().map(|i| format!("{i}us"))),
+            listed(&s.cases)
+        ),
+        phases,
+        nominal,
+        nominal * 2.5 + 90.0,
+        "boots and overheads",
+        &start.out,
     );
-    run::in_private_tmp(|| {
-        run_in(
-            s, &out, run_dir, raw_dir, started, t0, bins, pvschedd, pvsched,
-        )
-    })
+    in_private_tmp(|| run_in(s, start, daemon))
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The rogue scenario once its folders are there: boots the guests, runs
+/// every session and renders the report. `daemon`: the pinned pvschedd and
+/// what the report says about it, when a case needs it.
 fn run_in(
     s: &RogueSettings,
-    out: &Path,
-    run_dir: PathBuf,
-    raw_dir: PathBuf,
-    started: String,
-    t0: Instant,
-    bins: Option<Binaries>,
-    pvschedd: String,
-    pvsched: bool,
+    start: Start,
+    daemon: Option<(Binaries, String)>,
 ) -> Result<(RogueReport, bool)> {
+    let Start {
+        started,
+        t0,
+        out,
+        run_dir,
+        raw_dir,
+    } = start;
+    let out = out.as_path();
+    let pvsched = daemon.is_some();
+    let (bins, pvschedd) = match daemon {
+        Some((bins, what)) => (Some(bins), what),
+        None => (None, "not used".to_string()),
+    };
     let b = &s.base;
     let (phases, nominal) = plan(s);
     let machine = Machine::probe(&pvsched_vmtest::workspace_root());
@@ -862,13 +714,12 @@ fn run_in(
         raw_dir,
         phases: Vec::new(),
         sessions: Vec::new(),
-        notes: Vec::new(),
-        errors: 0,
+        journal: Journal::default(),
         progress: Progress::new(phases, nominal),
         pvsched_broken: None,
     };
     if machine.cpus != bench.neighbour.cpus as usize {
-        bench.notes.push(format!(
+        bench.journal.notes.push(format!(
             "each guest has {} vCPUs on {} host CPUs",
             bench.neighbour.cpus, machine.cpus
         ));
@@ -876,9 +727,9 @@ fn run_in(
     'outer: for rep in 1..=b.repeat {
         for (li, &load) in b.loads.iter().enumerate() {
             for case in mode_order(&s.cases, rep - 1, li) {
-                let errors = bench.errors;
+                let errors = bench.journal.errors;
                 bench.session(rep, load, case);
-                if bench.errors > errors && !bench.vms_alive() {
+                if bench.journal.errors > errors && !bench.vms_alive() {
                     bench.error("a guest stopped answering: run aborted".into());
                     break 'outer;
                 }
@@ -906,7 +757,7 @@ fn run_in(
             pvschedd_settings: b.pvschedd_overlay.to_string(),
             static_rt_priority: b.static_rt_priority,
             machine,
-            notes: bench.notes.clone(),
+            notes: bench.journal.notes.clone(),
         },
         rogue_vcpus: bench.rogue.cpus,
         rogue_module: bench.rogue.module.clone(),
@@ -924,7 +775,7 @@ fn run_in(
         phases: bench.phases,
         sessions: bench.sessions,
     };
-    let ok = bench.errors == 0;
+    let ok = bench.journal.errors == 0;
     drop(bench.neighbour);
     drop(bench.rogue);
     let report = render(out, &raw)?;
@@ -957,7 +808,7 @@ fn loops_notes(bench: &mut Bench<'_>) {
 
 /// Writes raw.json, report.json, the plots and report.md into `out`.
 pub fn render(out: &Path, raw: &RogueRaw) -> Result<RogueReport> {
-    let write = |name: &str, text: &str| run::write_into(out, name, text);
+    let write = |name: &str, text: &str| crate::harness::output::write_into(out, name, text);
     write("raw.json", &json(raw))?;
     let mut report = rogue_report::build(raw);
     for &load in &raw.loads {
@@ -1008,8 +859,7 @@ pub fn render(out: &Path, raw: &RogueRaw) -> Result<RogueReport> {
 
 /// Re-renders a report from a previous rogue run's raw.json (into its directory).
 pub fn rerender(raw_path: &Path) -> Result<(RogueReport, PathBuf)> {
-    let (raw, dir): (RogueRaw, PathBuf) = crate::raw::load(raw_path)?;
-    Ok((render(&dir, &raw)?, dir))
+    crate::harness::raw::rerender(raw_path, render)
 }
 
 #[cfg(test)]
@@ -1056,27 +906,15 @@ mod tests {
     fn plan_counts_one_phase_per_case_interval_load_and_repeat() {
         let s = RogueSettings {
             base: Settings {
-                out: "x".into(),
                 repeat: 2,
                 duration: 6,
                 intervals: vec![1000],
                 loads: vec![Load::Loaded],
                 modes: vec![],
-                accel: crate::accel::AccelChoice::Auto,
-                smp: 2,
-                memory_mb: 512,
-                pvschedd: None,
-                static_rt_priority: 8,
-                pvschedd_overlay: toml::Table::new(),
-                buckets: 100_000,
                 audio_secs: 0,
                 pingpong_secs: 0,
                 retry_disturbed: 1,
-                doorbell: false,
-                modcost: Default::default(),
-                command: String::new(),
-                first_repeat: 1,
-                load_offset: 0,
+                ..Settings::example()
             },
             cases: Case::DEFAULT.to_vec(),
             priority: 99,

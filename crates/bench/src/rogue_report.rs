@@ -17,8 +17,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::BenchError;
-use crate::model::{Load, Mode};
-use crate::report::{join, ratio, side, Meta, Side};
+use crate::harness::axes::{Load, Mode};
+use crate::harness::figures::{join, ratio, side, Side};
+use crate::harness::meta::Meta;
 use crate::stats::Histogram;
 
 /// The well-behaved VM's name (QEMU `-name` prefix, pvschedd's `[[vm]]`).

@@ -7,29 +7,38 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use pvsched_base::qmp::Qmp;
-use pvsched_base::sched::{get_params, set_params_verified, ThreadParams};
-use pvsched_base::thread::threads_of;
-use pvsched_base::vcpu_names::vcpu_threads_by_name;
-use pvsched_vmtest::{Accel, Vm, VmConfig};
+use pvsched_base::sched::{set_params_verified, ThreadParams};
+use pvsched_vmtest::{Accel, Vm};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::accel::{self, AccelChoice, KvmFacts};
+use crate::daemon::{daemon_counters, prometheus_buckets};
 use crate::daemon::{Binaries, Daemon, Locator};
-use crate::error::{guest, io, BenchError, Result};
+use crate::error::{guest, BenchError, Result};
 use crate::foreign;
+use crate::guest::guest_histogram;
 use crate::guest::{self, AudioResult, PingPongResult};
+use crate::harness::axes::{mode_order, Load, Mode};
+use crate::harness::disturbance::DISTURBED;
+use crate::harness::journal::first_line;
+use crate::harness::journal::{Journal, Journaled};
+use crate::harness::meta::Meta;
+use crate::harness::output::{json, write_into};
+use crate::harness::settings::Settings;
+
+use crate::harness::plan::{announce, listed};
+use crate::harness::start::{in_private_tmp, Start};
+use crate::harness::vm::{
+    boot, qmp_vcpu_threads, restore_threads, thread_baseline, vcpu_threads, vm_config,
+};
 use crate::host::{self, HostCyclictest, Machine};
 use crate::interrupts;
 use crate::ipi_sources;
-use crate::modcost::{self, ModCostRaw, ModCostSettings};
-use crate::model::{
-    daemon_counters, mode_order, prometheus_buckets, LatencyRun, Load, Mode, Results, SessionRun,
-};
+use crate::modcost::{self, ModCostRaw};
+use crate::model::{LatencyRun, Results, SessionRun};
 use crate::plot;
-use crate::progress::{human, Progress};
-use crate::report::{self, Meta, Report};
+use crate::progress::Progress;
+use crate::report::{self, Report};
 use crate::share;
 use crate::stats::Histogram;
 
@@ -37,69 +46,6 @@ use crate::stats::Histogram;
 /// gives up: on a real host one is already news; under emulation (the KVM
 /// host VM, `crates/hostvm/README.md`) guests are lost now and then.
 pub const MAX_GUESTS_LOST: usize = 20;
-
-/// Share of the machine taken by others above which a repeat is flagged.
-pub const DISTURBED: f64 = 0.10;
-
-/// Bound on one QMP exchange with the bench's QEMU.
-const QMP_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// What to run (the CLI, resolved).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Settings {
-    pub out: PathBuf,
-    pub repeat: usize,
-    /// Seconds per cyclictest measurement.
-    pub duration: u64,
-    pub intervals: Vec<u32>,
-    pub loads: Vec<Load>,
-    pub modes: Vec<Mode>,
-    #[serde(skip, default = "auto")]
-    pub accel: AccelChoice,
-    pub smp: u32,
-    pub memory_mb: u32,
-    pub pvschedd: Option<PathBuf>,
-    /// SCHED_RR priority of every vCPU thread in the static-rt mode.
-    pub static_rt_priority: u32,
-    /// `[daemon]` / `[defaults]` settings over pvschedd's defaults
-    /// (`--pvschedd-config`); empty: the defaults.
-    pub pvschedd_overlay: toml::Table,
-    /// cyclictest histogram buckets (µs).
-    pub buckets: u32,
-    /// Seconds of audiosim per session (0: none).
-    pub audio_secs: u64,
-    /// Seconds of ping-pong per session (0: none).
-    pub pingpong_secs: u64,
-    /// Measure a cyclictest phase again (up to this many times) when other
-    /// processes took more than 10 % of the machine meanwhile.
-    #[serde(default)]
-    pub retry_disturbed: usize,
-    /// The guest module overhead phase (`--modcost-repeat`, `--modcost-loops`).
-    #[serde(default)]
-    pub modcost: ModCostSettings,
-    /// The guest's region as `ivshmem-doorbell`, served by the bench, its
-    /// eventfd handed to every pvschedd (`--no-doorbell`: ivshmem-plain and
-    /// the recheck timer, as before). Runs before it had none.
-    #[serde(default)]
-    pub doorbell: bool,
-    pub command: String,
-    /// The number of this run's first repeat, and how far its first load is
-    /// from the whole run's first: a `--platform kvm` chunk is one repeat of
-    /// one load of a larger run, and numbers its repeat and rotates its modes
-    /// as that run would (`--chunk-of REP:LOAD_INDEX`). 1 and 0 otherwise.
-    #[serde(default = "first_repeat")]
-    pub first_repeat: usize,
-    #[serde(default)]
-    pub load_offset: usize,
-}
-
-fn first_repeat() -> usize {
-    1
-}
-
-fn auto() -> AccelChoice {
-    AccelChoice::Auto
-}
 
 /// Everything `--from-raw` needs to render the report again.
 #[derive(Serialize, Deserialize)]
@@ -142,69 +88,6 @@ pub fn plan(s: &Settings) -> (usize, f64) {
     )
 }
 
-pub(crate) fn timestamp(fmt_file: bool) -> String {
-    let mut t: libc::time_t = 0;
-    // SAFETY: libc::tm is plain data: all-zero is a valid value.
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    // SAFETY: time(2) and localtime_r(3) with valid pointers.
-    unsafe {
-        libc::time(&mut t);
-        libc::localtime_r(&t, &mut tm);
-    }
-    let (y, mo, d, h, mi, s) = (
-        tm.tm_year + 1900,
-        tm.tm_mon + 1,
-        tm.tm_mday,
-        tm.tm_hour,
-        tm.tm_min,
-        tm.tm_sec,
-    );
-    if fmt_file {
-        format!("{y:04}{mo:02}{d:02}-{h:02}{mi:02}{s:02}")
-    } else {
-        format!("{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02}")
-    }
-}
-
-/// `bench-results/<timestamp>`.
-pub fn default_out() -> PathBuf {
-    PathBuf::from("bench-results").join(timestamp(true))
-}
-
-pub(crate) fn which(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-}
-
-pub(crate) fn mkdir(p: &Path) -> Result<()> {
-    std::fs::create_dir_all(p).map_err(io(format!("creating {}", p.display())))
-}
-
-/// A run's output directory `out` (created, made absolute) with its `run/`
-/// and `raw/` subdirectories: (out, run, raw).
-pub(crate) fn output_dirs(out: &Path) -> Result<(PathBuf, PathBuf, PathBuf)> {
-    mkdir(out)?;
-    let out = out
-        .canonicalize()
-        .map_err(io(format!("resolving {}", out.display())))?;
-    let (run_dir, raw_dir) = (out.join("run"), out.join("raw"));
-    mkdir(&run_dir)?;
-    mkdir(&raw_dir)?;
-    Ok((out, run_dir, raw_dir))
-}
-
-/// vCPU index -> thread id, from QMP `query-cpus-fast` on the VM's socket.
-pub(crate) fn qmp_vcpu_threads(vm: &Vm) -> Result<Vec<(u32, i32)>> {
-    Qmp::connect(vm.qmp_socket(), QMP_TIMEOUT)
-        .and_then(|mut q| q.vcpu_thread_ids())
-        .map_err(|source| BenchError::Qmp {
-            what: "vCPU threads".into(),
-            source,
-        })
-}
-
 enum Applied {
     Nothing,
     StaticRt,
@@ -238,89 +121,18 @@ struct Bench<'a> {
     host_cpus: usize,
     guest_cpus: u32,
     results: Results,
-    notes: Vec<String>,
-    errors: usize,
+    journal: Journal,
     progress: Progress,
     pvsched_broken: Option<String>,
 }
 
-pub(crate) fn first_line(e: &str) -> &str {
-    e.lines().next().unwrap_or(e)
-}
-
-/// Every thread of a QEMU process with its parameters: what "restored"
-/// means after a mode.
-pub(crate) type ThreadBaseline = BTreeMap<i32, (String, ThreadParams)>;
-
-/// The parameters of every thread of `pid` now.
-pub(crate) fn thread_baseline(pid: u32) -> Result<ThreadBaseline> {
-    let mut baseline = BTreeMap::new();
-    for (tid, comm) in threads_of(pid as i32).map_err(io(format!("threads of QEMU (pid {pid})")))? {
-        if let Ok(p) = get_params(tid) {
-            baseline.insert(tid, (comm, p));
-        }
+impl Journaled for Bench<'_> {
+    fn journal(&mut self) -> &mut Journal {
+        &mut self.journal
     }
-    Ok(baseline)
-}
-
-/// Puts every thread of `baseline` back to its parameters there; returns a
-/// line for each thread that was not (restored or not).
-pub(crate) fn restore_threads(baseline: &ThreadBaseline, after: &str) -> Vec<String> {
-    let mut notes = Vec::new();
-    for (&tid, (comm, base)) in baseline {
-        let Ok(now) = get_params(tid) else {
-            continue; // thread gone (QEMU worker threads come and go)
-        };
-        if now != *base {
-            let fixed = set_params_verified(tid, base);
-            notes.push(format!(
-                "after {after}: thread {tid} ({comm}) was {now}, expected {base}: {}",
-                match fixed {
-                    Ok(()) => "restored".to_string(),
-                    Err(e) => format!("restoring failed: {e}"),
-                }
-            ));
-        }
-    }
-    notes
-}
-
-/// vCPU index -> thread id of `vm`: over QMP, else by thread names.
-pub(crate) fn vcpu_threads(vm: &Vm) -> Result<Vec<(u32, i32)>> {
-    let qemu = vm.qemu_pid();
-    let vcpus = match qmp_vcpu_threads(vm) {
-        Ok(v) if !v.is_empty() => v,
-        other => {
-            let why = match other {
-                Ok(_) => "no vCPUs".to_string(),
-                Err(e) => e.to_string(),
-            };
-            eprintln!(
-                "pvsched-bench: VM {}: QMP query-cpus-fast: {why}; using thread names",
-                vm.name()
-            );
-            vcpu_threads_by_name(qemu as i32)
-                .map_err(io(format!("vCPU threads of QEMU (pid {qemu}) by name")))?
-                .0
-        }
-    };
-    if vcpus.is_empty() {
-        return Err(BenchError::NoVcpuThreads { pid: qemu });
-    }
-    Ok(vcpus)
 }
 
 impl Bench<'_> {
-    fn note(&mut self, msg: String) {
-        eprintln!("pvsched-bench: {msg}");
-        self.notes.push(msg);
-    }
-
-    fn error(&mut self, msg: String) {
-        self.errors += 1;
-        self.note(format!("ERROR: {msg}"));
-    }
-
     /// Puts every QEMU thread back to its boot-time parameters; notes any
     /// thread that was not there.
     fn verify_restored(&mut self, after: &str) {
@@ -744,8 +556,9 @@ impl Bench<'_> {
     /// first one was, unless `MAX_GUESTS_LOST` are gone already.
     fn guest_lost(&mut self, tag: &str, notes: usize) -> Result<()> {
         let what: Vec<String> = self
+            .journal
             .notes
-            .drain(notes.min(self.notes.len())..)
+            .drain(notes.min(self.journal.notes.len())..)
             .map(|n| first_line(&n).to_string())
             .collect();
         self.guests_lost += 1;
@@ -798,131 +611,42 @@ impl Bench<'_> {
     }
 }
 
-/// The QEMU configuration of a bench VM called `name`.
-pub(crate) fn vm_config(
-    s: &Settings,
-    image: &pvsched_vmtest::GuestImage,
-    name: &str,
-    accel: Accel,
-) -> VmConfig {
-    VmConfig::new(image.clone())
-        .name(name)
-        .smp(s.smp)
-        .memory_mb(s.memory_mb)
-        .accel(accel)
-        .doorbell(s.doorbell)
-}
-
-/// Boots the VM `name` with the accelerator `--accel` chooses (TCG when a
-/// KVM boot fails under `auto`); returns it, the reason for the choice and
-/// the accelerator.
-pub(crate) fn boot(
-    s: &Settings,
-    image: pvsched_vmtest::GuestImage,
-    name: &str,
-) -> Result<(Vm, String, Accel)> {
-    let decision = accel::decide(s.accel, &KvmFacts::probe());
-    let cfg = |a: Accel| vm_config(s, &image, name, a);
-    match Vm::boot(cfg(decision.accel)) {
-        Ok(vm) => Ok((vm, decision.reason, decision.accel)),
-        Err(e) if s.accel == AccelChoice::Auto && decision.accel == Accel::Kvm => {
-            let reason = format!(
-                "TCG: the KVM probe (booting the guest with -accel kvm) failed: {}",
-                first_line(&e.to_string())
-            );
-            eprintln!("pvsched-bench: {reason}");
-            let vm = Vm::boot(cfg(Accel::Tcg)).map_err(guest("booting the guest"))?;
-            Ok((vm, reason, Accel::Tcg))
-        }
-        Err(e) => Err(guest(format!("booting the guest ({})", decision.reason))(e)),
-    }
-}
-
 /// Runs the whole bench; returns the report and whether every phase worked.
 pub fn run(s: &Settings) -> Result<(Report, bool)> {
-    let started = timestamp(false);
-    let t0 = Instant::now();
-    let (out, run_dir, raw_dir) = output_dirs(&s.out)?;
-
-    preflight(s)?;
+    let start = Start::begin(s)?;
     let bins = if s.modes.contains(&Mode::Pvsched) {
         Some(Binaries::locate(s.pvschedd.as_deref())?)
     } else {
         None
     };
     plot::init_font()?;
-
     let (phases, nominal) = plan(s);
-    eprintln!(
-        "pvsched-bench: {} repeats x loads [{}] x intervals [{}] x modes [{}]: {phases} phases, \
-         {} of measurement (about {} with overheads); results in {}",
-        s.repeat,
-        s.loads
-            .iter()
-            .map(|l| l.name())
-            .collect::<Vec<_>>()
-            .join(","),
-        s.intervals
-            .iter()
-            .map(|i| format!("{i}us"))
-            .collect::<Vec<_>>()
-            .join(","),
-        s.modes
-            .iter()
-            .map(|m| m.name())
-            .collect::<Vec<_>>()
-            .join(","),
-        human(nominal),
-        human(nominal * 1.6 + 20.0),
-        out.display()
+    announce(
+        &format!(
+            "{} repeats x loads [{}] x intervals [{}] x modes [{}]",
+            s.repeat,
+            listed(&s.loads),
+            listed(s.intervals.iter().map(|i| format!("{i}us"))),
+            listed(&s.modes)
+        ),
+        phases,
+        nominal,
+        nominal * 1.6 + 20.0,
+        "overheads",
+        &start.out,
     );
-
-    in_private_tmp(|| run_in(s, &out, run_dir, raw_dir, started, t0, bins))
+    in_private_tmp(|| run_in(s, start, bins))
 }
 
-/// Fails before a long boot when a tool the run needs is missing, with what
-/// to do.
-pub(crate) fn preflight(s: &Settings) -> Result<()> {
-    for (tool, needed) in [
-        ("cyclictest", true),
-        ("qemu-system-x86_64", true),
-        ("stress-ng", s.loads.contains(&Load::Loaded)),
-    ] {
-        if needed && which(tool).is_none() {
-            return Err(BenchError::Missing {
-                what: tool.into(),
-                hint: "run scripts/install-deps.sh (or `make deps`)".into(),
-            });
-        }
-    }
-    if s.modcost.repeat > 0 {
-        modcost::find_perf()?;
-    }
-    Ok(())
-}
-
-/// Runs `f` with `TMPDIR` set to a directory of our own, removed after.
-/// The VMs' directories (region file, QMP socket) go there, not /tmp: on a
-/// shared machine a cleanup of /tmp/pvsched-* by someone else would pull
-/// the region from under pvschedd.
-pub(crate) fn in_private_tmp<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
-    let private_tmp = PathBuf::from(format!("/var/tmp/pvsched-bench-{}", std::process::id()));
-    mkdir(&private_tmp)?;
-    std::env::set_var("TMPDIR", &private_tmp);
-    let result = f();
-    let _ = std::fs::remove_dir_all(&private_tmp);
-    result
-}
-
-fn run_in(
-    s: &Settings,
-    out: &Path,
-    run_dir: PathBuf,
-    raw_dir: PathBuf,
-    started: String,
-    t0: Instant,
-    bins: Option<Binaries>,
-) -> Result<(Report, bool)> {
+fn run_in(s: &Settings, start: Start, bins: Option<Binaries>) -> Result<(Report, bool)> {
+    let Start {
+        started,
+        t0,
+        out,
+        run_dir,
+        raw_dir,
+    } = start;
+    let out = out.as_path();
     let (phases, nominal) = plan(s);
     let machine = Machine::probe(&pvsched_vmtest::workspace_root());
     eprintln!("pvsched-bench: building the guest image (cached after the first run)");
@@ -975,13 +699,12 @@ fn run_in(
         run_dir,
         raw_dir,
         results: Results::default(),
-        notes: Vec::new(),
-        errors: 0,
+        journal: Journal::default(),
         progress: Progress::new(phases, nominal),
         pvsched_broken: None,
     };
     if machine.cpus != guest_cpus as usize {
-        b.notes.push(format!(
+        b.journal.notes.push(format!(
             "guest has {guest_cpus} vCPUs on {} host CPUs",
             machine.cpus
         ));
@@ -990,15 +713,16 @@ fn run_in(
         for (li, &load) in s.loads.iter().enumerate() {
             for mode in mode_order(&s.modes, rep - 1, li + s.load_offset) {
                 loop {
-                    let (errors, notes, results) = (b.errors, b.notes.len(), b.results.clone());
+                    let (errors, notes, results) =
+                        (b.journal.errors, b.journal.notes.len(), b.results.clone());
                     b.session(rep, load, mode);
-                    if b.errors == errors || b.vm_alive() {
+                    if b.journal.errors == errors || b.vm_alive() {
                         break;
                     }
                     // The guest died mid-session: what it measured is dropped,
                     // and the session runs again on a new guest.
                     b.results = results;
-                    b.errors = errors;
+                    b.journal.errors = errors;
                     if let Err(e) = b.guest_lost(&format!("rep{rep}-{load}-{mode}"), notes) {
                         b.error(format!("the guest stopped answering: run aborted ({e})"));
                         break 'outer;
@@ -1066,7 +790,7 @@ fn run_in(
         pvschedd_settings: s.pvschedd_overlay.to_string(),
         static_rt_priority: s.static_rt_priority,
         machine,
-        notes: b.notes.clone(),
+        notes: b.journal.notes.clone(),
     };
     let raw = RawFile {
         meta,
@@ -1077,16 +801,10 @@ fn run_in(
         modcost: modcost_raw,
         simulated,
     };
-    let ok = b.errors == 0;
+    let ok = b.journal.errors == 0;
     drop(b.vm);
     let report = render(out, &raw)?;
     Ok((report, ok))
-}
-
-/// Writes file `name` of a report directory `out`.
-pub fn write_into(out: &Path, name: &str, text: &str) -> Result<()> {
-    let p = out.join(name);
-    std::fs::write(&p, text).map_err(io(format!("writing {}", p.display())))
 }
 
 /// Writes raw.json, report.json, one JSON per scenario, the plots and
@@ -1151,47 +869,9 @@ pub fn render(out: &Path, raw: &RawFile) -> Result<Report> {
     Ok(report)
 }
 
-/// Pretty JSON for any of the report types.
-pub(crate) fn json<T: Serialize>(v: &T) -> String {
-    serde_json::to_string_pretty(v).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
-}
-
 /// Re-renders a report from a previous run's raw.json (into its directory).
 pub fn rerender(raw_path: &Path) -> Result<(Report, PathBuf)> {
-    let (raw, dir): (RawFile, PathBuf) = crate::raw::load(raw_path)?;
-    Ok((render(&dir, &raw)?, dir))
-}
-
-/// The histogram of a guest cyclictest run (`run`: its exit code and
-/// output), its JSON kept as `<raw_dir>/<tag>-guest.json`.
-pub(crate) fn guest_histogram(
-    raw_dir: &std::path::Path,
-    tag: &str,
-    what: &str,
-    run: std::result::Result<(i32, String), pvsched_vmtest::Error>,
-) -> Result<Histogram> {
-    let (rc, out) = run.map_err(guest(what))?;
-    let json = guest::cyclictest_json(&out);
-    if let Ok(j) = &json {
-        let _ = std::fs::write(raw_dir.join(format!("{tag}-guest.json")), j);
-    }
-    let json = match json {
-        Ok(j) if rc == 0 => j,
-        other => {
-            return Err(BenchError::Tool {
-                what: what.into(),
-                detail: format!(
-                    "exited {rc} ({}): {}",
-                    other.err().map(|e| e.to_string()).unwrap_or_default(),
-                    out.chars().take(500).collect::<String>()
-                ),
-            })
-        }
-    };
-    Histogram::from_cyclictest_json(&json).map_err(|source| BenchError::Histogram {
-        what: what.into(),
-        source,
-    })
+    crate::harness::raw::rerender(raw_path, render)
 }
 
 #[cfg(test)]
@@ -1199,33 +879,8 @@ mod tests {
     use super::*;
 
     fn settings() -> Settings {
-        Settings {
-            out: "x".into(),
-            repeat: 3,
-            duration: 10,
-            intervals: vec![500, 1000],
-            loads: vec![Load::Idle, Load::Loaded],
-            modes: Mode::ALL.to_vec(),
-            accel: AccelChoice::Auto,
-            smp: 2,
-            memory_mb: 512,
-            pvschedd: None,
-            pvschedd_overlay: toml::Table::new(),
-            static_rt_priority: host::RT_PRIO,
-            buckets: 100_000,
-            audio_secs: 10,
-            pingpong_secs: 3,
-            retry_disturbed: 2,
-            doorbell: false,
-            // The session count below; modcost::plan has its own test.
-            modcost: ModCostSettings {
-                repeat: 0,
-                ..Default::default()
-            },
-            command: String::new(),
-            first_repeat: 1,
-            load_offset: 0,
-        }
+        // The session count below; modcost::plan has its own test.
+        Settings::example()
     }
 
     #[test]

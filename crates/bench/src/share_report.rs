@@ -9,8 +9,10 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Load, Mode, Results};
-use crate::report::{ratio, Scenario};
+use crate::harness::axes::{Load, Mode};
+use crate::harness::figures::ratio;
+use crate::model::Results;
+use crate::report::Scenario;
 use crate::share::CpuUse;
 
 /// How the shares are made (printed under the section's title).

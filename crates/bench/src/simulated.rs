@@ -53,7 +53,7 @@ impl SimulatedInterval {
     /// pvsched / vanilla of the guest's and the host's p99.
     pub fn ratios(&self) -> Option<(f64, f64)> {
         let (p, v) = (self.get("pvsched")?, self.get("vanilla")?);
-        let r = |a: u64, b: u64| crate::report::ratio(a as f64, b as f64);
+        let r = |a: u64, b: u64| crate::harness::figures::ratio(a as f64, b as f64);
         Some((
             r(p.guest_p99_us, v.guest_p99_us)?,
             r(p.host_p99_us, v.host_p99_us)?,

@@ -21,3 +21,13 @@ pub fn load<T: DeserializeOwned>(raw_path: &Path) -> Result<(T, PathBuf)> {
         .unwrap_or_else(|| PathBuf::from("."));
     Ok((raw, dir))
 }
+
+/// Renders the raw results at `raw_path` again with `render`, into the
+/// file's directory; returns the report and that directory.
+pub fn rerender<T: DeserializeOwned, R>(
+    raw_path: &Path,
+    render: impl FnOnce(&Path, &T) -> Result<R>,
+) -> Result<(R, PathBuf)> {
+    let (raw, dir): (T, PathBuf) = load(raw_path)?;
+    Ok((render(&dir, &raw)?, dir))
+}
