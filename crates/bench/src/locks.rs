@@ -606,19 +606,11 @@ fn run_in(
     start: Start,
     daemon: Option<(Binaries, String)>,
 ) -> Result<(LocksReport, bool)> {
-    let Start {
-        started,
-        t0,
-        out,
-        run_dir,
-        raw_dir,
-    } = start;
+    let (started, t0, out, run_dir, raw_dir) = start.into_parts();
     let out = out.as_path();
     let pvsched = daemon.is_some();
-    let (bins, pvschedd) = match daemon {
-        Some((bins, what)) => (Some(bins), what),
-        None => (None, "not used".to_string()),
-    };
+    let (bins, pvschedd) = daemon.unzip();
+    let pvschedd = pvschedd.unwrap_or_else(|| "not used".to_string());
     let b = &s.base;
     let (phases, nominal) = plan(s);
     let machine = Machine::probe(&pvsched_vmtest::workspace_root());

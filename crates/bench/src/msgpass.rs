@@ -426,16 +426,14 @@ impl Bench<'_> {
             std::thread::sleep(SETTLE);
             return Ok(None);
         }
-        let mut args = host::load_args(self.host_cpus);
         // A bound in case the bench dies without stopping it.
         let nominal = Workload::ALL.len() as u64 * self.s.base.duration;
-        args.push("--timeout".into());
-        args.push(format!("{}s", nominal * 3 + 300));
-        let l = host::Load::start(
-            &args,
-            &self.run_dir.join("stress"),
-            &self.raw_dir.join(format!("{tag}-stress.yaml")),
-            &self.raw_dir.join(format!("{tag}-stress.log")),
+        let l = host::Load::start_session(
+            self.host_cpus,
+            nominal * 3 + 300,
+            &self.run_dir,
+            &self.raw_dir,
+            tag,
         )?;
         std::thread::sleep(SETTLE);
         Ok(Some(l))
@@ -796,13 +794,7 @@ pub fn run(s: &MsgSettings) -> Result<(MsgReport, bool)> {
 }
 
 fn run_in(s: &MsgSettings, start: Start, bins: Binaries) -> Result<(MsgReport, bool)> {
-    let Start {
-        started,
-        t0,
-        out,
-        run_dir,
-        raw_dir,
-    } = start;
+    let (started, t0, out, run_dir, raw_dir) = start.into_parts();
     let out = out.as_path();
     let b = &s.base;
     let (phases, nominal) = plan(s);

@@ -542,30 +542,29 @@ impl Bench<'_> {
             }
             return;
         }
-        let stress = if load == Load::Loaded {
-            let mut args = host::load_args(self.host_cpus);
-            // A bound in case the bench dies without stopping it.
-            let nominal = b.duration * b.intervals.len() as u64;
-            args.push("--timeout".into());
-            args.push(format!("{}s", nominal * 3 + 300));
-            match host::Load::start(
-                &args,
-                &self.run_dir.join("stress"),
-                &self.raw_dir.join(format!("{tag}-stress.yaml")),
-                &self.raw_dir.join(format!("{tag}-stress.log")),
-            ) {
-                Ok(l) => {
-                    std::thread::sleep(Duration::from_secs(1));
-                    Some(l)
-                }
-                Err(e) => {
-                    self.error(format!("{tag}: host load: {e}"));
-                    return;
-                }
+        // The load and its first second before the measurement.
+        let nominal = b.duration * b.intervals.len() as u64;
+        let stress = match (load == Load::Loaded)
+            .then(|| {
+                host::Load::start_session(
+                    self.host_cpus,
+                    nominal * 3 + 300,
+                    &self.run_dir,
+                    &self.raw_dir,
+                    &tag,
+                )
+            })
+            .transpose()
+        {
+            Ok(l) => l,
+            Err(e) => {
+                self.error(format!("{tag}: host load: {e}"));
+                return;
             }
-        } else {
-            None
         };
+        if stress.is_some() {
+            std::thread::sleep(Duration::from_secs(1));
+        }
         match self.apply(case.mode()) {
             Err(e) => {
                 self.error(format!("{tag}: {e}"));
@@ -653,19 +652,11 @@ fn run_in(
     start: Start,
     daemon: Option<(Binaries, String)>,
 ) -> Result<(RogueReport, bool)> {
-    let Start {
-        started,
-        t0,
-        out,
-        run_dir,
-        raw_dir,
-    } = start;
+    let (started, t0, out, run_dir, raw_dir) = start.into_parts();
     let out = out.as_path();
     let pvsched = daemon.is_some();
-    let (bins, pvschedd) = match daemon {
-        Some((bins, what)) => (Some(bins), what),
-        None => (None, "not used".to_string()),
-    };
+    let (bins, pvschedd) = daemon.unzip();
+    let pvschedd = pvschedd.unwrap_or_else(|| "not used".to_string());
     let b = &s.base;
     let (phases, nominal) = plan(s);
     let machine = Machine::probe(&pvsched_vmtest::workspace_root());

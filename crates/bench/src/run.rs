@@ -441,15 +441,13 @@ impl Bench<'_> {
         }
         let tag = format!("rep{rep}-{load}-{mode}");
         let stress = if load == Load::Loaded {
-            let mut args = host::load_args(self.host_cpus);
-            // A bound in case the bench dies without stopping it.
-            args.push("--timeout".into());
-            args.push(format!("{}s", (nominal * 3.0) as u64 + 300));
-            match host::Load::start(
-                &args,
-                &self.run_dir.join("stress"),
-                &self.raw_dir.join(format!("{tag}-stress.yaml")),
-                &self.raw_dir.join(format!("{tag}-stress.log")),
+            let bound_s = (nominal * 3.0) as u64 + 300;
+            match host::Load::start_session(
+                self.host_cpus,
+                bound_s,
+                &self.run_dir,
+                &self.raw_dir,
+                &tag,
             ) {
                 Ok(l) => {
                     std::thread::sleep(Duration::from_secs(1));
@@ -639,13 +637,7 @@ pub fn run(s: &Settings) -> Result<(Report, bool)> {
 }
 
 fn run_in(s: &Settings, start: Start, bins: Option<Binaries>) -> Result<(Report, bool)> {
-    let Start {
-        started,
-        t0,
-        out,
-        run_dir,
-        raw_dir,
-    } = start;
+    let (started, t0, out, run_dir, raw_dir) = start.into_parts();
     let out = out.as_path();
     let (phases, nominal) = plan(s);
     let machine = Machine::probe(&pvsched_vmtest::workspace_root());

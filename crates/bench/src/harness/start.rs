@@ -36,6 +36,12 @@ impl Start {
             raw_dir,
         })
     }
+
+    /// (started, t0, out, run_dir, raw_dir): what a scenario's run takes
+    /// apart into its own state.
+    pub fn into_parts(self) -> (String, Instant, PathBuf, PathBuf, PathBuf) {
+        (self.started, self.t0, self.out, self.run_dir, self.raw_dir)
+    }
 }
 
 pub(crate) fn which(name: &str) -> Option<PathBuf> {
