@@ -10,14 +10,14 @@ use pvsched_bench::harness;
 use pvsched_bench::harness::axes::{Load, Mode};
 use pvsched_bench::harness::settings::ModCostSettings;
 use pvsched_bench::harness::settings::Settings;
-use pvsched_bench::locks::{self, LockSettings};
-use pvsched_bench::locks_report::{LockCase, LockMode, Workload};
 use pvsched_bench::msgpass::{self, MsgSettings};
 use pvsched_bench::msgpass_report::IdleCase;
 use pvsched_bench::platform::{self, Platform};
 use pvsched_bench::rogue::{self, RogueSettings};
 use pvsched_bench::rogue_report::Case;
 use pvsched_bench::run::{self};
+use pvsched_bench::scenarios::locks::{self, LockSettings};
+use pvsched_bench::scenarios::locks::{LockCase, LockMode, Workload};
 use pvsched_bench::{BenchError, Result};
 
 /// What a run measures.
@@ -347,7 +347,7 @@ fn locks_main(cli: Cli) -> ExitCode {
             settings: locks_settings,
             run: locks::run,
             out: |s| &s.base.out,
-            markdown: pvsched_bench::locks_report::markdown,
+            markdown: pvsched_bench::scenarios::locks::markdown,
             plots: |r| &r.plots,
         },
     )

@@ -5,8 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::axes::Load;
-use super::settings::timestamp;
-use super::settings::Settings;
+use super::settings::{timestamp, Settings};
 use crate::error::{io, BenchError, Result};
 
 /// A run under way: when it began and the folders its files go to.

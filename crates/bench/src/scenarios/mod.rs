@@ -1,0 +1,4 @@
+//! The scenarios, each on the one harness: its run, what it keeps
+//! (raw.json) and its report.
+
+pub mod locks;
