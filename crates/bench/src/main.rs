@@ -10,14 +10,14 @@ use pvsched_bench::harness;
 use pvsched_bench::harness::axes::{Load, Mode};
 use pvsched_bench::harness::settings::ModCostSettings;
 use pvsched_bench::harness::settings::Settings;
-use pvsched_bench::msgpass::{self, MsgSettings};
-use pvsched_bench::msgpass_report::IdleCase;
 use pvsched_bench::platform::{self, Platform};
 use pvsched_bench::rogue::{self, RogueSettings};
 use pvsched_bench::rogue_report::Case;
 use pvsched_bench::run::{self};
 use pvsched_bench::scenarios::locks::{self, LockSettings};
 use pvsched_bench::scenarios::locks::{LockCase, LockMode, Workload};
+use pvsched_bench::scenarios::msgpass::IdleCase;
+use pvsched_bench::scenarios::msgpass::{self, MsgSettings};
 use pvsched_bench::{BenchError, Result};
 
 /// What a run measures.
@@ -361,7 +361,7 @@ fn msgpass_main(cli: Cli) -> ExitCode {
             settings: msgpass_settings,
             run: msgpass::run,
             out: |s| &s.base.out,
-            markdown: pvsched_bench::msgpass_report::markdown,
+            markdown: pvsched_bench::scenarios::msgpass::markdown,
             plots: |r| &r.plots,
         },
     )

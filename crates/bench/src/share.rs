@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::daemon::{Daemon, VM_NAME};
 use crate::error::{io, BenchError, Result};
 use crate::foreign;
-use crate::msgpass_report::{parse_idle, IdleFile, IDLE_FILE};
+use crate::guest_idle::{parse_idle, IdleFile, IDLE_FILE};
 
 /// `comm` of stress-ng's `--cpu` workers: always runnable at nice 0, so
 /// their CPU rate is what the fair class gives such a thread (the fair

@@ -2,3 +2,4 @@
 //! (raw.json) and its report.
 
 pub mod locks;
+pub mod msgpass;
