@@ -25,8 +25,6 @@ pub mod model;
 pub mod platform;
 pub mod progress;
 pub mod report;
-pub mod rogue;
-pub mod rogue_report;
 pub mod run;
 pub mod scenarios;
 pub mod share;

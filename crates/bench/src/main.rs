@@ -11,13 +11,13 @@ use pvsched_bench::harness::axes::{Load, Mode};
 use pvsched_bench::harness::settings::ModCostSettings;
 use pvsched_bench::harness::settings::Settings;
 use pvsched_bench::platform::{self, Platform};
-use pvsched_bench::rogue::{self, RogueSettings};
-use pvsched_bench::rogue_report::Case;
 use pvsched_bench::run::{self};
 use pvsched_bench::scenarios::locks::{self, LockSettings};
 use pvsched_bench::scenarios::locks::{LockCase, LockMode, Workload};
 use pvsched_bench::scenarios::msgpass::IdleCase;
 use pvsched_bench::scenarios::msgpass::{self, MsgSettings};
+use pvsched_bench::scenarios::rogue::Case;
+use pvsched_bench::scenarios::rogue::{self, RogueSettings};
 use pvsched_bench::{BenchError, Result};
 
 /// What a run measures.
@@ -460,7 +460,7 @@ fn rogue_main(cli: Cli) -> ExitCode {
             settings: rogue_settings,
             run: rogue::run,
             out: |s| &s.base.out,
-            markdown: pvsched_bench::rogue_report::markdown,
+            markdown: pvsched_bench::scenarios::rogue::markdown,
             plots: |r| &r.plots,
         },
     )

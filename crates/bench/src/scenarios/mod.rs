@@ -3,3 +3,4 @@
 
 pub mod locks;
 pub mod msgpass;
+pub mod rogue;
