@@ -26,6 +26,7 @@ pub mod model;
 pub mod render;
 pub mod report;
 pub mod run;
+pub mod settings;
 
 #[cfg(test)]
 mod report_tests;
@@ -35,4 +36,5 @@ mod run_tests;
 pub use markdown::markdown;
 pub use model::{LockCase, LockMode, Workload};
 pub use render::rerender;
-pub use run::{run, LockSettings};
+pub use run::run;
+pub use settings::LockSettings;

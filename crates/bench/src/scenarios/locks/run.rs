@@ -13,6 +13,7 @@ use super::commands::*;
 use super::model::*;
 use super::render::render;
 use super::report::*;
+use super::settings::*;
 use crate::daemon::{daemon_counters, pin_daemon, Binaries, Daemon, VmEntry};
 use crate::error::{guest, io, BenchError, Result};
 use crate::harness::axes::mode_order;
@@ -20,32 +21,11 @@ use crate::harness::disturbance::DISTURBED;
 use crate::harness::journal::{first_line, Journal, Journaled};
 use crate::harness::meta::Meta;
 use crate::harness::plan::{announce, listed};
-use crate::harness::settings::Settings;
 use crate::harness::start::{in_private_tmp, Start};
 use crate::harness::vm::{boot_pair, Guest};
 use crate::host::Machine;
 use crate::progress::Progress;
 use crate::{foreign, plot};
-
-/// The standard settings plus what only this scenario has.
-#[derive(Clone, Debug)]
-pub struct LockSettings {
-    /// out, repeat, duration (the workload's seconds per measurement),
-    /// accel, smp, memory, pvschedd, its overlay, retries, doorbell and the
-    /// command line; the rest is not used.
-    pub base: Settings,
-    pub cases: Vec<LockCase>,
-    pub modes: Vec<LockMode>,
-    pub workload: Workload,
-    /// Threads per guest; 0: lockstress's default, 2 per vCPU.
-    pub threads: u32,
-}
-
-/// Phases and nominal seconds of the whole run.
-pub fn plan(s: &LockSettings) -> (usize, f64) {
-    let phases = s.base.repeat * s.cases.len() * s.modes.len();
-    (phases, phases as f64 * s.base.duration as f64)
-}
 
 /// What the sampler reads at each end of the window.
 struct Ends {

@@ -8,6 +8,7 @@ use super::commands::*;
 use super::model::*;
 use super::render::*;
 use super::run::*;
+use super::settings::*;
 use crate::harness::meta::Meta;
 use crate::harness::settings::Settings;
 

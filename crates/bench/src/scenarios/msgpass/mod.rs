@@ -31,6 +31,7 @@ pub mod render;
 pub mod report;
 pub mod run;
 pub mod session;
+pub mod settings;
 
 #[cfg(test)]
 mod report_tests;
@@ -40,4 +41,5 @@ mod run_tests;
 pub use markdown::markdown;
 pub use model::{IdleCase, Workload};
 pub use render::rerender;
-pub use run::{run, MsgSettings};
+pub use run::run;
+pub use settings::MsgSettings;

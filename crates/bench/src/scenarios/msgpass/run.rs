@@ -7,40 +7,16 @@ use super::model::*;
 use super::render::*;
 use super::report::*;
 use super::session::*;
+use super::settings::*;
 use crate::daemon::{Binaries, VM_NAME};
 use crate::error::{BenchError, Result};
 use crate::harness::journal::{Journal, Journaled};
 use crate::harness::meta::Meta;
 use crate::harness::plan::{announce, listed};
-use crate::harness::settings::Settings;
 use crate::harness::start::{in_private_tmp, Start};
 use crate::host::{self, Machine};
 use crate::progress::Progress;
 use crate::{guest as gp, plot};
-
-/// The standard settings plus what only this scenario has.
-#[derive(Clone, Debug)]
-pub struct MsgSettings {
-    /// out, repeat, duration (seconds per workload), loads, accel, smp,
-    /// memory, pvschedd, its overlay, retries and the command line; the
-    /// intervals, modes, audio and ping-pong settings are not used.
-    pub base: Settings,
-    pub cases: Vec<IdleCase>,
-    /// The advisor's CPU budget, permille of a vCPU; also the poll share
-    /// the `hinted` target allows.
-    pub budget_permille: u32,
-}
-
-/// Phases and nominal seconds of the whole run: per (repeat, load) block a
-/// warm-up of every workload, then every workload under every case.
-pub fn plan(s: &MsgSettings) -> (usize, f64) {
-    let b = &s.base;
-    let blocks = b.repeat * b.loads.len();
-    let w = Workload::ALL.len();
-    let phases = blocks * (1 + s.cases.len() * w);
-    let secs = blocks as f64 * (1 + s.cases.len()) as f64 * (w as u64 * b.duration) as f64;
-    (phases, secs)
-}
 
 /// Runs the scenario; returns the report and whether every phase worked.
 pub fn run(s: &MsgSettings) -> Result<(MsgReport, bool)> {

@@ -3,7 +3,7 @@
 
 use super::model::*;
 use super::readings::*;
-use super::run::*;
+use super::settings::*;
 use crate::harness::settings::Settings;
 
 fn settings(cases: Vec<IdleCase>) -> MsgSettings {

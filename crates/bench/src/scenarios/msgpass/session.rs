@@ -9,7 +9,7 @@ use pvsched_vmtest::{Accel, Vm};
 
 use super::model::*;
 use super::readings::*;
-use super::run::*;
+use super::settings::*;
 use crate::daemon::{Binaries, VM_NAME};
 use crate::error::{guest, BenchError, Result};
 use crate::foreign;

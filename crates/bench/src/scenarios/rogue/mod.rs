@@ -29,6 +29,7 @@ pub mod report;
 pub mod run;
 pub mod sampling;
 pub mod session;
+pub mod settings;
 
 #[cfg(test)]
 mod report_tests;
@@ -38,4 +39,5 @@ mod run_tests;
 pub use markdown::markdown;
 pub use model::Case;
 pub use render::rerender;
-pub use run::{run, RogueSettings};
+pub use run::run;
+pub use settings::RogueSettings;

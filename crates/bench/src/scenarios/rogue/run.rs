@@ -9,37 +9,18 @@ use super::model::*;
 use super::render::*;
 use super::report::*;
 use super::session::*;
+use super::settings::*;
 use crate::daemon::{pin_daemon, Binaries};
 use crate::error::Result;
 use crate::harness::axes::{mode_order, Mode};
 use crate::harness::journal::{first_line, Journal, Journaled};
 use crate::harness::meta::Meta;
 use crate::harness::plan::{announce, listed};
-use crate::harness::settings::Settings;
 use crate::harness::start::{in_private_tmp, Start};
 use crate::harness::vm::{boot_pair, Guest};
 use crate::host::{self, Machine};
 use crate::progress::Progress;
 use crate::{guest as gp, plot};
-
-/// The standard settings plus what only this scenario has.
-#[derive(Clone, Debug)]
-pub struct RogueSettings {
-    /// out, repeat, duration, intervals, loads, accel, smp, memory, pvschedd,
-    /// its overlay, buckets, retries and the command line; the modes, audio
-    /// and ping-pong settings are not used.
-    pub base: Settings,
-    pub cases: Vec<Case>,
-    /// SCHED_FIFO priority of the rogue's rtspin in the guest.
-    pub priority: u32,
-}
-
-/// Phases and nominal seconds of the whole run.
-pub fn plan(s: &RogueSettings) -> (usize, f64) {
-    let b = &s.base;
-    let phases = b.repeat * b.loads.len() * s.cases.len() * b.intervals.len();
-    (phases, phases as f64 * b.duration as f64)
-}
 
 /// Runs the scenario; returns the report and whether every phase worked.
 pub fn run(s: &RogueSettings) -> Result<(RogueReport, bool)> {

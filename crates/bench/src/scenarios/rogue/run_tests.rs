@@ -3,8 +3,8 @@
 
 use super::commands::*;
 use super::model::*;
-use super::run::*;
 use super::sampling::*;
+use super::settings::*;
 use crate::foreign;
 use crate::harness::axes::{mode_order, Load};
 use crate::harness::settings::Settings;

@@ -12,8 +12,8 @@ use serde_json::Value;
 
 use super::commands::*;
 use super::model::*;
-use super::run::*;
 use super::sampling::*;
+use super::settings::*;
 use crate::daemon::{Binaries, Daemon, VmEntry};
 use crate::error::{guest, BenchError, Result};
 use crate::harness::axes::{Load, Mode};
