@@ -17,19 +17,11 @@ pub mod guest;
 pub mod guest_idle;
 pub mod harness;
 pub mod host;
-pub mod host_cost_targets;
 pub mod interrupts;
 pub mod ipi_sources;
-pub mod modcost;
-pub mod model;
 pub mod platform;
 pub mod progress;
-pub mod report;
-pub mod run;
 pub mod scenarios;
-pub mod share;
-pub mod share_report;
-pub mod simulated;
 
 // Shared with the simulator; re-exported so `crate::stats::…` and
 // `crate::plot::…` keep their paths.

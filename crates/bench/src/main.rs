@@ -11,13 +11,13 @@ use pvsched_bench::harness::axes::{Load, Mode};
 use pvsched_bench::harness::settings::ModCostSettings;
 use pvsched_bench::harness::settings::Settings;
 use pvsched_bench::platform::{self, Platform};
-use pvsched_bench::run::{self};
 use pvsched_bench::scenarios::locks::{self, LockSettings};
 use pvsched_bench::scenarios::locks::{LockCase, LockMode, Workload};
 use pvsched_bench::scenarios::msgpass::IdleCase;
 use pvsched_bench::scenarios::msgpass::{self, MsgSettings};
 use pvsched_bench::scenarios::rogue::Case;
 use pvsched_bench::scenarios::rogue::{self, RogueSettings};
+use pvsched_bench::scenarios::standard::{self as run};
 use pvsched_bench::{BenchError, Result};
 
 /// What a run measures.
@@ -443,8 +443,8 @@ fn settings(cli: Cli) -> Result<Settings> {
     Ok(s)
 }
 
-fn print_end(report: &pvsched_bench::report::Report, dir: &std::path::Path) {
-    println!("{}", pvsched_bench::report::markdown(report));
+fn print_end(report: &pvsched_bench::scenarios::standard::report::Report, dir: &std::path::Path) {
+    println!("{}", pvsched_bench::scenarios::standard::markdown(report));
     println!("Report: {}", dir.join("report.md").display());
     println!("JSON:   {}", dir.join("report.json").display());
     for p in &report.plots {

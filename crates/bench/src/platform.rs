@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{io, BenchError, Result};
 use crate::harness::axes::Load;
-use crate::run::RawFile;
+use crate::scenarios::standard::model::RawFile;
 
 /// The platforms of `--platform`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -138,7 +138,7 @@ pub fn prebuild_images(modcost: bool) -> Result<()> {
     crate::guest::build_image(&cache)?;
     if modcost {
         let perf = crate::harness::start::find_perf()?;
-        crate::modcost::build_image(&perf)?;
+        crate::scenarios::standard::modcost::build_image(&perf)?;
     }
     Ok(())
 }
@@ -418,7 +418,7 @@ fn merge_and_render(parts: &[PathBuf], out: &Path, t0: Instant) -> Result<()> {
     let path = out.join("raw.json");
     std::fs::write(&path, crate::harness::output::json(&m))
         .map_err(io(format!("writing {}", path.display())))?;
-    crate::run::rerender(&path)?;
+    crate::scenarios::standard::render::rerender(&path)?;
     Ok(())
 }
 
@@ -613,7 +613,7 @@ mod tests {
 
     fn raw(load: Load, rep: usize, note: &str) -> RawFile {
         use crate::harness::axes::Mode;
-        use crate::model::{LatencyRun, SessionRun};
+        use crate::scenarios::standard::model::{LatencyRun, SessionRun};
         let mut r = RawFile {
             meta: Default::default(),
             loads: vec![load],

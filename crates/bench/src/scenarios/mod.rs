@@ -4,3 +4,4 @@
 pub mod locks;
 pub mod msgpass;
 pub mod rogue;
+pub mod standard;

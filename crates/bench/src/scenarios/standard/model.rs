@@ -1,14 +1,18 @@
-//! What a run measures: modes, loads, and the raw results they collect.
+//! What a standard run keeps (raw.json): per (load, interval, mode) the
+//! cyclictest runs, per (load, mode) the sessions, and the module overhead
+//! and simulated parts.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::modcost::ModCostRaw;
+use super::share::CpuUse;
 use crate::guest::{AudioResult, PingPongResult};
 use crate::harness::axes::{Load, Mode};
+use crate::harness::meta::Meta;
 use crate::host::StressorRate;
-use crate::share::CpuUse;
 use crate::stats::Histogram;
 
 /// One cyclictest measurement (guest and host at once).
@@ -143,6 +147,23 @@ mod session_map {
         }
         Ok(out)
     }
+}
+
+/// Everything `--from-raw` needs to render the report again.
+#[derive(Serialize, Deserialize)]
+pub struct RawFile {
+    pub meta: Meta,
+    pub loads: Vec<Load>,
+    pub intervals: Vec<u32>,
+    pub modes: Vec<Mode>,
+    pub results: Results,
+    /// The guest module overhead phase (absent from older raw.json files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modcost: Option<ModCostRaw>,
+    /// The same policy under KVM, simulated at the run's intervals (absent
+    /// from older raw.json files, and from runs without the loaded host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub simulated: Option<super::simulated::Simulated>,
 }
 
 #[cfg(test)]

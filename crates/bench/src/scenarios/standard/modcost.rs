@@ -43,10 +43,8 @@ use crate::error::{guest, io, BenchError, Result};
 use crate::foreign;
 use crate::harness::axes::mode_order;
 use crate::harness::disturbance::DISTURBED;
-use crate::harness::settings::Settings;
-use crate::harness::settings::{ModCostClock, ModCostSettings};
-use crate::harness::start::find_perf;
-use crate::harness::start::which;
+use crate::harness::settings::{ModCostClock, ModCostSettings, Settings};
+use crate::harness::start::{find_perf, which};
 use crate::harness::vm::vm_config;
 use crate::progress::Progress;
 use crate::stats::{median, quantile};
@@ -891,7 +889,7 @@ mod tests {
     #[test]
     fn raw_json_without_the_phase_still_reads_and_with_it_round_trips() {
         // Arrange: a raw.json as written before the phase existed.
-        let mut file = crate::run::RawFile {
+        let mut file = super::super::model::RawFile {
             meta: Default::default(),
             loads: vec![],
             intervals: vec![],
@@ -904,9 +902,9 @@ mod tests {
         assert!(!old.contains("modcost"));
 
         // Act
-        let back: crate::run::RawFile = serde_json::from_str(&old).unwrap();
+        let back: super::super::model::RawFile = serde_json::from_str(&old).unwrap();
         file.modcost = Some(raw(&[(100.0, 101.0)]));
-        let new: crate::run::RawFile =
+        let new: super::super::model::RawFile =
             serde_json::from_str(&serde_json::to_string(&file).unwrap()).unwrap();
 
         // Assert

@@ -7,13 +7,11 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use serde::{Deserialize, Serialize};
-
+use super::model::*;
+use super::report::*;
+use super::share::CpuUse;
 use crate::harness::axes::{Load, Mode};
 use crate::harness::figures::ratio;
-use crate::model::Results;
-use crate::report::Scenario;
-use crate::share::CpuUse;
 
 /// How the shares are made (printed under the section's title).
 pub const DEFINITION: &str = "Over the cyclictest phases of each session (the bulk of it; \
@@ -43,72 +41,6 @@ pub const ENTITLEMENT_DEFINITION: &str = "*Fair-class entitlement* of the vCPU t
     share the rest equally). Without static-rt the demand is unknown and the entitlement is an \
     upper bound (vCPUs x r). Under vanilla the vCPU threads got what the fair class gave them, \
     which is the other yardstick (*vs vanilla*).";
-
-/// The fair-class entitlement of the VM's vCPU threads under one load.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Entitlement {
-    /// Percent of the machine.
-    pub pct: f64,
-    /// r: CPUs the fair class gave an always-runnable nice-0 thread.
-    pub fair_rate_cpus: f64,
-    /// Where r comes from.
-    pub fair_rate_from: String,
-    /// d_i: CPUs each vCPU thread used under static-rt; None when static-rt
-    /// did not run (then `pct` is an upper bound).
-    pub demand_cpus: Option<Vec<f64>>,
-    pub upper_bound: bool,
-}
-
-/// One mode's shares under one load.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct ModeShare {
-    /// The VM (QEMU, all threads), percent of the machine, every repeat pooled.
-    pub vm_pct: f64,
-    pub vm_pct_per_repeat: Vec<f64>,
-    /// Its vCPU threads.
-    pub vcpu_pct: f64,
-    pub vcpu_pct_per_repeat: Vec<f64>,
-    /// `vm_pct` / vanilla's.
-    pub vm_vs_vanilla: Option<f64>,
-    /// `vcpu_pct` / the entitlement.
-    pub vcpu_vs_entitlement: Option<f64>,
-    /// pvsched: boosted vCPU time, percent of the vCPUs' wall time.
-    pub boosted_pct: Option<f64>,
-    /// pvsched: the budget, percent of each vCPU's time.
-    pub boost_budget_pct: Option<f64>,
-    /// stress-ng's tree, percent of the machine (loaded host).
-    pub load_pct: Option<f64>,
-    pub load_cpu_vs_vanilla: Option<f64>,
-    /// stress-ng's bogo-ops/s / vanilla's (the session's, from the scenarios).
-    pub load_throughput_vs_vanilla: Option<f64>,
-    /// The whole machine's busy time, percent.
-    pub busy_pct: f64,
-    /// pvsched: pvschedd's own process, percent of the machine.
-    #[serde(default)]
-    pub daemon_pct: Option<f64>,
-    /// Of the vCPU threads' time: the guest's idle driver polling, percent
-    /// of the machine (None: its counters were not read).
-    #[serde(default)]
-    pub guest_poll_pct: Option<f64>,
-    /// The guest's idle driver(s) seen at the ends of the phases.
-    #[serde(default)]
-    pub guest_idle: Vec<String>,
-    /// Cyclictest phases measured.
-    pub phases: usize,
-}
-
-/// The table of one load.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct LoadShare {
-    pub load: String,
-    pub host_cpus: usize,
-    pub vcpus: usize,
-    pub entitlement: Option<Entitlement>,
-    /// Mode name -> its shares.
-    pub modes: BTreeMap<String, ModeShare>,
-    /// Sentences that read the numbers (computed from them).
-    pub reading: Vec<String>,
-}
 
 /// CPU use summed over phases.
 #[derive(Clone, Debug, Default)]
@@ -615,8 +547,6 @@ pub fn markdown(o: &mut String, shares: &[LoadShare]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::LatencyRun;
-    use crate::report::{HostLoad, ModeReport};
 
     /// A phase of 10 s on 2 CPUs: VM `vm` CPU-s of which each vCPU `vcpu`,
     /// the load `load`, one `--cpu` worker `hog`, pvschedd's `boosted`

@@ -1,92 +1,32 @@
-//! The run: build the image, boot one VM, then for every repeat, load and
-//! mode (interleaved) measure guest and host latency, audio glitches,
-//! ping-pong and host throughput; then write the report.
+//! One standard run in progress: the guest, and per (repeat, load, mode) a
+//! session: the mode applied, each interval's cyclictests, the audio task
+//! and the ping-pong, the mode undone and every QEMU thread checked.
 
 use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use pvsched_base::sched::{set_params_verified, ThreadParams};
 use pvsched_vmtest::{Accel, Vm};
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::daemon::{daemon_counters, prometheus_buckets};
-use crate::daemon::{Binaries, Daemon, Locator};
+use super::model::*;
+use super::plan::*;
+use super::share;
+use crate::daemon::{daemon_counters, prometheus_buckets, Binaries, Daemon, Locator};
 use crate::error::{guest, BenchError, Result};
-use crate::foreign;
-use crate::guest::guest_histogram;
-use crate::guest::{self, AudioResult, PingPongResult};
-use crate::harness::axes::{mode_order, Load, Mode};
+use crate::guest::{self, guest_histogram, AudioResult, PingPongResult};
+use crate::harness::axes::{Load, Mode};
 use crate::harness::disturbance::DISTURBED;
-use crate::harness::journal::first_line;
-use crate::harness::journal::{Journal, Journaled};
-use crate::harness::meta::Meta;
-use crate::harness::output::{json, write_into};
+use crate::harness::journal::{first_line, Journal, Journaled};
 use crate::harness::settings::Settings;
-
-use crate::harness::plan::{announce, listed};
-use crate::harness::start::{in_private_tmp, Start};
 use crate::harness::vm::{
-    boot, qmp_vcpu_threads, restore_threads, thread_baseline, vcpu_threads, vm_config,
+    qmp_vcpu_threads, restore_threads, thread_baseline, vcpu_threads, vm_config,
 };
-use crate::host::{self, HostCyclictest, Machine};
-use crate::interrupts;
-use crate::ipi_sources;
-use crate::modcost::{self, ModCostRaw};
-use crate::model::{LatencyRun, Results, SessionRun};
-use crate::plot;
+use crate::host::{self, HostCyclictest};
 use crate::progress::Progress;
-use crate::report::{self, Report};
-use crate::share;
-use crate::stats::Histogram;
-
-/// Guests a run may lose (QEMU gone mid-session) and boot again before it
-/// gives up: on a real host one is already news; under emulation (the KVM
-/// host VM, `crates/hostvm/README.md`) guests are lost now and then.
-pub const MAX_GUESTS_LOST: usize = 20;
-
-/// Everything `--from-raw` needs to render the report again.
-#[derive(Serialize, Deserialize)]
-pub struct RawFile {
-    pub meta: Meta,
-    pub loads: Vec<Load>,
-    pub intervals: Vec<u32>,
-    pub modes: Vec<Mode>,
-    pub results: Results,
-    /// The guest module overhead phase (absent from older raw.json files).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub modcost: Option<ModCostRaw>,
-    /// The same policy under KVM, simulated at the run's intervals (absent
-    /// from older raw.json files, and from runs without the loaded host).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub simulated: Option<crate::simulated::Simulated>,
-}
-
-/// Nominal seconds of one (load, mode) session and its phase count.
-fn session_plan(s: &Settings) -> (f64, usize) {
-    let mut secs = s.duration as f64 * s.intervals.len() as f64;
-    let mut phases = s.intervals.len();
-    for extra in [s.audio_secs, s.pingpong_secs] {
-        if extra > 0 {
-            secs += extra as f64;
-            phases += 1;
-        }
-    }
-    (secs, phases)
-}
-
-/// Phases and nominal seconds of the whole run.
-pub fn plan(s: &Settings) -> (usize, f64) {
-    let sessions = s.repeat * s.loads.len() * s.modes.len();
-    let (secs, phases) = session_plan(s);
-    let (mc_phases, mc_secs) = modcost::plan(&s.modcost);
-    (
-        sessions * phases + mc_phases,
-        sessions as f64 * secs + mc_secs,
-    )
-}
+use crate::{foreign, interrupts, ipi_sources};
 
 enum Applied {
     Nothing,
@@ -104,26 +44,26 @@ struct DaemonEnd {
     seconds: f64,
 }
 
-struct Bench<'a> {
-    s: &'a Settings,
-    vm: Vm,
+pub(super) struct Bench<'a> {
+    pub(super) s: &'a Settings,
+    pub(super) vm: Vm,
     /// What a lost guest is booted again from.
-    image: pvsched_vmtest::GuestImage,
-    accel: Accel,
+    pub(super) image: pvsched_vmtest::GuestImage,
+    pub(super) accel: Accel,
     /// Guests lost mid-session (QEMU gone or silent) and booted again.
-    guests_lost: usize,
-    vcpus: Vec<(u32, i32)>,
+    pub(super) guests_lost: usize,
+    pub(super) vcpus: Vec<(u32, i32)>,
     /// Every QEMU thread's parameters right after boot: what "restored" means.
-    baseline: BTreeMap<i32, (String, ThreadParams)>,
-    bins: Option<Binaries>,
-    run_dir: PathBuf,
-    raw_dir: PathBuf,
-    host_cpus: usize,
-    guest_cpus: u32,
-    results: Results,
-    journal: Journal,
-    progress: Progress,
-    pvsched_broken: Option<String>,
+    pub(super) baseline: BTreeMap<i32, (String, ThreadParams)>,
+    pub(super) bins: Option<Binaries>,
+    pub(super) run_dir: PathBuf,
+    pub(super) raw_dir: PathBuf,
+    pub(super) host_cpus: usize,
+    pub(super) guest_cpus: u32,
+    pub(super) results: Results,
+    pub(super) journal: Journal,
+    pub(super) progress: Progress,
+    pub(super) pvsched_broken: Option<String>,
 }
 
 impl Journaled for Bench<'_> {
@@ -432,7 +372,7 @@ impl Bench<'_> {
 
     /// One (repeat, load, mode) session: load on, mode on, every phase,
     /// mode off (verified), load off.
-    fn session(&mut self, rep: usize, load: Load, mode: Mode) {
+    pub(super) fn session(&mut self, rep: usize, load: Load, mode: Mode) {
         let s = self.s;
         let (nominal, _) = session_plan(s);
         if mode == Mode::Pvsched && self.pvsched_broken.is_some() {
@@ -552,7 +492,7 @@ impl Bench<'_> {
     /// The guest died during session `tag` (its notes from index `notes` on
     /// say how): folds those notes into one, and boots a new guest, as the
     /// first one was, unless `MAX_GUESTS_LOST` are gone already.
-    fn guest_lost(&mut self, tag: &str, notes: usize) -> Result<()> {
+    pub(super) fn guest_lost(&mut self, tag: &str, notes: usize) -> Result<()> {
         let what: Vec<String> = self
             .journal
             .notes
@@ -592,7 +532,7 @@ impl Bench<'_> {
 
     /// Whether the guest still runs commands (three tries: a loaded TCG
     /// guest can be slow to answer).
-    fn vm_alive(&mut self) -> bool {
+    pub(super) fn vm_alive(&mut self) -> bool {
         for attempt in 1..=3 {
             match self.vm.exec("true", Duration::from_secs(60)) {
                 Ok((0, _)) => return true,
@@ -609,277 +549,7 @@ impl Bench<'_> {
     }
 }
 
-/// Runs the whole bench; returns the report and whether every phase worked.
-pub fn run(s: &Settings) -> Result<(Report, bool)> {
-    let start = Start::begin(s)?;
-    let bins = if s.modes.contains(&Mode::Pvsched) {
-        Some(Binaries::locate(s.pvschedd.as_deref())?)
-    } else {
-        None
-    };
-    plot::init_font()?;
-    let (phases, nominal) = plan(s);
-    announce(
-        &format!(
-            "{} repeats x loads [{}] x intervals [{}] x modes [{}]",
-            s.repeat,
-            listed(&s.loads),
-            listed(s.intervals.iter().map(|i| format!("{i}us"))),
-            listed(&s.modes)
-        ),
-        phases,
-        nominal,
-        nominal * 1.6 + 20.0,
-        "overheads",
-        &start.out,
-    );
-    in_private_tmp(|| run_in(s, start, bins))
-}
-
-fn run_in(s: &Settings, start: Start, bins: Option<Binaries>) -> Result<(Report, bool)> {
-    let (started, t0, out, run_dir, raw_dir) = start.into_parts();
-    let out = out.as_path();
-    let (phases, nominal) = plan(s);
-    let machine = Machine::probe(&pvsched_vmtest::workspace_root());
-    eprintln!("pvsched-bench: building the guest image (cached after the first run)");
-    let cache = pvsched_vmtest::cache_root().with_file_name("pvsched-bench");
-    let image = guest::build_image(&cache)?;
-    eprintln!("pvsched-bench: booting the guest ({} vCPUs)", s.smp);
-    let (vm, accel_reason, accel) = boot(s, image.clone(), "bench")?;
-    eprintln!("pvsched-bench: accelerator: {accel_reason}");
-    let guest_cpus = vm.guest_cpus().max(1);
-    let (rc, insmod_out) = vm.insmod("").map_err(guest("insmod"))?;
-    let guest_module = if rc == 0 {
-        "loaded".to_string()
-    } else {
-        format!("NOT loaded ({})", first_line(insmod_out.trim()))
-    };
-    if rc != 0 && s.modes.contains(&Mode::Pvsched) {
-        return Err(BenchError::GuestModule { output: insmod_out });
-    }
-    let vcpus = vcpu_threads(&vm)?;
-    let baseline = thread_baseline(vm.qemu_pid())?;
-    eprintln!(
-        "pvsched-bench: guest up: {} vCPUs (threads {}), kernel {}, pvsched.ko {}",
-        guest_cpus,
-        vcpus
-            .iter()
-            .map(|(i, t)| format!("{i}:{t}"))
-            .collect::<Vec<_>>()
-            .join(" "),
-        vm.kernel_release(),
-        guest_module
-    );
-    // Warm up: the first run after boot pays for TCG's translations.
-    eprintln!("pvsched-bench: warm-up (3 s guest cyclictest, not counted)");
-    let _ = vm.exec(
-        &guest::cyclictest_cmd(1000, 3, guest_cpus as usize, 1000),
-        Duration::from_secs(60),
-    );
-
-    let mut b = Bench {
-        s,
-        image,
-        accel,
-        guests_lost: 0,
-        guest_cpus,
-        host_cpus: machine.cpus,
-        vm,
-        vcpus,
-        baseline,
-        bins,
-        run_dir,
-        raw_dir,
-        results: Results::default(),
-        journal: Journal::default(),
-        progress: Progress::new(phases, nominal),
-        pvsched_broken: None,
-    };
-    if machine.cpus != guest_cpus as usize {
-        b.journal.notes.push(format!(
-            "guest has {guest_cpus} vCPUs on {} host CPUs",
-            machine.cpus
-        ));
-    }
-    'outer: for rep in s.first_repeat..s.first_repeat + s.repeat {
-        for (li, &load) in s.loads.iter().enumerate() {
-            for mode in mode_order(&s.modes, rep - 1, li + s.load_offset) {
-                loop {
-                    let (errors, notes, results) =
-                        (b.journal.errors, b.journal.notes.len(), b.results.clone());
-                    b.session(rep, load, mode);
-                    if b.journal.errors == errors || b.vm_alive() {
-                        break;
-                    }
-                    // The guest died mid-session: what it measured is dropped,
-                    // and the session runs again on a new guest.
-                    b.results = results;
-                    b.journal.errors = errors;
-                    if let Err(e) = b.guest_lost(&format!("rep{rep}-{load}-{mode}"), notes) {
-                        b.error(format!("the guest stopped answering: run aborted ({e})"));
-                        break 'outer;
-                    }
-                }
-            }
-        }
-    }
-    if b.guests_lost > 0 {
-        b.note(format!(
-            "{} guest(s) lost mid-session and booted again; each of those sessions was \
-             measured again in full (Notes above: `guest lost`)",
-            b.guests_lost
-        ));
-    }
-    // The guest module overhead phase boots a guest of its own; this one
-    // stops first, so that nothing competes with it.
-    let mut modcost_raw = None;
-    if s.modcost.repeat > 0 {
-        if let Err(e) = b.vm.poweroff(Duration::from_secs(60)) {
-            b.note(format!(
-                "powering the guest off: {}",
-                first_line(&e.to_string())
-            ));
-        }
-        let m = modcost::run(
-            s,
-            accel,
-            b.host_cpus,
-            &b.run_dir,
-            &b.raw_dir,
-            &mut b.progress,
-        );
-        m.notes.into_iter().for_each(|n| b.note(n));
-        m.errors.into_iter().for_each(|e| b.error(e));
-        modcost_raw = m.raw;
-    }
-    let simulated = if s.loads.contains(&Load::Loaded) && s.modes.contains(&Mode::Pvsched) {
-        match crate::simulated::run(&s.intervals, s.doorbell) {
-            Ok(x) => Some(x),
-            Err(e) => {
-                b.error(format!("the KVM simulation: {e}"));
-                None
-            }
-        }
-    } else {
-        None
-    };
-
-    let meta = Meta {
-        command: s.command.clone(),
-        started,
-        wall_s: t0.elapsed().as_secs_f64(),
-        repeat: s.repeat,
-        duration_s: s.duration,
-        accel: match accel {
-            Accel::Tcg => "tcg".into(),
-            Accel::Kvm => "kvm".into(),
-        },
-        accel_reason,
-        guest_cpus,
-        guest_kernel: b.vm.kernel_release().to_string(),
-        guest_module,
-        load_cmd: format!("stress-ng {}", host::load_args(machine.cpus).join(" ")),
-        pvschedd_settings: s.pvschedd_overlay.to_string(),
-        static_rt_priority: s.static_rt_priority,
-        machine,
-        notes: b.journal.notes.clone(),
-    };
-    let raw = RawFile {
-        meta,
-        loads: s.loads.clone(),
-        intervals: s.intervals.clone(),
-        modes: s.modes.clone(),
-        results: b.results,
-        modcost: modcost_raw,
-        simulated,
-    };
-    let ok = b.journal.errors == 0;
-    drop(b.vm);
-    let report = render(out, &raw)?;
-    Ok((report, ok))
-}
-
-/// Writes raw.json, report.json, one JSON per scenario, the plots and
-/// report.md into `out`.
-pub fn render(out: &Path, raw: &RawFile) -> Result<Report> {
-    let write = |name: &str, text: &str| write_into(out, name, text);
-    write("raw.json", &json(raw))?;
-    let mut report = report::build(
-        &raw.results,
-        raw.meta.clone(),
-        &raw.loads,
-        &raw.intervals,
-        &raw.modes,
-    );
-    report.modcost = raw.modcost.as_ref().map(modcost::summarize);
-    report.simulated = raw.simulated.clone();
-    report.host_cost_targets = crate::host_cost_targets::build(&report);
-    for sc in &report.scenarios {
-        write(&format!("{}-{}us.json", sc.load, sc.interval_us), &json(sc))?;
-    }
-    for &load in &raw.loads {
-        for &interval in &raw.intervals {
-            let hists: Vec<(Mode, Histogram, Histogram)> = raw
-                .modes
-                .iter()
-                .filter(|m| raw.results.latency.contains_key(&(load, interval, **m)))
-                .map(|&m| {
-                    let (g, h) = report::merged(&raw.results, load, interval, m);
-                    (m, g, h)
-                })
-                .collect();
-            if hists.is_empty() {
-                continue;
-            }
-            let guest: Vec<plot::Curve> = hists
-                .iter()
-                .map(|(m, g, _)| plot::Curve {
-                    mode: m.name(),
-                    hist: g,
-                })
-                .collect();
-            let host: Vec<plot::Curve> = hists
-                .iter()
-                .map(|(m, _, h)| plot::Curve {
-                    mode: m.name(),
-                    hist: h,
-                })
-                .collect();
-            let name = format!("{load}-{interval}us.png");
-            let title = format!(
-                "cyclictest latency, host {load}, interval {interval} µs ({}, {} x {} s per mode)",
-                raw.meta.accel.to_uppercase(),
-                raw.meta.repeat,
-                raw.meta.duration_s
-            );
-            plot::latency_ccdf(&out.join(&name), &title, interval, &guest, &host)?;
-            report.plots.push(name);
-        }
-    }
-    write("report.json", &json(&report))?;
-    write("report.md", &report::markdown(&report))?;
-    Ok(report)
-}
-
-/// Re-renders a report from a previous run's raw.json (into its directory).
-pub fn rerender(raw_path: &Path) -> Result<(Report, PathBuf)> {
-    crate::harness::raw::rerender(raw_path, render)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn settings() -> Settings {
-        // The session count below; modcost::plan has its own test.
-        Settings::example()
-    }
-
-    #[test]
-    fn plan_counts_every_phase_of_every_session() {
-        // 3 repeats x 2 loads x 3 modes = 18 sessions of 2 cyclictest + audio + ping-pong.
-        let (phases, secs) = plan(&settings());
-        assert_eq!(phases, 18 * 4);
-        assert_eq!(secs, 18.0 * 33.0);
-    }
-}
+/// Guests a run may lose (QEMU gone mid-session) and boot again before it
+/// gives up: on a real host one is already news; under emulation (the KVM
+/// host VM, `crates/hostvm/README.md`) guests are lost now and then.
+pub const MAX_GUESTS_LOST: usize = 20;

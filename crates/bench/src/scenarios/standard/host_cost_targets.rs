@@ -6,29 +6,9 @@
 
 use std::fmt::Write as _;
 
-use serde::{Deserialize, Serialize};
-
+use super::analysis::pvsched_per_load;
+use super::report::*;
 use crate::harness::axes::Mode;
-use crate::report::{pvsched_per_load, Report, Scenario};
-
-/// Host p99 pvsched / vanilla the target allows.
-pub const HOST_P99_RATIO: f64 = 1.1;
-/// Guest p99 pvsched / vanilla the target asks for at the same time.
-pub const GUEST_P99_RATIO: f64 = 0.15;
-/// Reaction p99 (host event -> `sched_setattr` returned), µs.
-pub const REACTION_P99_US: f64 = 30.0;
-
-/// One target's line.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct HostCostTarget {
-    pub target: String,
-    /// This run's figure.
-    pub result: String,
-    /// None: shown, not a pass/fail target (or not measured).
-    pub met: Option<bool>,
-    /// Where missed: what this run measured behind it.
-    pub remains: String,
-}
 
 fn x(r: f64) -> String {
     format!("{r:.2}x")
@@ -358,7 +338,6 @@ pub fn markdown(o: &mut String, targets: &[HostCostTarget]) {
 mod tests {
     use super::*;
     use crate::ipi_sources::{key, Sources};
-    use crate::report::{ModeReport, Reaction};
 
     fn mode(guest_p99: u64, host_p99: u64) -> ModeReport {
         let mut m = ModeReport::default();
@@ -489,7 +468,7 @@ mod tests {
     }
 
     fn idle_pingpong(pv: &[f64], va: &[f64]) -> Report {
-        let pp = |v: &[f64]| crate::report::PingPong {
+        let pp = |v: &[f64]| PingPong {
             p50_us: crate::stats::median(v).unwrap(),
             p50_us_per_repeat: v.to_vec(),
             ..Default::default()
