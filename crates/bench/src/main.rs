@@ -17,25 +17,9 @@ use pvsched_bench::scenarios::msgpass::IdleCase;
 use pvsched_bench::scenarios::msgpass::{self, MsgSettings};
 use pvsched_bench::scenarios::rogue::Case;
 use pvsched_bench::scenarios::rogue::{self, RogueSettings};
-use pvsched_bench::scenarios::standard::{self as run};
+use pvsched_bench::scenarios::standard;
+use pvsched_bench::scenarios::Scenario;
 use pvsched_bench::{BenchError, Result};
-
-/// What a run measures.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum Scenario {
-    /// One guest; vanilla, static-rt and pvsched side by side (BENCHMARKS.md).
-    Standard,
-    /// Two guests: a well-behaved neighbour beside a rogue spinning at
-    /// SCHED_FIFO on every vCPU; pvschedd serves both.
-    Rogue,
-    /// One guest (2 vCPUs) passing messages between its vCPUs under each
-    /// guest idle mode of pvsched.ko; pvschedd serves it throughout.
-    MessagePassing,
-    /// Two guests (2 vCPUs each) running a lock-heavy workload at once on
-    /// the host's CPUs, and one alone; vanilla, pvschedd without and with
-    /// lock-holder handling.
-    Locks,
-}
 
 #[derive(Parser, Debug)]
 #[command(
@@ -443,13 +427,18 @@ fn settings(cli: Cli) -> Result<Settings> {
     Ok(s)
 }
 
-fn print_end(report: &pvsched_bench::scenarios::standard::report::Report, dir: &std::path::Path) {
-    println!("{}", pvsched_bench::scenarios::standard::markdown(report));
-    println!("Report: {}", dir.join("report.md").display());
-    println!("JSON:   {}", dir.join("report.json").display());
-    for p in &report.plots {
-        println!("Plot:   {}", dir.join(p).display());
-    }
+fn standard_main(cli: Cli) -> ExitCode {
+    scenario_main(
+        cli,
+        ScenarioFns {
+            rerender: standard::rerender,
+            settings,
+            run: standard::run,
+            out: |s| &s.out,
+            markdown: standard::markdown,
+            plots: |r| &r.plots,
+        },
+    )
 }
 
 fn rogue_main(cli: Cli) -> ExitCode {
@@ -574,54 +563,35 @@ fn host_vm_main(cli: &Cli) -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
     if cli.platform == Platform::Kvm && cli.from_raw.is_none() {
         return host_vm_main(&cli);
     }
-    if cli.scenario == Scenario::Rogue {
-        return rogue_main(cli);
-    }
-    if cli.scenario == Scenario::MessagePassing {
-        return msgpass_main(cli);
-    }
-    if cli.scenario == Scenario::Locks {
-        return locks_main(cli);
-    }
+    // A raw.json says which scenario wrote it; --scenario may only agree.
     if let Some(raw) = &cli.from_raw {
-        let rendered = run::rerender(raw)
-            .and_then(|(r, dir)| platform::add_platform_paragraph(&dir).map(|_| (r, dir)));
-        return match rendered {
-            Ok((report, dir)) => {
-                print_end(&report, &dir);
-                ExitCode::SUCCESS
+        match Scenario::of_raw(raw) {
+            Ok(written) if cli.scenario == Scenario::Standard || cli.scenario == written => {
+                cli.scenario = written;
+            }
+            Ok(written) => {
+                eprintln!(
+                    "pvsched-bench: {} is a {} run, not {}",
+                    raw.display(),
+                    written.name(),
+                    cli.scenario.name()
+                );
+                return ExitCode::from(2);
             }
             Err(e) => {
                 eprintln!("pvsched-bench: {e}");
-                ExitCode::from(2)
+                return ExitCode::from(2);
             }
-        };
+        }
     }
-    let s = match settings(cli) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("pvsched-bench: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match run::run(&s) {
-        Ok((report, ok)) => {
-            let dir = s.out.canonicalize().unwrap_or(s.out.clone());
-            print_end(&report, &dir);
-            if ok {
-                ExitCode::SUCCESS
-            } else {
-                eprintln!("pvsched-bench: some phases failed (see Notes in the report)");
-                ExitCode::from(1)
-            }
-        }
-        Err(e) => {
-            eprintln!("pvsched-bench: {e}");
-            ExitCode::from(2)
-        }
+    match cli.scenario {
+        Scenario::Standard => standard_main(cli),
+        Scenario::Rogue => rogue_main(cli),
+        Scenario::MessagePassing => msgpass_main(cli),
+        Scenario::Locks => locks_main(cli),
     }
 }

@@ -42,18 +42,32 @@ fn scenario_of(raw: &Path) -> String {
         .to_string()
 }
 
+/// How a raw.json is handed to `pvsched-bench`.
+#[derive(Clone, Copy)]
+enum Naming {
+    /// `--scenario <its scenario> --from-raw`, as before the bench told
+    /// the scenario from the file.
+    Scenario,
+    /// `--from-raw` alone: the bench reads the scenario from the file.
+    FileAlone,
+}
+
 /// Renders every raw.json under `root` again in a scratch folder and
 /// returns the committed files (those `compared` names) it rendered
 /// differently.
-fn rerender_all(root: &Path, compared: fn(&str) -> bool) -> Vec<String> {
+fn rerender_all(root: &Path, compared: fn(&str) -> bool, naming: Naming) -> Vec<String> {
     let mut raws = Vec::new();
     raw_files(root, &mut raws);
     raws.sort();
     assert!(!raws.is_empty(), "no raw.json under {}", root.display());
     let scratch = std::env::temp_dir().join(format!(
-        "pvsched-rerender-{}-{}",
+        "pvsched-rerender-{}-{}-{}",
         std::process::id(),
-        root.file_name().and_then(|n| n.to_str()).unwrap_or("root")
+        root.file_name().and_then(|n| n.to_str()).unwrap_or("root"),
+        match naming {
+            Naming::Scenario => "named",
+            Naming::FileAlone => "unnamed",
+        }
     ));
     let mut differ = Vec::new();
     for (i, raw) in raws.iter().enumerate() {
@@ -66,8 +80,11 @@ fn rerender_all(root: &Path, compared: fn(&str) -> bool) -> Vec<String> {
                 std::fs::copy(dir.join(input), work.join(input)).expect("copy an input");
             }
         }
-        let out = Command::new(env!("CARGO_BIN_EXE_pvsched-bench"))
-            .args(["--scenario", &scenario_of(raw)])
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pvsched-bench"));
+        if let Naming::Scenario = naming {
+            cmd.args(["--scenario", &scenario_of(raw)]);
+        }
+        let out = cmd
             .arg("--from-raw")
             .arg(work.join("raw.json"))
             .output()
@@ -110,7 +127,7 @@ fn every_text_file(name: &str) -> bool {
 
 #[test]
 fn every_committed_report_with_raw_data_renders_again_identically() {
-    let differ = rerender_all(&evidence_root(), report_files);
+    let differ = rerender_all(&evidence_root(), report_files, Naming::Scenario);
     assert!(
         differ.is_empty(),
         "rendered differently from their raw.json: {differ:?}"
@@ -119,7 +136,21 @@ fn every_committed_report_with_raw_data_renders_again_identically() {
 
 #[test]
 fn every_golden_fixture_renders_again_identically() {
-    let differ = rerender_all(&fixtures_root(), every_text_file);
+    let differ = rerender_all(&fixtures_root(), every_text_file, Naming::Scenario);
+    assert!(
+        differ.is_empty(),
+        "rendered differently from their raw.json: {differ:?}"
+    );
+}
+
+#[test]
+fn every_raw_file_renders_without_naming_its_scenario() {
+    let mut differ = rerender_all(&evidence_root(), report_files, Naming::FileAlone);
+    differ.extend(rerender_all(
+        &fixtures_root(),
+        every_text_file,
+        Naming::FileAlone,
+    ));
     assert!(
         differ.is_empty(),
         "rendered differently from their raw.json: {differ:?}"
