@@ -2,14 +2,23 @@
 //! which the cases of a repeat take their turns.
 
 use std::fmt;
-use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::BenchError;
-
 /// How the host treats the vCPU threads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+)]
 pub enum Mode {
     /// SCHED_OTHER, as QEMU starts them.
     Vanilla,
@@ -37,22 +46,20 @@ impl fmt::Display for Mode {
     }
 }
 
-impl FromStr for Mode {
-    type Err = BenchError;
-    fn from_str(s: &str) -> Result<Self, BenchError> {
-        Mode::ALL
-            .into_iter()
-            .find(|m| m.name() == s)
-            .ok_or_else(|| BenchError::Unknown {
-                what: "mode",
-                given: s.to_string(),
-                choices: "vanilla, static-rt, pvsched",
-            })
-    }
-}
-
 /// What else runs on the host.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+)]
 pub enum Load {
     Idle,
     /// stress-ng as in the published setup, scaled to the cores.
@@ -74,19 +81,9 @@ impl fmt::Display for Load {
     }
 }
 
-impl FromStr for Load {
-    type Err = BenchError;
-    fn from_str(s: &str) -> Result<Self, BenchError> {
-        match s {
-            "idle" => Ok(Load::Idle),
-            "loaded" => Ok(Load::Loaded),
-            _ => Err(BenchError::Unknown {
-                what: "load",
-                given: s.to_string(),
-                choices: "idle, loaded",
-            }),
-        }
-    }
+/// The value of the case enum `T` that the CLI and the files call `name`.
+pub fn by_name<T: clap::ValueEnum>(name: &str) -> Option<T> {
+    T::from_str(name, false).ok()
 }
 
 /// Order of the modes in repeat `rep` under load number `load_idx`: rotated,
@@ -118,9 +115,9 @@ mod tests {
     #[test]
     fn names_round_trip() {
         for m in Mode::ALL {
-            assert_eq!(m.name().parse::<Mode>().unwrap(), m);
+            assert_eq!(by_name::<Mode>(m.name()).unwrap(), m);
         }
-        assert_eq!("loaded".parse::<Load>().unwrap(), Load::Loaded);
-        assert!("busy".parse::<Load>().is_err());
+        assert_eq!(by_name::<Load>("loaded").unwrap(), Load::Loaded);
+        assert!(by_name::<Load>("busy").is_none());
     }
 }

@@ -4,13 +4,11 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::str::FromStr;
 
 use pvsched_control::VmStatus;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::error::BenchError;
 use crate::harness::meta::Meta;
 
 /// The first VM: runs the workload in both cases.
@@ -41,7 +39,19 @@ pub const DEFINITIONS: [&str; 5] = [
 ];
 
 /// How the host treats the VMs' vCPU threads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum LockMode {
     /// No daemon: plain CFS.
@@ -96,22 +106,20 @@ impl fmt::Display for LockMode {
     }
 }
 
-impl FromStr for LockMode {
-    type Err = BenchError;
-    fn from_str(s: &str) -> Result<Self, BenchError> {
-        LockMode::ALL
-            .into_iter()
-            .find(|m| m.name() == s)
-            .ok_or_else(|| BenchError::Unknown {
-                what: "lock mode",
-                given: s.to_string(),
-                choices: "vanilla, pvsched-nolock, pvsched-lock",
-            })
-    }
-}
-
 /// Which VMs run the workload.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum LockCase {
     /// Both VMs at once: more vCPUs than host CPUs.
@@ -152,22 +160,20 @@ impl fmt::Display for LockCase {
     }
 }
 
-impl FromStr for LockCase {
-    type Err = BenchError;
-    fn from_str(s: &str) -> Result<Self, BenchError> {
-        LockCase::ALL
-            .into_iter()
-            .find(|c| c.name() == s)
-            .ok_or_else(|| BenchError::Unknown {
-                what: "lock case",
-                given: s.to_string(),
-                choices: "overcommitted, alone",
-            })
-    }
-}
-
 /// The guest workload (`lockstress -w`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Workload {
     Rename,
@@ -228,20 +234,6 @@ impl Workload {
 impl fmt::Display for Workload {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
-    }
-}
-
-impl FromStr for Workload {
-    type Err = BenchError;
-    fn from_str(s: &str) -> Result<Self, BenchError> {
-        Workload::ALL
-            .into_iter()
-            .find(|w| w.name() == s)
-            .ok_or_else(|| BenchError::Unknown {
-                what: "lock workload",
-                given: s.to_string(),
-                choices: "rename, files, write, mmap, rename-own",
-            })
     }
 }
 

@@ -8,6 +8,7 @@ use super::analysis::*;
 use super::markdown::*;
 use super::model::*;
 use super::report::*;
+use crate::harness::axes::by_name;
 use crate::harness::figures::Spread;
 use crate::harness::meta::Meta;
 
@@ -155,16 +156,16 @@ fn ratio<'a>(r: &'a LocksReport, vm: &str, mode: LockMode) -> &'a Spread {
 #[test]
 fn names_round_trip() {
     for m in LockMode::ALL {
-        assert_eq!(m.name().parse::<LockMode>().unwrap(), m);
+        assert_eq!(by_name::<LockMode>(m.name()).unwrap(), m);
         assert_eq!(serde_json::to_value(m).unwrap(), m.name());
     }
     for c in LockCase::ALL {
-        assert_eq!(c.name().parse::<LockCase>().unwrap(), c);
+        assert_eq!(by_name::<LockCase>(c.name()).unwrap(), c);
     }
     for w in Workload::ALL {
-        assert_eq!(w.name().parse::<Workload>().unwrap(), w);
+        assert_eq!(by_name::<Workload>(w.name()).unwrap(), w);
     }
-    assert!("pvsched".parse::<LockMode>().is_err());
+    assert!(by_name::<LockMode>("pvsched").is_none());
     assert_eq!(LockMode::PvschedNolock.honor_lock_holders(), Some(false));
     assert_eq!(LockMode::Vanilla.honor_lock_holders(), None);
     assert!(LockCase::Alone.runs(VM_A) && !LockCase::Alone.runs(VM_B));

@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -32,7 +31,19 @@ pub const PRODCONS_WORK_NS: u64 = 5_000;
 pub const PRODCONS_QUEUE: u32 = 1;
 
 /// How the guest idles: which `idle=` mode pvsched.ko is loaded with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum IdleCase {
     /// `idle=off`: the kernel's default idle (HLT).
@@ -135,22 +146,20 @@ impl fmt::Display for IdleCase {
     }
 }
 
-impl FromStr for IdleCase {
-    type Err = BenchError;
-    fn from_str(s: &str) -> std::result::Result<Self, BenchError> {
-        IdleCase::ALL
-            .into_iter()
-            .find(|c| c.name() == s)
-            .ok_or_else(|| BenchError::Unknown {
-                what: "message-passing case",
-                given: s.to_string(),
-                choices: "default, haltpoll, hinted, advisor, kvm-poll-off, kvm-poll-advisor",
-            })
-    }
-}
-
 /// The guest programs of a session.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Workload {
     /// Pipe ping-pong between two vCPUs, no gap.

@@ -4,13 +4,11 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::str::FromStr;
 
 use pvsched_control::VmStatus;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::error::BenchError;
 use crate::harness::axes::{Load, Mode};
 use crate::harness::meta::Meta;
 use crate::stats::Histogram;
@@ -27,7 +25,19 @@ pub const SHARE_DEFINITION: &str = "CPU share of a VM = (utime + stime of its QE
     100 % = every host CPU for the whole window.";
 
 /// One configuration of the run: the host mode and whether the rogue spins.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Case {
     /// pvschedd serves both VMs; the rogue VM is booted, idle: the baseline.
@@ -85,20 +95,6 @@ impl Case {
 impl fmt::Display for Case {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
-    }
-}
-
-impl FromStr for Case {
-    type Err = BenchError;
-    fn from_str(s: &str) -> Result<Self, BenchError> {
-        Case::ALL
-            .into_iter()
-            .find(|c| c.name() == s)
-            .ok_or_else(|| BenchError::Unknown {
-                what: "rogue case",
-                given: s.to_string(),
-                choices: "pvsched-quiet, pvsched-rogue, vanilla-rogue, vanilla-quiet",
-            })
     }
 }
 

@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::modcost::ModCostRaw;
 use super::share::CpuUse;
 use crate::guest::{AudioResult, PingPongResult};
-use crate::harness::axes::{Load, Mode};
+use crate::harness::axes::{by_name, Load, Mode};
 use crate::harness::meta::Meta;
 use crate::host::StressorRate;
 use crate::stats::Histogram;
@@ -113,9 +113,9 @@ mod latency_map {
             if parts.len() != 3 {
                 return Err(bad());
             }
-            let l = parts[0].parse().map_err(|_| bad())?;
+            let l = by_name(parts[0]).ok_or_else(bad)?;
             let i = parts[1].parse().map_err(|_| bad())?;
-            let m = parts[2].parse().map_err(|_| bad())?;
+            let m = by_name(parts[2]).ok_or_else(bad)?;
             out.insert((l, i, m), v);
         }
         Ok(out)
@@ -141,7 +141,7 @@ mod session_map {
             let bad = || serde::de::Error::custom(format!("bad key {k:?}"));
             let (l, m) = k.split_once('/').ok_or_else(bad)?;
             out.insert(
-                (l.parse().map_err(|_| bad())?, m.parse().map_err(|_| bad())?),
+                (by_name(l).ok_or_else(bad)?, by_name(m).ok_or_else(bad)?),
                 v,
             );
         }
