@@ -3,22 +3,11 @@
 
 use std::fmt;
 
+use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
 /// How the host treats the vCPU threads.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    clap::ValueEnum,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ValueEnum)]
 pub enum Mode {
     /// SCHED_OTHER, as QEMU starts them.
     Vanilla,
@@ -47,19 +36,7 @@ impl fmt::Display for Mode {
 }
 
 /// What else runs on the host.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    clap::ValueEnum,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ValueEnum)]
 pub enum Load {
     Idle,
     /// stress-ng as in the published setup, scaled to the cores.

@@ -7,6 +7,7 @@ pub mod axes;
 pub mod disturbance;
 pub mod figures;
 pub mod journal;
+pub mod markdown;
 pub mod meta;
 pub mod output;
 pub mod plan;

@@ -6,6 +6,7 @@ use super::analysis::*;
 use super::model::*;
 use super::report::*;
 use crate::harness::figures::Spread;
+use crate::harness::markdown as md;
 
 /// `median [min-max]`, or the one value.
 fn spread(s: &Spread, places: usize) -> String {
@@ -41,14 +42,7 @@ pub fn markdown(r: &LocksReport) -> String {
     let lm = &r.meta;
     let mut o = String::new();
     let _ = writeln!(o, "# pvsched bench, lock holders: {}\n", m.started);
-    let _ = writeln!(o, "Command: `{}`  ", m.command);
-    let _ = writeln!(
-        o,
-        "Machine: {}, {} CPUs, {} GiB, kernel {}, {}  ",
-        m.machine.cpu_model, m.machine.cpus, m.machine.memory_gib, m.machine.kernel, m.machine.os
-    );
-    let _ = writeln!(o, "Tools: {}; pvsched {}  ", m.machine.qemu, m.machine.git);
-    let _ = writeln!(o, "Accelerator: {}  ", m.accel_reason);
+    md::run_lines(&mut o, m, &[&m.machine.qemu]);
     let _ = writeln!(
         o,
         "Guests: {} ({} vCPUs each, kernel {}), booted for the whole run  ",

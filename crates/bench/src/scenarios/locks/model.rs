@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use clap::ValueEnum;
 use pvsched_control::VmStatus;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -39,19 +40,7 @@ pub const DEFINITIONS: [&str; 5] = [
 ];
 
 /// How the host treats the VMs' vCPU threads.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    clap::ValueEnum,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum LockMode {
     /// No daemon: plain CFS.
@@ -107,19 +96,7 @@ impl fmt::Display for LockMode {
 }
 
 /// Which VMs run the workload.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    clap::ValueEnum,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum LockCase {
     /// Both VMs at once: more vCPUs than host CPUs.
@@ -161,19 +138,7 @@ impl fmt::Display for LockCase {
 }
 
 /// The guest workload (`lockstress -w`).
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    clap::ValueEnum,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Workload {
     Rename,

@@ -7,6 +7,7 @@ use super::model::*;
 use super::report::*;
 use crate::guest_idle::*;
 use crate::harness::figures::Spread;
+use crate::harness::markdown as md;
 
 /// `median [min-max]`, or the one value.
 fn spread(s: &Spread, places: usize) -> String {
@@ -36,18 +37,7 @@ pub fn markdown(r: &MsgReport) -> String {
     let m = &mm.base;
     let mut o = String::new();
     let _ = writeln!(o, "# pvsched bench, message passing: {}\n", m.started);
-    let _ = writeln!(o, "Command: `{}`  ", m.command);
-    let _ = writeln!(
-        o,
-        "Machine: {}, {} CPUs, {} GiB, kernel {}, {}  ",
-        m.machine.cpu_model, m.machine.cpus, m.machine.memory_gib, m.machine.kernel, m.machine.os
-    );
-    let _ = writeln!(
-        o,
-        "Tools: {}; {}; pvsched {}  ",
-        m.machine.qemu, m.machine.stress_ng, m.machine.git
-    );
-    let _ = writeln!(o, "Accelerator: {}  ", m.accel_reason);
+    md::run_lines(&mut o, m, &[&m.machine.qemu, &m.machine.stress_ng]);
     let _ = writeln!(
         o,
         "Guest: {} vCPUs, kernel {}, pvsched.ko {}; idle driver: {}  ",

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -31,19 +32,7 @@ pub const PRODCONS_WORK_NS: u64 = 5_000;
 pub const PRODCONS_QUEUE: u32 = 1;
 
 /// How the guest idles: which `idle=` mode pvsched.ko is loaded with.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    clap::ValueEnum,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum IdleCase {
     /// `idle=off`: the kernel's default idle (HLT).
@@ -147,19 +136,7 @@ impl fmt::Display for IdleCase {
 }
 
 /// The guest programs of a session.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    clap::ValueEnum,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Workload {
     /// Pipe ping-pong between two vCPUs, no gap.

@@ -6,6 +6,7 @@ use super::analysis::*;
 use super::model::*;
 use super::report::*;
 use crate::harness::figures::join;
+use crate::harness::markdown as md;
 
 fn opt_ratio(r: Option<f64>) -> String {
     r.map(|r| format!("{r:.2}x"))
@@ -25,18 +26,11 @@ pub fn markdown(r: &RogueReport) -> String {
     let rm = &r.meta;
     let mut o = String::new();
     let _ = writeln!(o, "# pvsched bench, rogue guest: {}\n", m.started);
-    let _ = writeln!(o, "Command: `{}`  ", m.command);
-    let _ = writeln!(
-        o,
-        "Machine: {}, {} CPUs, {} GiB, kernel {}, {}  ",
-        m.machine.cpu_model, m.machine.cpus, m.machine.memory_gib, m.machine.kernel, m.machine.os
+    md::run_lines(
+        &mut o,
+        m,
+        &[&m.machine.qemu, &m.machine.cyclictest, &m.machine.stress_ng],
     );
-    let _ = writeln!(
-        o,
-        "Tools: {}; {}; {}; pvsched {}  ",
-        m.machine.qemu, m.machine.cyclictest, m.machine.stress_ng, m.machine.git
-    );
-    let _ = writeln!(o, "Accelerator: {}  ", m.accel_reason);
     let _ = writeln!(
         o,
         "Guests: neighbour `{NEIGHBOUR}` ({} vCPUs, pvsched.ko {}) and rogue `{ROGUE}` ({} vCPUs, \
@@ -107,35 +101,46 @@ pub fn markdown(r: &RogueReport) -> String {
         o,
         "## Latency (µs): the neighbour's guest cyclictest and the host's\n"
     );
-    let _ = writeln!(
-        o,
-        "| load | interval | case | neighbour avg | neighbour p99 | neighbour p99.9 | neighbour max | neighbour p99 per repeat | neighbour loops | host avg | host p99 | host max | host p99 per repeat | other load % per repeat |"
-    );
-    let _ = writeln!(
-        o,
-        "|---|---|---|--:|--:|--:|--:|---|--:|--:|--:|--:|---|---|"
+    md::head(
+        &mut o,
+        &[
+            "load",
+            "interval",
+            "case",
+            "neighbour avg:",
+            "neighbour p99:",
+            "neighbour p99.9:",
+            "neighbour max:",
+            "neighbour p99 per repeat",
+            "neighbour loops:",
+            "host avg:",
+            "host p99:",
+            "host max:",
+            "host p99 per repeat",
+            "other load % per repeat",
+        ],
     );
     for c in &r.cells {
         for (case, cr) in ordered(&c.cases) {
-            let g = &cr.guest.summary;
-            let h = &cr.host.summary;
-            let _ = writeln!(
-                o,
-                "| {} | {} µs | {} | {:.0} | {} | {} | {} | {} | {:.0} % | {:.0} | {} | {} | {} | {} |",
-                c.load,
-                c.interval_us,
-                case,
-                g.avg_us,
-                g.p99_us,
-                g.p999_us,
-                g.max_us,
-                join(&cr.guest.p99_us_per_repeat),
-                cr.guest.loops_ratio * 100.0,
-                h.avg_us,
-                h.p99_us,
-                h.max_us,
-                join(&cr.host.p99_us_per_repeat),
-                pcts(&cr.other_load_pct_per_repeat)
+            let (g, h) = (&cr.guest.summary, &cr.host.summary);
+            md::row(
+                &mut o,
+                &[
+                    c.load.to_string(),
+                    format!("{} µs", c.interval_us),
+                    case.to_string(),
+                    format!("{:.0}", g.avg_us),
+                    g.p99_us.to_string(),
+                    g.p999_us.to_string(),
+                    g.max_us.to_string(),
+                    join(&cr.guest.p99_us_per_repeat),
+                    format!("{:.0} %", cr.guest.loops_ratio * 100.0),
+                    format!("{:.0}", h.avg_us),
+                    h.p99_us.to_string(),
+                    h.max_us.to_string(),
+                    join(&cr.host.p99_us_per_repeat),
+                    pcts(&cr.other_load_pct_per_repeat),
+                ],
             );
         }
     }

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use clap::ValueEnum;
 use pvsched_control::VmStatus;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -25,19 +26,7 @@ pub const SHARE_DEFINITION: &str = "CPU share of a VM = (utime + stime of its QE
     100 % = every host CPU for the whole window.";
 
 /// One configuration of the run: the host mode and whether the rogue spins.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    clap::ValueEnum,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Case {
     /// pvschedd serves both VMs; the rogue VM is booted, idle: the baseline.

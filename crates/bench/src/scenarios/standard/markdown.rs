@@ -9,6 +9,7 @@ use super::report::*;
 use super::share_report;
 use crate::harness::axes::Mode;
 use crate::harness::figures::join;
+use crate::harness::markdown as md;
 
 /// What the host pays per mode beyond CPU time (interrupts, the daemon's
 /// wakeups by cause), and where a reaction's time goes.
@@ -226,18 +227,11 @@ pub fn markdown(r: &Report) -> String {
     let m = &r.meta;
     let mut o = String::new();
     let _ = writeln!(o, "# pvsched bench: {}\n", m.started);
-    let _ = writeln!(o, "Command: `{}`  ", m.command);
-    let _ = writeln!(
-        o,
-        "Machine: {}, {} CPUs, {} GiB, kernel {}, {}  ",
-        m.machine.cpu_model, m.machine.cpus, m.machine.memory_gib, m.machine.kernel, m.machine.os
+    md::run_lines(
+        &mut o,
+        m,
+        &[&m.machine.qemu, &m.machine.cyclictest, &m.machine.stress_ng],
     );
-    let _ = writeln!(
-        o,
-        "Tools: {}; {}; {}; pvsched {}  ",
-        m.machine.qemu, m.machine.cyclictest, m.machine.stress_ng, m.machine.git
-    );
-    let _ = writeln!(o, "Accelerator: {}  ", m.accel_reason);
     let _ = writeln!(
         o,
         "Guest: {} vCPUs, kernel {}, pvsched.ko {}  ",
@@ -277,39 +271,51 @@ pub fn markdown(r: &Report) -> String {
         o,
         "## Latency (µs): guest and host cyclictest, side by side\n"
     );
-    let _ = writeln!(
-        o,
-        "| load | interval | mode | guest avg | guest p99 | guest p99.9 | guest max | host avg | host p99 | host max | guest p99 per repeat | host p99 per repeat | guest loops | other load % per repeat |"
-    );
-    let _ = writeln!(
-        o,
-        "|---|---|---|--:|--:|--:|--:|--:|--:|--:|---|---|--:|---|"
+    md::head(
+        &mut o,
+        &[
+            "load",
+            "interval",
+            "mode",
+            "guest avg:",
+            "guest p99:",
+            "guest p99.9:",
+            "guest max:",
+            "host avg:",
+            "host p99:",
+            "host max:",
+            "guest p99 per repeat",
+            "host p99 per repeat",
+            "guest loops:",
+            "other load % per repeat",
+        ],
     );
     for s in &r.scenarios {
         for (name, mr) in ordered(&s.modes) {
-            let g = &mr.guest.summary;
-            let h = &mr.host.summary;
-            let _ = writeln!(
-                o,
-                "| {} | {} µs | {} | {:.0} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {:.0} % | {} |",
-                s.load,
-                s.interval_us,
-                name,
-                g.avg_us,
-                us(g.p99_us),
-                us(g.p999_us),
-                us(g.max_us),
-                h.avg_us,
-                us(h.p99_us),
-                us(h.max_us),
-                join(&mr.guest.p99_us_per_repeat),
-                join(&mr.host.p99_us_per_repeat),
-                mr.guest.loops_ratio * 100.0,
-                mr.other_load_pct_per_repeat
-                    .iter()
-                    .map(|p| format!("{p:.0}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+            let (g, h) = (&mr.guest.summary, &mr.host.summary);
+            let other: Vec<String> = mr
+                .other_load_pct_per_repeat
+                .iter()
+                .map(|p| format!("{p:.0}"))
+                .collect();
+            md::row(
+                &mut o,
+                &[
+                    s.load.clone(),
+                    format!("{} µs", s.interval_us),
+                    name.to_string(),
+                    format!("{:.0}", g.avg_us),
+                    us(g.p99_us),
+                    us(g.p999_us),
+                    us(g.max_us),
+                    format!("{:.0}", h.avg_us),
+                    us(h.p99_us),
+                    us(h.max_us),
+                    join(&mr.guest.p99_us_per_repeat),
+                    join(&mr.host.p99_us_per_repeat),
+                    format!("{:.0} %", mr.guest.loops_ratio * 100.0),
+                    other.join(", "),
+                ],
             );
         }
     }
