@@ -7,8 +7,6 @@ use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use pvsched_vmtest::Accel;
-
 use super::commands::*;
 use super::model::*;
 use super::render::render;
@@ -590,24 +588,13 @@ fn run_in(
     let first = &bench.guests[0].1;
     let meta = LocksMeta {
         base: Meta {
-            command: b.command.clone(),
-            started,
-            wall_s: t0.elapsed().as_secs_f64(),
-            repeat: b.repeat,
-            duration_s: b.duration,
-            accel: match accel {
-                Accel::Tcg => "tcg".into(),
-                Accel::Kvm => "kvm".into(),
-            },
-            accel_reason,
             guest_cpus: first.cpus,
             guest_kernel: first.vm.kernel_release().to_string(),
             guest_module: first.module.clone(),
-            load_cmd: String::new(),
-            pvschedd_settings: b.pvschedd_overlay.to_string(),
-            static_rt_priority: 0,
-            machine,
             notes: bench.journal.notes.clone(),
+            load_cmd: String::new(),
+            static_rt_priority: 0,
+            ..Meta::of_run(b, (started, t0), (accel, accel_reason), machine)
         },
         vms: bench
             .guests

@@ -1,8 +1,6 @@
 //! The message-passing scenario's run: its settings and plan, one guest
 //! booted, then per repeat and load a block of sessions.
 
-use pvsched_vmtest::Accel;
-
 use super::model::*;
 use super::render::*;
 use super::report::*;
@@ -14,7 +12,7 @@ use crate::harness::journal::{Journal, Journaled};
 use crate::harness::meta::Meta;
 use crate::harness::plan::{announce, listed};
 use crate::harness::start::{in_private_tmp, Start};
-use crate::host::{self, Machine};
+use crate::host::Machine;
 use crate::progress::Progress;
 use crate::{guest as gp, plot};
 
@@ -130,24 +128,12 @@ fn run_in(s: &MsgSettings, start: Start, bins: Binaries) -> Result<(MsgReport, b
         .collect();
     let meta = MsgMeta {
         base: Meta {
-            command: b.command.clone(),
-            started,
-            wall_s: t0.elapsed().as_secs_f64(),
-            repeat: b.repeat,
-            duration_s: b.duration,
-            accel: match accel {
-                Accel::Tcg => "tcg".into(),
-                Accel::Kvm => "kvm".into(),
-            },
-            accel_reason,
             guest_cpus,
             guest_kernel: bench.vm.kernel_release().to_string(),
             guest_module: "loaded".into(),
-            load_cmd: format!("stress-ng {}", host::load_args(machine.cpus).join(" ")),
-            pvschedd_settings: b.pvschedd_overlay.to_string(),
-            static_rt_priority: 0,
-            machine,
             notes: bench.journal.notes.clone(),
+            static_rt_priority: 0,
+            ..Meta::of_run(b, (started, t0), (accel, accel_reason), machine)
         },
         budget_permille: s.budget_permille,
         idle_driver,

@@ -3,8 +3,6 @@
 
 use std::time::Duration;
 
-use pvsched_vmtest::Accel;
-
 use super::model::*;
 use super::render::*;
 use super::report::*;
@@ -18,7 +16,7 @@ use crate::harness::meta::Meta;
 use crate::harness::plan::{announce, listed};
 use crate::harness::start::{in_private_tmp, Start};
 use crate::harness::vm::{boot_pair, Guest};
-use crate::host::{self, Machine};
+use crate::host::Machine;
 use crate::progress::Progress;
 use crate::{guest as gp, plot};
 
@@ -136,24 +134,11 @@ fn run_in(
 
     let meta = RogueMeta {
         base: Meta {
-            command: b.command.clone(),
-            started,
-            wall_s: t0.elapsed().as_secs_f64(),
-            repeat: b.repeat,
-            duration_s: b.duration,
-            accel: match accel {
-                Accel::Tcg => "tcg".into(),
-                Accel::Kvm => "kvm".into(),
-            },
-            accel_reason,
             guest_cpus: bench.neighbour.cpus,
             guest_kernel: bench.neighbour.vm.kernel_release().to_string(),
             guest_module: bench.neighbour.module.clone(),
-            load_cmd: format!("stress-ng {}", host::load_args(machine.cpus).join(" ")),
-            pvschedd_settings: b.pvschedd_overlay.to_string(),
-            static_rt_priority: b.static_rt_priority,
-            machine,
             notes: bench.journal.notes.clone(),
+            ..Meta::of_run(b, (started, t0), (accel, accel_reason), machine)
         },
         rogue_vcpus: bench.rogue.cpus,
         rogue_module: bench.rogue.module.clone(),

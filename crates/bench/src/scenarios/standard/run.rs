@@ -4,8 +4,6 @@
 
 use std::time::Duration;
 
-use pvsched_vmtest::Accel;
-
 use super::modcost;
 use super::model::*;
 use super::plan::*;
@@ -22,7 +20,7 @@ use crate::harness::plan::{announce, listed};
 use crate::harness::settings::Settings;
 use crate::harness::start::{in_private_tmp, Start};
 use crate::harness::vm::{boot, thread_baseline, vcpu_threads};
-use crate::host::{self, Machine};
+use crate::host::Machine;
 use crate::plot;
 use crate::progress::Progress;
 
@@ -182,24 +180,11 @@ fn run_in(s: &Settings, start: Start, bins: Option<Binaries>) -> Result<(Report,
     };
 
     let meta = Meta {
-        command: s.command.clone(),
-        started,
-        wall_s: t0.elapsed().as_secs_f64(),
-        repeat: s.repeat,
-        duration_s: s.duration,
-        accel: match accel {
-            Accel::Tcg => "tcg".into(),
-            Accel::Kvm => "kvm".into(),
-        },
-        accel_reason,
         guest_cpus,
         guest_kernel: b.vm.kernel_release().to_string(),
         guest_module,
-        load_cmd: format!("stress-ng {}", host::load_args(machine.cpus).join(" ")),
-        pvschedd_settings: s.pvschedd_overlay.to_string(),
-        static_rt_priority: s.static_rt_priority,
-        machine,
         notes: b.journal.notes.clone(),
+        ..Meta::of_run(s, (started, t0), (accel, accel_reason), machine)
     };
     let raw = RawFile {
         meta,
