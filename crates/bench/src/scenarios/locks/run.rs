@@ -15,7 +15,7 @@ use super::settings::*;
 use crate::daemon::{daemon_counters, pin_daemon, Binaries, Daemon, VmEntry};
 use crate::error::{guest, io, BenchError, Result};
 use crate::harness::axes::mode_order;
-use crate::harness::disturbance::DISTURBED;
+use crate::harness::disturbance::{disturbed_note, Judgement, Retries, DISTURBED};
 use crate::harness::journal::{first_line, Journal, Journaled};
 use crate::harness::meta::Meta;
 use crate::harness::plan::{announce, listed};
@@ -293,8 +293,7 @@ impl Bench<'_> {
         daemon: Option<&Daemon>,
     ) {
         let tag = format!("rep{rep}-{case}-{mode}");
-        let retries = self.s.base.retry_disturbed;
-        let mut tries = 0;
+        let mut retries = Retries::new(&tag, self.s.base.retry_disturbed);
         let mut best: Option<Phase> = None;
         loop {
             let last = match self.measure(rep, case, mode, daemon) {
@@ -307,15 +306,14 @@ impl Bench<'_> {
             let Some(last_f) = last.as_ref().map(|p| p.foreign_cpu) else {
                 // Failed: keep what an earlier try measured, if any.
                 if let Some(p) = best {
-                    self.note(foreign::disturbed_note(&tag, p.foreign_cpu));
+                    self.note(disturbed_note(&tag, p.foreign_cpu));
                     self.phases.push(p);
                 }
                 return;
             };
             best = least_disturbed(best, last);
-            if last_f > DISTURBED && tries < retries {
-                tries += 1;
-                self.note(foreign::retry_note(&tag, last_f, tries, retries));
+            if let Judgement::Again(note) = retries.judge(last_f) {
+                self.note(note);
                 self.progress.add(self.s.base.duration as f64);
                 continue;
             }
@@ -323,8 +321,8 @@ impl Bench<'_> {
                 if p.foreign_cpu > DISTURBED {
                     self.note(format!(
                         "{} (the least disturbed of {} tries)",
-                        foreign::disturbed_note(&tag, p.foreign_cpu),
-                        tries + 1
+                        disturbed_note(&tag, p.foreign_cpu),
+                        retries.retried() + 1
                     ));
                 }
                 self.phases.push(p);

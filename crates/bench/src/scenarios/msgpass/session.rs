@@ -14,7 +14,7 @@ use crate::daemon::{Binaries, VM_NAME};
 use crate::error::{guest, BenchError, Result};
 use crate::foreign;
 use crate::harness::axes::{mode_order, Load};
-use crate::harness::disturbance::DISTURBED;
+use crate::harness::disturbance::{Judgement, Retries};
 use crate::harness::journal::{Journal, Journaled};
 use crate::harness::vm::ThreadBaseline;
 use crate::host::{self};
@@ -124,31 +124,24 @@ impl Bench<'_> {
     }
 
     /// [`Self::measure`], again (up to `--retry-disturbed` times) while
-    /// others took more than [`DISTURBED`] of the machine.
+    /// others took more than [`DISTURBED`](crate::harness::disturbance::DISTURBED) of the machine.
     fn measure_undisturbed(&mut self, w: Workload, tag: &str, label: &str) -> Result<Measurement> {
         let secs = self.s.base.duration as f64;
-        let mut tries = 0;
+        let mut retries = Retries::new(&format!("{tag}-{w}"), self.s.base.retry_disturbed);
         loop {
             self.progress.phase(label, secs);
             let m = self.measure(w, tag)?;
-            if m.foreign_cpu <= DISTURBED {
-                return Ok(m);
+            match retries.judge(m.foreign_cpu) {
+                Judgement::Keep => return Ok(m),
+                Judgement::Disturbed(note) => {
+                    self.note(note);
+                    return Ok(m);
+                }
+                Judgement::Again(note) => {
+                    self.note(note);
+                    self.progress.add(secs);
+                }
             }
-            if tries >= self.s.base.retry_disturbed {
-                self.note(foreign::disturbed_note(
-                    &format!("{tag}-{w}"),
-                    m.foreign_cpu,
-                ));
-                return Ok(m);
-            }
-            tries += 1;
-            self.note(foreign::retry_note(
-                &format!("{tag}-{w}"),
-                m.foreign_cpu,
-                tries,
-                self.s.base.retry_disturbed,
-            ));
-            self.progress.add(secs);
         }
     }
 

@@ -17,7 +17,7 @@ use super::settings::*;
 use crate::daemon::{Binaries, Daemon, VmEntry};
 use crate::error::{guest, BenchError, Result};
 use crate::harness::axes::{Load, Mode};
-use crate::harness::disturbance::DISTURBED;
+use crate::harness::disturbance::{Judgement, Retries};
 use crate::harness::journal::{first_line, Journal, Journaled};
 use crate::harness::vm::Guest;
 use crate::host::{self, HostCyclictest};
@@ -349,7 +349,7 @@ impl Bench<'_> {
     }
 
     /// [`Self::measure`], again (up to `--retry-disturbed` times) while
-    /// others took more than [`DISTURBED`] of the machine.
+    /// others took more than [`DISTURBED`](crate::harness::disturbance::DISTURBED) of the machine.
     fn measure_undisturbed(
         &mut self,
         rep: usize,
@@ -359,29 +359,20 @@ impl Bench<'_> {
         daemon: Option<&Daemon>,
     ) {
         let tag = format!("rep{rep}-{load}-{interval}us-{case}");
-        let mut tries = 0;
+        let mut retries = Retries::new(&tag, self.s.base.retry_disturbed);
         loop {
-            match self.measure(rep, load, interval, case, daemon) {
-                Err(e) => {
-                    self.error(format!("{tag}: {e}"));
-                    return;
-                }
-                Ok(f) if f > DISTURBED && tries < self.s.base.retry_disturbed => {
-                    tries += 1;
+            let foreign = match self.measure(rep, load, interval, case, daemon) {
+                Ok(f) => f,
+                Err(e) => return self.error(format!("{tag}: {e}")),
+            };
+            match retries.judge(foreign) {
+                Judgement::Keep => return,
+                Judgement::Disturbed(note) => return self.note(note),
+                Judgement::Again(note) => {
                     self.phases.pop();
-                    self.note(foreign::retry_note(
-                        &tag,
-                        f,
-                        tries,
-                        self.s.base.retry_disturbed,
-                    ));
+                    self.note(note);
                     self.progress.add(self.s.base.duration as f64);
                 }
-                Ok(f) if f > DISTURBED => {
-                    self.note(foreign::disturbed_note(&tag, f));
-                    return;
-                }
-                Ok(_) => return,
             }
         }
     }

@@ -42,7 +42,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{guest, io, BenchError, Result};
 use crate::foreign;
 use crate::harness::axes::mode_order;
-use crate::harness::disturbance::DISTURBED;
+use crate::harness::disturbance::{Judgement, Retries, DISTURBED};
 use crate::harness::settings::{ModCostClock, ModCostSettings, Settings};
 use crate::harness::start::{find_perf, which};
 use crate::harness::vm::vm_config;
@@ -328,29 +328,24 @@ impl Phase<'_> {
     /// [`Self::measure`], taken again (up to `--retry-disturbed` times) while
     /// others took more than [`DISTURBED`] of the machine.
     fn measure_undisturbed(&mut self, rep: usize, module: bool) -> Result<PipeRun> {
-        let mut tries = 0;
+        let what = format!(
+            "module overhead rep {rep} {}",
+            if module { "with" } else { "without" }
+        );
+        let mut retries = Retries::new(&what, self.retry_disturbed);
         loop {
             let run = self.measure(rep, module)?;
-            let what = format!(
-                "module overhead rep {rep} {}",
-                if module { "with" } else { "without" }
-            );
-            if run.foreign_cpu <= DISTURBED {
-                return Ok(run);
+            match retries.judge(run.foreign_cpu) {
+                Judgement::Keep => return Ok(run),
+                Judgement::Disturbed(note) => {
+                    self.note(note);
+                    return Ok(run);
+                }
+                Judgement::Again(note) => {
+                    self.note(note);
+                    self.progress.add(nominal_secs(self.loops));
+                }
             }
-            if tries < self.retry_disturbed {
-                tries += 1;
-                self.note(foreign::retry_note(
-                    &what,
-                    run.foreign_cpu,
-                    tries,
-                    self.retry_disturbed,
-                ));
-                self.progress.add(nominal_secs(self.loops));
-                continue;
-            }
-            self.note(foreign::disturbed_note(&what, run.foreign_cpu));
-            return Ok(run);
         }
     }
 }

@@ -18,7 +18,7 @@ use crate::daemon::{daemon_counters, prometheus_buckets, Binaries, Daemon, Locat
 use crate::error::{guest, BenchError, Result};
 use crate::guest::{self, guest_histogram, AudioResult, PingPongResult};
 use crate::harness::axes::{Load, Mode};
-use crate::harness::disturbance::DISTURBED;
+use crate::harness::disturbance::{Judgement, Retries};
 use crate::harness::journal::{first_line, Journal, Journaled};
 use crate::harness::settings::Settings;
 use crate::harness::vm::{
@@ -301,7 +301,7 @@ impl Bench<'_> {
     }
 
     /// [`Self::latency`], measured again (up to `--retry-disturbed` times)
-    /// while others took more than [`DISTURBED`] of the machine.
+    /// while others took more than [`DISTURBED`](crate::harness::disturbance::DISTURBED) of the machine.
     fn latency_undisturbed(
         &mut self,
         rep: usize,
@@ -311,26 +311,22 @@ impl Bench<'_> {
         probe: &share::Probe,
     ) {
         let tag = format!("rep{rep}-{load}-{interval}us-{mode}");
-        let mut tries = 0;
+        let mut retries = Retries::new(&tag, self.s.retry_disturbed);
         loop {
-            match self.latency(rep, load, interval, mode, probe) {
-                Err(e) => {
-                    self.error(format!("{tag}: {e}"));
-                    return;
-                }
-                Ok(f) if f > DISTURBED && tries < self.s.retry_disturbed => {
-                    tries += 1;
+            let foreign = match self.latency(rep, load, interval, mode, probe) {
+                Ok(f) => f,
+                Err(e) => return self.error(format!("{tag}: {e}")),
+            };
+            match retries.judge(foreign) {
+                Judgement::Keep => return,
+                Judgement::Disturbed(note) => return self.note(note),
+                Judgement::Again(note) => {
                     if let Some(v) = self.results.latency.get_mut(&(load, interval, mode)) {
                         v.pop();
                     }
-                    self.note(foreign::retry_note(&tag, f, tries, self.s.retry_disturbed));
+                    self.note(note);
                     self.progress.add(self.s.duration as f64);
                 }
-                Ok(f) if f > DISTURBED => {
-                    self.note(foreign::disturbed_note(&tag, f));
-                    return;
-                }
-                Ok(_) => return,
             }
         }
     }
