@@ -138,7 +138,7 @@ pub fn prebuild_images(modcost: bool) -> Result<()> {
     crate::guest::build_image(&cache)?;
     if modcost {
         let perf = crate::harness::start::find_perf()?;
-        crate::scenarios::standard::modcost::build_image(&perf)?;
+        crate::scenarios::standard::modcost::run::build_image(&perf)?;
     }
     Ok(())
 }

@@ -410,7 +410,7 @@ pub fn markdown(r: &Report) -> String {
     }
 
     share_report::markdown(&mut o, &r.fair_share);
-    super::modcost::markdown(&mut o, r.modcost.as_ref());
+    super::modcost::markdown::markdown(&mut o, r.modcost.as_ref());
 
     let reactions: Vec<(&str, &Reaction)> = pvsched_per_load(r)
         .into_iter()

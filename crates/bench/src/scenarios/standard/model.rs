@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::modcost::ModCostRaw;
+use super::modcost::model::ModCostRaw;
 use super::share::CpuUse;
 use crate::guest::{AudioResult, PingPongResult};
 use crate::harness::axes::{by_name, Load, Mode};

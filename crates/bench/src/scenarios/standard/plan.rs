@@ -20,7 +20,7 @@ pub(super) fn session_plan(s: &Settings) -> (f64, usize) {
 pub fn plan(s: &Settings) -> (usize, f64) {
     let sessions = s.repeat * s.loads.len() * s.modes.len();
     let (secs, phases) = session_plan(s);
-    let (mc_phases, mc_secs) = super::modcost::plan(&s.modcost);
+    let (mc_phases, mc_secs) = super::modcost::run::plan(&s.modcost);
     (
         sessions * phases + mc_phases,
         sessions as f64 * secs + mc_secs,

@@ -27,7 +27,7 @@ pub fn render(out: &Path, raw: &RawFile) -> Result<Report> {
         &raw.intervals,
         &raw.modes,
     );
-    report.modcost = raw.modcost.as_ref().map(modcost::summarize);
+    report.modcost = raw.modcost.as_ref().map(modcost::summary::summarize);
     report.simulated = raw.simulated.clone();
     report.host_cost_targets = super::host_cost_targets::build(&report);
     for sc in &report.scenarios {

@@ -169,7 +169,7 @@ pub struct Report {
     pub fair_share: Vec<LoadShare>,
     /// The guest module's overhead on `perf bench sched pipe` (the phase ran).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub modcost: Option<super::modcost::ModCostReport>,
+    pub modcost: Option<super::modcost::summary::ModCostReport>,
     /// The same policy under KVM, simulated (the loaded host ran).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub simulated: Option<super::simulated::Simulated>,

@@ -155,7 +155,7 @@ fn run_in(s: &Settings, start: Start, bins: Option<Binaries>) -> Result<(Report,
                 first_line(&e.to_string())
             ));
         }
-        let m = modcost::run(
+        let m = modcost::run::run(
             s,
             accel,
             b.host_cpus,
