@@ -4,9 +4,9 @@
 
 use std::collections::BTreeMap;
 
+use super::fairness;
 use super::model::*;
 use super::report::*;
-use super::share_report;
 use crate::harness::axes::{Load, Mode};
 use crate::harness::figures::{ratio, side};
 use crate::harness::meta::Meta;
@@ -309,7 +309,7 @@ pub fn build(
     Report {
         schema: "pvsched-bench/1".into(),
         meta,
-        fair_share: share_report::build(results, loads, modes, &scenarios),
+        fair_share: fairness::analysis::build(results, loads, modes, &scenarios),
         scenarios,
         targets: all_targets,
         plots: Vec::new(),

@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 use serde_json::Value;
 
 use super::analysis::*;
+use super::fairness;
 use super::report::*;
-use super::share_report;
 use crate::harness::axes::Mode;
 use crate::harness::figures::join;
 use crate::harness::markdown as md;
@@ -409,7 +409,7 @@ pub fn markdown(r: &Report) -> String {
         );
     }
 
-    share_report::markdown(&mut o, &r.fair_share);
+    fairness::markdown::markdown(&mut o, &r.fair_share);
     super::modcost::markdown::markdown(&mut o, r.modcost.as_ref());
 
     let reactions: Vec<(&str, &Reaction)> = pvsched_per_load(r)

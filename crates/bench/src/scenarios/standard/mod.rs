@@ -8,10 +8,11 @@
 //! `share`: the CPU each party used over a phase; `modcost`: the guest
 //! module overhead phase; `simulated`: the policy under KVM, simulated;
 //! `report`, `analysis`, `markdown`: the report, from the model, with
-//! `share_report` (eventual fairness) and `host_cost_targets`; `render`:
+//! `fairness` (eventual fairness) and `host_cost_targets`; `render`:
 //! the files.
 
 pub mod analysis;
+pub mod fairness;
 pub mod host_cost_targets;
 pub mod markdown;
 pub mod modcost;
@@ -22,7 +23,6 @@ pub mod report;
 pub mod run;
 pub mod session;
 pub mod share;
-pub mod share_report;
 pub mod simulated;
 
 #[cfg(test)]
