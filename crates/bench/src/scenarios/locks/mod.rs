@@ -16,8 +16,9 @@
 //! CPU time over a measurement within 5 % of an equal split.
 //!
 //! `model`: what one measurement keeps (raw.json); `commands`: what runs in
-//! the guests; `run`: the sessions; `report`, `analysis`, `markdown`: the
-//! report, from the model; `render`: the files.
+//! the guests; `settings`: its settings and plan; `run`, `session`: the
+//! run; `report`, `analysis`, `markdown`: the report, from the model;
+//! `render`: the files.
 
 pub mod analysis;
 pub mod commands;
@@ -26,6 +27,7 @@ pub mod model;
 pub mod render;
 pub mod report;
 pub mod run;
+pub mod session;
 pub mod settings;
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::path::Path;
 use super::commands::*;
 use super::model::*;
 use super::render::*;
-use super::run::*;
+use super::session::*;
 use super::settings::*;
 use crate::harness::meta::Meta;
 use crate::harness::settings::Settings;
