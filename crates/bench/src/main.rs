@@ -200,6 +200,12 @@ struct Cli {
     resume: bool,
 }
 
+/// Whether no value is given twice in a list option.
+fn distinct<T: Ord>(values: &[T]) -> bool {
+    let mut seen = std::collections::BTreeSet::new();
+    values.iter().all(|v| seen.insert(v))
+}
+
 /// The rogue scenario's settings: the standard ones with this scenario's
 /// defaults (loaded host, 1000 µs; the demo preset as for the standard run).
 fn rogue_settings(mut cli: Cli) -> Result<RogueSettings> {
@@ -225,8 +231,7 @@ fn rogue_settings(mut cli: Cli) -> Result<RogueSettings> {
             "--rogue-cases: give at least one case".into(),
         ));
     }
-    let mut seen = std::collections::BTreeSet::new();
-    if !cases.iter().all(|c| seen.insert(*c)) {
+    if !distinct(&cases) {
         return Err(BenchError::Usage(
             "--rogue-cases: a case is given twice".into(),
         ));
@@ -263,8 +268,7 @@ fn msgpass_settings(mut cli: Cli) -> Result<MsgSettings> {
             "--smp: the message-passing programs pin to vCPUs 0 and 1: 2 at least".into(),
         ));
     }
-    let mut seen = std::collections::BTreeSet::new();
-    if cases.is_empty() || !cases.iter().all(|c| seen.insert(*c)) {
+    if cases.is_empty() || !distinct(&cases) {
         return Err(BenchError::Usage(
             "--cases: give each case once, at least one".into(),
         ));
@@ -302,14 +306,12 @@ fn locks_settings(mut cli: Cli) -> Result<LockSettings> {
     let workload = cli.lock_workload;
     let threads = cli.lock_threads.unwrap_or(0);
     let base = settings(cli)?;
-    let mut seen = std::collections::BTreeSet::new();
-    if cases.is_empty() || !cases.iter().all(|c| seen.insert(*c)) {
+    if cases.is_empty() || !distinct(&cases) {
         return Err(BenchError::Usage(
             "--lock-cases: give each case once, at least one".into(),
         ));
     }
-    let mut seen = std::collections::BTreeSet::new();
-    if modes.is_empty() || !modes.iter().all(|m| seen.insert(*m)) {
+    if modes.is_empty() || !distinct(&modes) {
         return Err(BenchError::Usage(
             "--lock-modes: give each mode once, at least one".into(),
         ));
@@ -420,8 +422,7 @@ fn settings(cli: Cli) -> Result<Settings> {
     if s.intervals.iter().any(|&i| i < 50) {
         return usage("--intervals: 50 µs at least");
     }
-    let mut seen = std::collections::BTreeSet::new();
-    if !s.modes.iter().all(|m| seen.insert(*m)) {
+    if !distinct(&s.modes) {
         return usage("--modes: a mode is given twice");
     }
     Ok(s)
@@ -593,5 +594,17 @@ fn main() -> ExitCode {
         Scenario::Rogue => rogue_main(cli),
         Scenario::MessagePassing => msgpass_main(cli),
         Scenario::Locks => locks_main(cli),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_list_option_with_a_value_given_twice_is_not_distinct() {
+        assert!(distinct(&[Mode::Vanilla, Mode::Pvsched]));
+        assert!(distinct::<Mode>(&[]));
+        assert!(!distinct(&[Mode::Vanilla, Mode::Pvsched, Mode::Vanilla]));
     }
 }
