@@ -12,65 +12,6 @@ use crate::harness::axes::Load;
 use crate::harness::meta::Meta;
 use crate::host::StressorRate;
 
-const IDLE: &str = "mode=hinted registered=1 driver=pvsched poll_max_us=200 fixed_poll_us=0\n\
-    cpu0 polls=10 poll_hits=7 poll_timeouts=3 poll_ns=5000 halts=4 overload_halts=1 \
-    unhinted_halts=0 limit_ns=60000 wake_p50_ns=20000 wake_p99_ns=60000 overloaded=0\n\
-    cpu1 polls=20 poll_hits=15 poll_timeouts=5 poll_ns=7000 halts=6 overload_halts=2 \
-    unhinted_halts=1 limit_ns=60000 wake_p50_ns=20000 wake_p99_ns=60000 overloaded=1\n";
-
-#[test]
-fn the_idle_file_parses_into_a_header_and_one_line_per_cpu() {
-    // Act
-    let f = parse_idle(IDLE).unwrap();
-
-    // Assert
-    assert_eq!(f.mode, "hinted");
-    assert!(f
-        .header_line
-        .starts_with("mode=hinted registered=1 driver=pvsched"));
-    assert!(f.registered);
-    assert_eq!(f.driver, "pvsched");
-    assert_eq!(f.header["poll_max_us"], "200");
-    assert_eq!(f.cpus.len(), 2);
-    assert!(f.cpus[1].overloaded && !f.cpus[0].overloaded);
-    assert_eq!(f.cpus[0].wake_p99_ns, 60000);
-    let t = f.total();
-    assert_eq!(
-        (t.polls, t.poll_hits, t.poll_timeouts, t.poll_ns),
-        (30, 22, 8, 12000)
-    );
-    assert_eq!((t.halts, t.overload_halts, t.unhinted_halts), (10, 3, 1));
-}
-
-#[test]
-fn an_idle_file_without_a_counter_or_with_garbage_is_an_error() {
-    assert!(parse_idle("").is_err());
-    assert!(parse_idle("registered=1\n").is_err(), "no mode");
-    let no_polls = "mode=off registered=0\ncpu0 poll_hits=1 poll_timeouts=0 poll_ns=0 \
-                    halts=1 overload_halts=0\n";
-    let e = parse_idle(no_polls).unwrap_err();
-    assert!(e.to_string().contains("no polls="), "{e}");
-    assert!(parse_idle("mode=off\nnot a cpu line\n").is_err());
-    let bad = IDLE.replace("polls=10", "polls=ten");
-    assert!(parse_idle(&bad).is_err());
-    // A header alone (no CPUs) is a file with no counters.
-    let f = parse_idle("mode=off registered=0 driver=none\n").unwrap();
-    assert!(!f.registered && f.cpus.is_empty());
-}
-
-#[test]
-fn counters_since_a_reading_are_differences_and_none_after_a_reload() {
-    let a = parse_idle(IDLE).unwrap().total();
-    let later = IdleCounters {
-        polls: a.polls + 5,
-        poll_ns: a.poll_ns + 1000,
-        ..a
-    };
-    let d = later.since(&a).unwrap();
-    assert_eq!((d.polls, d.poll_ns, d.halts), (5, 1000, 0));
-    assert_eq!(IdleCounters::default().since(&a), None);
-}
-
 #[test]
 fn prodcons_and_pingpong_lines_give_count_rate_and_latency() {
     // Arrange: what the programs print.
