@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use pvsched_control::{Request, Response, Status, VmStatus};
 
 use crate::error::{io, BenchError, Result};
+use std::collections::BTreeMap;
 
 /// Name of the VM in the daemon's config and status.
 pub const VM_NAME: &str = "bench";
@@ -398,6 +399,96 @@ impl Drop for Daemon {
             self.stop_quietly();
         }
     }
+}
+
+/// Copies pvschedd into the run directory: the run then uses one binary
+/// from start to end, even if someone rebuilds target/release meanwhile.
+pub(crate) fn pin_daemon(bins: Binaries, run_dir: &Path) -> Result<(Binaries, String)> {
+    let copy = run_dir.join("pvschedd");
+    std::fs::copy(&bins.pvschedd, &copy).map_err(io(format!(
+        "copying {} to {}",
+        bins.pvschedd.display(),
+        copy.display()
+    )))?;
+    let modified = std::fs::metadata(&bins.pvschedd)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| {
+            let secs = d.as_secs() as libc::time_t;
+            // SAFETY: libc::tm is plain data: all-zero is a valid value.
+            let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+            // SAFETY: localtime_r(3) with valid pointers.
+            unsafe { libc::localtime_r(&secs, &mut tm) };
+            format!(
+                "{:04}-{:02}-{:02} {:02}:{:02}",
+                tm.tm_year + 1900,
+                tm.tm_mon + 1,
+                tm.tm_mday,
+                tm.tm_hour,
+                tm.tm_min
+            )
+        })
+        .unwrap_or_else(|| "?".into());
+    let what = format!("`{}` (built {modified})", bins.pvschedd.display());
+    Ok((Binaries { pvschedd: copy }, what))
+}
+
+/// The daemon counters a session keeps (`SessionRun::daemon_counters`):
+/// (key, Prometheus sample name).
+pub const DAEMON_COUNTERS: [(&str, &str); 6] = [
+    (
+        "wakeups_records",
+        "pvsched_wakeups_total{cause=\"records\"}",
+    ),
+    ("wakeups_timer", "pvsched_wakeups_total{cause=\"timer\"}"),
+    (
+        "wakeups_doorbell",
+        "pvsched_wakeups_total{cause=\"doorbell\"}",
+    ),
+    ("doorbell_rings", "pvsched_doorbell_rings_total"),
+    ("bpf_records", "pvsched_bpf_records"),
+    ("bpf_lazy_records", "pvsched_bpf_lazy_records"),
+];
+
+/// The [`DAEMON_COUNTERS`] present in pvschedd's Prometheus text `text`, by key.
+pub fn daemon_counters(text: &str) -> BTreeMap<String, f64> {
+    DAEMON_COUNTERS
+        .iter()
+        .filter_map(|(key, name)| Some((key.to_string(), prometheus_value(text, name)?)))
+        .collect()
+}
+
+/// The value of the sample `name` (with its labels, as printed) in the
+/// Prometheus text `text`.
+pub fn prometheus_value(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix(name))
+        .find_map(|rest| rest.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// The cumulative buckets of the Prometheus histogram `name` in `text`
+/// (`NAME_bucket{le="X"} N` lines), in order, `+Inf` (`None`) last; empty if
+/// absent.
+pub fn prometheus_buckets(text: &str, name: &str) -> Vec<(Option<f64>, u64)> {
+    let prefix = format!("{name}_bucket{{le=\"");
+    let mut out: Vec<(Option<f64>, u64)> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix(prefix.as_str()))
+        .filter_map(|rest| {
+            let (le, count) = rest.split_once("\"}")?;
+            let le = match le {
+                "+Inf" => None,
+                v => Some(v.parse().ok()?),
+            };
+            Some((le, count.trim().parse().ok()?))
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        a.0.unwrap_or(f64::INFINITY)
+            .total_cmp(&b.0.unwrap_or(f64::INFINITY))
+    });
+    out
 }
 
 #[cfg(test)]

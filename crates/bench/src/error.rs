@@ -8,7 +8,7 @@ use pvsched_base::qmp::QmpError;
 use pvsched_control::ControlError;
 use pvsched_report::ReportError;
 
-use crate::stats::ParseError;
+use pvsched_report::stats::ParseError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {

@@ -136,26 +136,6 @@ pub fn fraction(a: &Sample, b: &Sample, cpus: usize) -> f64 {
     ((busy - ours) / wall).clamp(0.0, 1.0)
 }
 
-/// The note for a measurement `what` that is taken again (try `tries` of
-/// `max`) because others took `share` of the machine meanwhile.
-pub fn retry_note(what: &str, share: f64, tries: usize, max: usize) -> String {
-    format!(
-        "{what}: {:.0} % of the CPUs went to processes outside the bench: \
-         measured again ({tries} of {max})",
-        share * 100.0
-    )
-}
-
-/// The note for a measurement `what` kept although others took `share` of
-/// the machine meanwhile.
-pub fn disturbed_note(what: &str, share: f64) -> String {
-    format!(
-        "{what}: {:.0} % of the CPUs went to processes outside the bench \
-         (other jobs on this machine, or steal): this repeat is disturbed",
-        share * 100.0
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

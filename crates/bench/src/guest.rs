@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{guest, io, BenchError, Result};
 use crate::host::cyclictest_args;
+use crate::stats::Histogram;
 
 /// The guest programs, compiled static at run time (`cc -O2 -static`).
 pub const PROGRAMS: &[(&str, &str)] = &[
@@ -227,6 +228,38 @@ pub fn audiosim_cmd(secs: u64) -> String {
 pub fn pingpong_cmd(secs: u64, guest_cpus: u32) -> String {
     let b = if guest_cpus >= 2 { 1 } else { 0 };
     format!("pingpong -d {secs} -n 20000 -a 0 -b {b}")
+}
+
+/// The histogram of a guest cyclictest run (`run`: its exit code and
+/// output), its JSON kept as `<raw_dir>/<tag>-guest.json`.
+pub(crate) fn guest_histogram(
+    raw_dir: &std::path::Path,
+    tag: &str,
+    what: &str,
+    run: std::result::Result<(i32, String), pvsched_vmtest::Error>,
+) -> Result<Histogram> {
+    let (rc, out) = run.map_err(guest(what))?;
+    let json = cyclictest_json(&out);
+    if let Ok(j) = &json {
+        let _ = std::fs::write(raw_dir.join(format!("{tag}-guest.json")), j);
+    }
+    let json = match json {
+        Ok(j) if rc == 0 => j,
+        other => {
+            return Err(BenchError::Tool {
+                what: what.into(),
+                detail: format!(
+                    "exited {rc} ({}): {}",
+                    other.err().map(|e| e.to_string()).unwrap_or_default(),
+                    out.chars().take(500).collect::<String>()
+                ),
+            })
+        }
+    };
+    Histogram::from_cyclictest_json(&json).map_err(|source| BenchError::Histogram {
+        what: what.into(),
+        source,
+    })
 }
 
 #[cfg(test)]

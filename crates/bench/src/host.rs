@@ -218,6 +218,27 @@ pub struct Load {
 }
 
 impl Load {
+    /// The host load of session `tag` (`--timeout` `bound_s` seconds, in
+    /// case the bench dies without stopping it): its temporary files in
+    /// `run_dir`, its YAML and log in `raw_dir`.
+    pub fn start_session(
+        host_cpus: usize,
+        bound_s: u64,
+        run_dir: &Path,
+        raw_dir: &Path,
+        tag: &str,
+    ) -> Result<Self> {
+        let mut args = load_args(host_cpus);
+        args.push("--timeout".into());
+        args.push(format!("{bound_s}s"));
+        Load::start(
+            &args,
+            &run_dir.join("stress"),
+            &raw_dir.join(format!("{tag}-stress.yaml")),
+            &raw_dir.join(format!("{tag}-stress.log")),
+        )
+    }
+
     /// Starts `stress-ng ARGS --metrics-brief --yaml FILE` with its
     /// temporary files under `tmp`.
     pub fn start(args: &[String], tmp: &Path, yaml: &Path, log: &Path) -> Result<Self> {

@@ -1,11 +1,13 @@
-//! pvsched-bench: the end-to-end benchmark. One QEMU guest (the pvsched
-//! module loaded), three host modes interleaved (vanilla, static-rt,
-//! pvsched), an idle and a loaded host; guest and host cyclictest at once,
-//! an audio-like task, a ping-pong and host throughput; a Markdown table,
-//! JSON in the simulator's shape and latency plots. Also the rogue-guest
-//! scenario (`rogue`), the message-passing one (`msgpass`: the guest's
-//! idle modes under wakeup-bound programs) and the lock-holder one (`locks`:
-//! two overcommitted guests contending on kernel locks).
+//! pvsched-bench: the end-to-end benchmark, scenarios on one harness. The
+//! standard scenario: one QEMU guest (the pvsched module loaded), three
+//! host modes interleaved (vanilla, static-rt, pvsched), an idle and a
+//! loaded host; guest and host cyclictest at once, an audio-like task, a
+//! ping-pong and host throughput; a Markdown table, JSON in the simulator's
+//! shape and latency plots. Also the rogue-guest scenario (`rogue`), the
+//! message-passing one (`msgpass`: the guest's idle modes under
+//! wakeup-bound programs) and the lock-holder one (`locks`: two
+//! overcommitted guests contending on kernel locks), each a module of
+//! `scenarios` on what `harness` gives them all.
 //!
 //! See README.md for what is measured and how to read it.
 
@@ -14,26 +16,14 @@ pub mod daemon;
 pub mod error;
 pub mod foreign;
 pub mod guest;
+pub mod guest_idle;
+pub mod harness;
 pub mod host;
-pub mod host_cost_targets;
 pub mod interrupts;
 pub mod ipi_sources;
-pub mod locks;
-pub mod locks_report;
-pub mod modcost;
-pub mod model;
-pub mod msgpass;
-pub mod msgpass_report;
 pub mod platform;
 pub mod progress;
-pub mod raw;
-pub mod report;
-pub mod rogue;
-pub mod rogue_report;
-pub mod run;
-pub mod share;
-pub mod share_report;
-pub mod simulated;
+pub mod scenarios;
 
 // Shared with the simulator; re-exported so `crate::stats::…` and
 // `crate::plot::…` keep their paths.

@@ -6,34 +6,20 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use pvsched_bench::accel::AccelChoice;
-use pvsched_bench::locks::{self, LockSettings};
-use pvsched_bench::locks_report::{LockCase, LockMode, Workload};
-use pvsched_bench::modcost::ModCostSettings;
-use pvsched_bench::model::{Load, Mode};
-use pvsched_bench::msgpass::{self, MsgSettings};
-use pvsched_bench::msgpass_report::IdleCase;
+use pvsched_bench::harness;
+use pvsched_bench::harness::axes::{Load, Mode};
+use pvsched_bench::harness::settings::ModCostSettings;
+use pvsched_bench::harness::settings::Settings;
 use pvsched_bench::platform::{self, Platform};
-use pvsched_bench::rogue::{self, RogueSettings};
-use pvsched_bench::rogue_report::Case;
-use pvsched_bench::run::{self, Settings};
+use pvsched_bench::scenarios::locks::{self, LockSettings};
+use pvsched_bench::scenarios::locks::{LockCase, LockMode, Workload};
+use pvsched_bench::scenarios::msgpass::IdleCase;
+use pvsched_bench::scenarios::msgpass::{self, MsgSettings};
+use pvsched_bench::scenarios::rogue::Case;
+use pvsched_bench::scenarios::rogue::{self, RogueSettings};
+use pvsched_bench::scenarios::standard;
+use pvsched_bench::scenarios::Scenario;
 use pvsched_bench::{BenchError, Result};
-
-/// What a run measures.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum Scenario {
-    /// One guest; vanilla, static-rt and pvsched side by side (BENCHMARKS.md).
-    Standard,
-    /// Two guests: a well-behaved neighbour beside a rogue spinning at
-    /// SCHED_FIFO on every vCPU; pvschedd serves both.
-    Rogue,
-    /// One guest (2 vCPUs) passing messages between its vCPUs under each
-    /// guest idle mode of pvsched.ko; pvschedd serves it throughout.
-    MessagePassing,
-    /// Two guests (2 vCPUs each) running a lock-heavy workload at once on
-    /// the host's CPUs, and one alone; vanilla, pvschedd without and with
-    /// lock-holder handling.
-    Locks,
-}
 
 #[derive(Parser, Debug)]
 #[command(
@@ -181,11 +167,11 @@ struct Cli {
     /// Guest module overhead phase (standard scenario): runs of `perf bench
     /// sched pipe` in a guest with pvsched.ko loaded and bound, and as many
     /// without, interleaved, after the sessions; 0 skips the phase.
-    #[arg(long, value_name = "N", default_value_t = pvsched_bench::modcost::DEFAULT_REPEAT)]
+    #[arg(long, value_name = "N", default_value_t = pvsched_bench::harness::settings::DEFAULT_REPEAT)]
     modcost_repeat: usize,
     /// Guest module overhead phase: `perf bench sched pipe -l` loops per run
     /// (about 100-130 µs of host time each under TCG).
-    #[arg(long, value_name = "LOOPS", default_value_t = pvsched_bench::modcost::DEFAULT_LOOPS,
+    #[arg(long, value_name = "LOOPS", default_value_t = pvsched_bench::harness::settings::DEFAULT_LOOPS,
           value_parser = clap::value_parser!(u32).range(100..))]
     modcost_loops: u32,
     /// Guest module overhead phase: the clock of perf's µs/op. `icount`
@@ -193,7 +179,7 @@ struct Cli {
     /// guest instruction, one vCPU; `host`: the guest clock on host time.
     /// KVM always uses the host's.
     #[arg(long, value_enum, default_value = "icount")]
-    modcost_clock: pvsched_bench::modcost::ModCostClock,
+    modcost_clock: pvsched_bench::harness::settings::ModCostClock,
     /// cyclictest histogram size in µs (later samples count as overflows at the max).
     #[arg(long, default_value_t = 100_000)]
     buckets: u32,
@@ -214,6 +200,12 @@ struct Cli {
     resume: bool,
 }
 
+/// Whether no value is given twice in a list option.
+fn distinct<T: Ord>(values: &[T]) -> bool {
+    let mut seen = std::collections::BTreeSet::new();
+    values.iter().all(|v| seen.insert(v))
+}
+
 /// The rogue scenario's settings: the standard ones with this scenario's
 /// defaults (loaded host, 1000 µs; the demo preset as for the standard run).
 fn rogue_settings(mut cli: Cli) -> Result<RogueSettings> {
@@ -222,7 +214,10 @@ fn rogue_settings(mut cli: Cli) -> Result<RogueSettings> {
         cli.out = Some(if q {
             PathBuf::from("bench-results/demo-rogue")
         } else {
-            PathBuf::from(format!("{}-rogue", run::default_out().display()))
+            PathBuf::from(format!(
+                "{}-rogue",
+                harness::settings::default_out().display()
+            ))
         });
     }
     cli.loads.get_or_insert_with(|| vec![Load::Loaded]);
@@ -236,8 +231,7 @@ fn rogue_settings(mut cli: Cli) -> Result<RogueSettings> {
             "--rogue-cases: give at least one case".into(),
         ));
     }
-    let mut seen = std::collections::BTreeSet::new();
-    if !cases.iter().all(|c| seen.insert(*c)) {
+    if !distinct(&cases) {
         return Err(BenchError::Usage(
             "--rogue-cases: a case is given twice".into(),
         ));
@@ -261,7 +255,7 @@ fn msgpass_settings(mut cli: Cli) -> Result<MsgSettings> {
     if cli.out.is_none() {
         cli.out = Some(PathBuf::from(format!(
             "{}-message-passing",
-            run::default_out().display()
+            harness::settings::default_out().display()
         )));
     }
     cli.duration.get_or_insert(5);
@@ -274,8 +268,7 @@ fn msgpass_settings(mut cli: Cli) -> Result<MsgSettings> {
             "--smp: the message-passing programs pin to vCPUs 0 and 1: 2 at least".into(),
         ));
     }
-    let mut seen = std::collections::BTreeSet::new();
-    if cases.is_empty() || !cases.iter().all(|c| seen.insert(*c)) {
+    if cases.is_empty() || !distinct(&cases) {
         return Err(BenchError::Usage(
             "--cases: give each case once, at least one".into(),
         ));
@@ -299,7 +292,10 @@ fn locks_settings(mut cli: Cli) -> Result<LockSettings> {
         cli.out = Some(if q {
             PathBuf::from("bench-results/demo-locks")
         } else {
-            PathBuf::from(format!("{}-locks", run::default_out().display()))
+            PathBuf::from(format!(
+                "{}-locks",
+                harness::settings::default_out().display()
+            ))
         });
     }
     cli.repeat.get_or_insert(if q { 2 } else { 5 });
@@ -310,14 +306,12 @@ fn locks_settings(mut cli: Cli) -> Result<LockSettings> {
     let workload = cli.lock_workload;
     let threads = cli.lock_threads.unwrap_or(0);
     let base = settings(cli)?;
-    let mut seen = std::collections::BTreeSet::new();
-    if cases.is_empty() || !cases.iter().all(|c| seen.insert(*c)) {
+    if cases.is_empty() || !distinct(&cases) {
         return Err(BenchError::Usage(
             "--lock-cases: give each case once, at least one".into(),
         ));
     }
-    let mut seen = std::collections::BTreeSet::new();
-    if modes.is_empty() || !modes.iter().all(|m| seen.insert(*m)) {
+    if modes.is_empty() || !distinct(&modes) {
         return Err(BenchError::Usage(
             "--lock-modes: give each mode once, at least one".into(),
         ));
@@ -339,7 +333,7 @@ fn locks_main(cli: Cli) -> ExitCode {
             settings: locks_settings,
             run: locks::run,
             out: |s| &s.base.out,
-            markdown: pvsched_bench::locks_report::markdown,
+            markdown: pvsched_bench::scenarios::locks::markdown,
             plots: |r| &r.plots,
         },
     )
@@ -353,7 +347,7 @@ fn msgpass_main(cli: Cli) -> ExitCode {
             settings: msgpass_settings,
             run: msgpass::run,
             out: |s| &s.base.out,
-            markdown: pvsched_bench::msgpass_report::markdown,
+            markdown: pvsched_bench::scenarios::msgpass::markdown,
             plots: |r| &r.plots,
         },
     )
@@ -371,7 +365,7 @@ fn settings(cli: Cli) -> Result<Settings> {
             if q {
                 PathBuf::from("bench-results/demo")
             } else {
-                run::default_out()
+                harness::settings::default_out()
             }
         }),
         repeat: cli.repeat.unwrap_or(if q { 2 } else { 3 }),
@@ -428,20 +422,24 @@ fn settings(cli: Cli) -> Result<Settings> {
     if s.intervals.iter().any(|&i| i < 50) {
         return usage("--intervals: 50 µs at least");
     }
-    let mut seen = std::collections::BTreeSet::new();
-    if !s.modes.iter().all(|m| seen.insert(*m)) {
+    if !distinct(&s.modes) {
         return usage("--modes: a mode is given twice");
     }
     Ok(s)
 }
 
-fn print_end(report: &pvsched_bench::report::Report, dir: &std::path::Path) {
-    println!("{}", pvsched_bench::report::markdown(report));
-    println!("Report: {}", dir.join("report.md").display());
-    println!("JSON:   {}", dir.join("report.json").display());
-    for p in &report.plots {
-        println!("Plot:   {}", dir.join(p).display());
-    }
+fn standard_main(cli: Cli) -> ExitCode {
+    scenario_main(
+        cli,
+        ScenarioFns {
+            rerender: standard::rerender,
+            settings,
+            run: standard::run,
+            out: |s| &s.out,
+            markdown: standard::markdown,
+            plots: |r| &r.plots,
+        },
+    )
 }
 
 fn rogue_main(cli: Cli) -> ExitCode {
@@ -452,7 +450,7 @@ fn rogue_main(cli: Cli) -> ExitCode {
             settings: rogue_settings,
             run: rogue::run,
             out: |s| &s.base.out,
-            markdown: pvsched_bench::rogue_report::markdown,
+            markdown: pvsched_bench::scenarios::rogue::markdown,
             plots: |r| &r.plots,
         },
     )
@@ -528,7 +526,7 @@ fn host_vm_main(cli: &Cli) -> ExitCode {
         args.extend(["--smp".into(), "1".into()]);
     }
     let out = cli.out.clone().unwrap_or_else(|| {
-        let base = run::default_out();
+        let base = harness::settings::default_out();
         match cli.scenario {
             Scenario::Standard => platform::default_out(base),
             Scenario::Rogue => PathBuf::from(format!("{}-rogue-kvm", base.display())),
@@ -566,54 +564,47 @@ fn host_vm_main(cli: &Cli) -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
     if cli.platform == Platform::Kvm && cli.from_raw.is_none() {
         return host_vm_main(&cli);
     }
-    if cli.scenario == Scenario::Rogue {
-        return rogue_main(cli);
-    }
-    if cli.scenario == Scenario::MessagePassing {
-        return msgpass_main(cli);
-    }
-    if cli.scenario == Scenario::Locks {
-        return locks_main(cli);
-    }
+    // A raw.json says which scenario wrote it; --scenario may only agree.
     if let Some(raw) = &cli.from_raw {
-        let rendered = run::rerender(raw)
-            .and_then(|(r, dir)| platform::add_platform_paragraph(&dir).map(|_| (r, dir)));
-        return match rendered {
-            Ok((report, dir)) => {
-                print_end(&report, &dir);
-                ExitCode::SUCCESS
+        match Scenario::of_raw(raw) {
+            Ok(written) if cli.scenario == Scenario::Standard || cli.scenario == written => {
+                cli.scenario = written;
+            }
+            Ok(written) => {
+                eprintln!(
+                    "pvsched-bench: {} is a {} run, not {}",
+                    raw.display(),
+                    written.name(),
+                    cli.scenario.name()
+                );
+                return ExitCode::from(2);
             }
             Err(e) => {
                 eprintln!("pvsched-bench: {e}");
-                ExitCode::from(2)
+                return ExitCode::from(2);
             }
-        };
+        }
     }
-    let s = match settings(cli) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("pvsched-bench: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match run::run(&s) {
-        Ok((report, ok)) => {
-            let dir = s.out.canonicalize().unwrap_or(s.out.clone());
-            print_end(&report, &dir);
-            if ok {
-                ExitCode::SUCCESS
-            } else {
-                eprintln!("pvsched-bench: some phases failed (see Notes in the report)");
-                ExitCode::from(1)
-            }
-        }
-        Err(e) => {
-            eprintln!("pvsched-bench: {e}");
-            ExitCode::from(2)
-        }
+    match cli.scenario {
+        Scenario::Standard => standard_main(cli),
+        Scenario::Rogue => rogue_main(cli),
+        Scenario::MessagePassing => msgpass_main(cli),
+        Scenario::Locks => locks_main(cli),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_list_option_with_a_value_given_twice_is_not_distinct() {
+        assert!(distinct(&[Mode::Vanilla, Mode::Pvsched]));
+        assert!(distinct::<Mode>(&[]));
+        assert!(!distinct(&[Mode::Vanilla, Mode::Pvsched, Mode::Vanilla]));
     }
 }

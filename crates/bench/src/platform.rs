@@ -18,8 +18,8 @@ use pvsched_hostvm::{shell_quote, HostVm, HostVmConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{io, BenchError, Result};
-use crate::model::Load;
-use crate::run::RawFile;
+use crate::harness::axes::Load;
+use crate::scenarios::standard::model::RawFile;
 
 /// The platforms of `--platform`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -137,8 +137,8 @@ pub fn prebuild_images(modcost: bool) -> Result<()> {
     let cache = pvsched_vmtest::cache_root().with_file_name("pvsched-bench");
     crate::guest::build_image(&cache)?;
     if modcost {
-        let perf = crate::modcost::find_perf()?;
-        crate::modcost::build_image(&perf)?;
+        let perf = crate::harness::start::find_perf()?;
+        crate::scenarios::standard::modcost::run::build_image(&perf)?;
     }
     Ok(())
 }
@@ -404,7 +404,7 @@ fn check_failures(failed: &[String]) -> Result<()> {
 fn merge_and_render(parts: &[PathBuf], out: &Path, t0: Instant) -> Result<()> {
     let mut merged: Option<RawFile> = None;
     for p in parts {
-        let (raw, _): (RawFile, PathBuf) = crate::raw::load(p)?;
+        let (raw, _): (RawFile, PathBuf) = crate::harness::raw::load(p)?;
         merged = Some(match merged {
             None => raw,
             Some(m) => merge_raw(m, raw),
@@ -416,9 +416,9 @@ fn merge_and_render(parts: &[PathBuf], out: &Path, t0: Instant) -> Result<()> {
     m.meta.command = std::env::args().collect::<Vec<_>>().join(" ");
     m.meta.wall_s = t0.elapsed().as_secs_f64();
     let path = out.join("raw.json");
-    std::fs::write(&path, crate::run::json(&m))
+    std::fs::write(&path, crate::harness::output::json(&m))
         .map_err(io(format!("writing {}", path.display())))?;
-    crate::run::rerender(&path)?;
+    crate::scenarios::standard::render::rerender(&path)?;
     Ok(())
 }
 
@@ -612,7 +612,8 @@ mod tests {
     }
 
     fn raw(load: Load, rep: usize, note: &str) -> RawFile {
-        use crate::model::{LatencyRun, Mode, SessionRun};
+        use crate::harness::axes::Mode;
+        use crate::scenarios::standard::model::{LatencyRun, SessionRun};
         let mut r = RawFile {
             meta: Default::default(),
             loads: vec![load],
@@ -655,7 +656,7 @@ mod tests {
         let m = parts.into_iter().reduce(merge_raw).unwrap();
 
         // Assert
-        use crate::model::Mode;
+        use crate::harness::axes::Mode;
         assert_eq!(m.loads, [Load::Idle, Load::Loaded]);
         assert_eq!(m.meta.repeat, 2);
         assert_eq!(m.meta.notes, ["a", "b", "c", "d"]);

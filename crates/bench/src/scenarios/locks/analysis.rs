@@ -1,0 +1,419 @@
+//! From the lock-holder scenario's raw results to its report: summaries
+//! over the repeats, ratios paired by repeat, the avoided share, the CPU
+//! split and the targets.
+
+use std::collections::BTreeMap;
+
+use super::model::*;
+use super::report::*;
+use crate::harness::figures::Spread;
+
+/// [`Efficiency`] of `cases`, when both have vanilla.
+pub fn efficiency(cases: &[CaseReport]) -> Option<Efficiency> {
+    let rate = |case: LockCase| {
+        let c = cases.iter().find(|c| c.case == case.name())?;
+        let m = c.modes.get(LockMode::Vanilla.name())?;
+        m.ops_per_cpu_s.as_ref().map(|s| s.median)
+    };
+    let alone = rate(LockCase::Alone)?;
+    let overcommitted = rate(LockCase::Overcommitted)?;
+    (overcommitted > 0.0).then(|| Efficiency {
+        alone,
+        overcommitted,
+        alone_over_overcommitted: round(alone / overcommitted, 3),
+    })
+}
+
+fn round(x: f64, places: i32) -> f64 {
+    let m = 10f64.powi(places);
+    (x * m).round() / m
+}
+
+/// The phases of one (case, mode), in run order.
+pub fn phases_of(raw: &LocksRaw, case: LockCase, mode: LockMode) -> Vec<&Phase> {
+    raw.phases
+        .iter()
+        .filter(|p| p.case == case && p.mode == mode)
+        .collect()
+}
+
+/// The VMs' names in the phases, in first-seen order.
+fn vm_names(phases: &[&Phase]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for p in phases {
+        for v in &p.vms {
+            if !names.contains(&v.name) {
+                names.push(v.name.clone());
+            }
+        }
+    }
+    names
+}
+
+fn vm_summary(phases: &[&Phase], name: &str, index: usize) -> VmSummary {
+    let of: Vec<(&Phase, &VmPhase)> = phases
+        .iter()
+        .filter_map(|p| p.vm(name).map(|v| (*p, v)))
+        .collect();
+    let ran = of.iter().any(|(_, v)| v.ran);
+    let results: Vec<&LockstressResult> =
+        of.iter().filter_map(|(_, v)| v.result.as_ref()).collect();
+    let evenness: Vec<f64> = results
+        .iter()
+        .filter(|r| r.thread_ops_max > 0)
+        .map(|r| r.thread_ops_min as f64 / r.thread_ops_max as f64)
+        .collect();
+    let mut guest: Option<GuestLocks> = None;
+    let mut guest_window = 0.0;
+    let mut guest_repeats = 0;
+    let mut daemon: Option<DaemonLocks> = None;
+    let mut kernel: Option<u64> = None;
+    for (p, v) in &of {
+        if let Some(g) = &v.guest_locks {
+            guest.get_or_insert_with(GuestLocks::default).add(g);
+            guest_window += p.window_s;
+            guest_repeats += 1;
+        }
+        if let Some(d) = &v.daemon {
+            daemon.get_or_insert_with(DaemonLocks::default).add(d);
+        }
+        if let Some(k) = v.kernel_contentions {
+            *kernel.get_or_insert(0) += k;
+        }
+    }
+    if let Some(d) = daemon.as_mut() {
+        d.extended_ms = round(d.extended_ms, 3);
+        d.repaid_ms = round(d.repaid_ms, 3);
+        d.debt_ms_at_end = round(d.debt_ms_at_end, 3);
+    }
+    VmSummary {
+        name: name.to_string(),
+        ran,
+        results: results.len(),
+        ops_per_s: (!results.is_empty())
+            .then(|| Spread::of(results.iter().map(|r| round(r.ops_per_s, 1)).collect())),
+        thread_evenness: crate::stats::median(&evenness).map(|e| round(e, 3)),
+        cpu_s: Spread::of(of.iter().map(|(_, v)| round(v.cpu_s, 3)).collect()),
+        cpu_pct_of_machine: Spread::of(
+            of.iter()
+                .map(|(p, v)| {
+                    let wall = p.window_s * p.host_cpus.max(1) as f64;
+                    if wall > 0.0 {
+                        round(v.cpu_s / wall * 100.0, 1)
+                    } else {
+                        0.0
+                    }
+                })
+                .collect(),
+        ),
+        cpu_split_pct: Spread::of(
+            of.iter()
+                .filter_map(|(p, _)| p.cpu_split()?.get(index).map(|s| round(s * 100.0, 1)))
+                .collect(),
+        ),
+        contentions_per_s: guest
+            .filter(|_| guest_window > 0.0)
+            .map(|g| round(g.contended as f64 / guest_window, 1)),
+        preempted_pct: guest
+            .and_then(|g| g.preempted_rate())
+            .map(|r| round(r * 100.0, 2)),
+        guest_locks: guest,
+        guest_locks_repeats: guest_repeats,
+        kernel_contentions: kernel,
+        daemon,
+    }
+}
+
+fn mode_summary(phases: &[&Phase], names: &[String]) -> ModeSummary {
+    let totals: Vec<f64> = phases
+        .iter()
+        .filter_map(|p| p.total_ops_per_s())
+        .map(|t| round(t, 1))
+        .collect();
+    let devs: Vec<f64> = phases
+        .iter()
+        .filter_map(|p| p.split_deviation_pct())
+        .map(|d| round(d, 2))
+        .collect();
+    ModeSummary {
+        repeats: phases.len(),
+        total_ops_per_s: (!totals.is_empty()).then(|| Spread::of(totals)),
+        split_deviation_pct: (!devs.is_empty()).then(|| Spread::of(devs)),
+        ops_per_cpu_s: spread_of(
+            phases
+                .iter()
+                .filter_map(|p| Some(round(p.ops_per_cpu_s()?, 1))),
+        ),
+        vms: names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| vm_summary(phases, n, i))
+            .collect(),
+        other_load_pct_per_repeat: phases
+            .iter()
+            .map(|p| round(p.foreign_cpu * 100.0, 1))
+            .collect(),
+        machine_busy_pct: spread_of(
+            phases
+                .iter()
+                .filter_map(|p| Some(round(p.machine_busy? * 100.0, 1))),
+        ),
+        vms_pct: spread_of(phases.iter().filter_map(|p| {
+            let cpu_s: f64 = p.vms.iter().map(|v| v.cpu_s).sum();
+            Some(round(cpu_s / p.machine_seconds()? * 100.0, 1))
+        })),
+        daemon_pct: spread_of(
+            phases
+                .iter()
+                .filter_map(|p| Some(round(p.daemon_cpu_s? / p.machine_seconds()? * 100.0, 2))),
+        ),
+        daemon_per_s: per_second(phases),
+    }
+}
+
+/// A [`Spread`] of `v`; None when it is empty.
+fn spread_of(v: impl Iterator<Item = f64>) -> Option<Spread> {
+    let v: Vec<f64> = v.collect();
+    (!v.is_empty()).then(|| Spread::of(v))
+}
+
+/// Each daemon counter summed over the phases that have it, per second of
+/// those phases' windows.
+fn per_second(phases: &[&Phase]) -> BTreeMap<String, f64> {
+    let mut sums: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    for p in phases {
+        for (k, v) in &p.daemon_counters {
+            let e = sums.entry(k.clone()).or_default();
+            e.0 += v;
+            e.1 += p.window_s;
+        }
+    }
+    sums.into_iter()
+        .filter(|(_, (_, secs))| *secs > 0.0)
+        .map(|(k, (n, secs))| (k, round(n / secs, 1)))
+        .collect()
+}
+
+/// Per repeat present in both, `num`'s figure / `den`'s (`f` picks it; a
+/// None or a zero denominator skips the repeat).
+pub fn paired_ratios(
+    num: &[&Phase],
+    den: &[&Phase],
+    f: impl Fn(&Phase) -> Option<f64>,
+) -> Vec<f64> {
+    num.iter()
+        .filter_map(|n| {
+            let d = den.iter().find(|d| d.rep == n.rep)?;
+            let (a, b) = (f(n)?, f(d)?);
+            (b > 0.0).then(|| round(a / b, 3))
+        })
+        .collect()
+}
+
+/// The ratios of every pvsched mode to vanilla in one case: per VM that
+/// ran the workload, and `both` (the sum) when more than one did.
+fn case_ratios(raw: &LocksRaw, case: LockCase, names: &[String]) -> Vec<Ratio> {
+    let vanilla = phases_of(raw, case, LockMode::Vanilla);
+    if vanilla.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for mode in [LockMode::PvschedLock, LockMode::PvschedNolock] {
+        if !raw.modes.contains(&mode) {
+            continue;
+        }
+        let ph = phases_of(raw, case, mode);
+        let mut push = |vm: &str, v: Vec<f64>| {
+            if !v.is_empty() {
+                out.push(Ratio {
+                    vm: vm.to_string(),
+                    mode: mode.name().to_string(),
+                    vs: LockMode::Vanilla.name().to_string(),
+                    ratio: Spread::of(v),
+                });
+            }
+        };
+        let running: Vec<&String> = names.iter().filter(|n| case.runs(n)).collect();
+        if running.len() > 1 {
+            push("both", paired_ratios(&ph, &vanilla, Phase::total_ops_per_s));
+        }
+        for n in running {
+            push(
+                n,
+                paired_ratios(&ph, &vanilla, |p| {
+                    p.vm(n)?.result.as_ref().map(|r| r.ops_per_s)
+                }),
+            );
+        }
+    }
+    out
+}
+
+/// Guest counters of `phases` summed over the VMs `vms` and the repeats.
+fn summed_guest(phases: &[&Phase], vms: &[&str]) -> GuestLocks {
+    let mut g = GuestLocks::default();
+    for p in phases {
+        for v in p.vms.iter().filter(|v| vms.contains(&v.name.as_str())) {
+            if let Some(c) = &v.guest_locks {
+                g.add(c);
+            }
+        }
+    }
+    g
+}
+
+/// The share of holder preemptions avoided: 1 - rate(with) / rate(without),
+/// each rate = holder-preempted / contentions over the summed counters.
+pub fn avoided(without: GuestLocks, with: GuestLocks) -> Option<f64> {
+    let (r0, r1) = (without.preempted_rate()?, with.preempted_rate()?);
+    (r0 > 0.0).then(|| 1.0 - r1 / r0)
+}
+
+fn case_avoided(raw: &LocksRaw, case: LockCase, names: &[String]) -> Vec<Avoided> {
+    let (without, with) = (
+        phases_of(raw, case, LockMode::PvschedNolock),
+        phases_of(raw, case, LockMode::PvschedLock),
+    );
+    if without.is_empty() || with.is_empty() {
+        return Vec::new();
+    }
+    let running: Vec<&str> = names
+        .iter()
+        .map(String::as_str)
+        .filter(|n| case.runs(n))
+        .collect();
+    let mut groups: Vec<(String, Vec<&str>)> = Vec::new();
+    if running.len() > 1 {
+        groups.push(("both".into(), running.clone()));
+    }
+    groups.extend(running.iter().map(|n| (n.to_string(), vec![*n])));
+    groups
+        .into_iter()
+        .map(|(vm, members)| {
+            let (a, b) = (
+                summed_guest(&without, &members),
+                summed_guest(&with, &members),
+            );
+            Avoided {
+                vm,
+                without: a,
+                with: b,
+                without_pct: a.preempted_rate().map(|r| round(r * 100.0, 2)),
+                with_pct: b.preempted_rate().map(|r| round(r * 100.0, 2)),
+                avoided_pct: avoided(a, b).map(|x| round(x * 100.0, 1)),
+            }
+        })
+        .collect()
+}
+
+/// The issue's three targets, from the overcommitted case.
+pub fn targets(cases: &[CaseReport]) -> Vec<LockTarget> {
+    let t = |what: &str, value: Option<f64>, limit: f64, unit: &str, why: &str| LockTarget {
+        what: what.to_string(),
+        value,
+        limit,
+        unit: unit.to_string(),
+        met: value.map(|v| {
+            if unit == "%<=" {
+                v <= limit + 1e-9
+            } else {
+                v >= limit - 1e-9
+            }
+        }),
+        why: if value.is_none() {
+            why.to_string()
+        } else {
+            String::new()
+        },
+    };
+    let oc = cases
+        .iter()
+        .find(|c| c.case == LockCase::Overcommitted.name());
+    let speedup = oc.and_then(|c| {
+        c.ratios
+            .iter()
+            .find(|r| r.vm == "both" && r.mode == LockMode::PvschedLock.name())
+            .map(|r| r.ratio.median)
+    });
+    let avoided = oc.and_then(|c| {
+        c.avoided
+            .iter()
+            .find(|a| a.vm == "both")
+            .and_then(|a| a.avoided_pct)
+    });
+    let split = oc.and_then(|c| {
+        c.modes
+            .get(LockMode::PvschedLock.name())
+            .and_then(|m| m.split_deviation_pct.as_ref())
+            .map(|s| s.max)
+    });
+    vec![
+        t(
+            "overcommitted: throughput of both VMs, pvsched-lock / vanilla (median of the \
+             per-repeat ratios)",
+            speedup,
+            SPEEDUP_TARGET,
+            "x",
+            "needs the overcommitted case with vanilla and pvsched-lock",
+        ),
+        t(
+            "overcommitted: holder preemptions avoided, counted by the guests over the run \
+             (pvsched-lock vs pvsched-nolock)",
+            avoided,
+            AVOIDED_TARGET_PCT,
+            "%>=",
+            "needs pvsched-nolock and pvsched-lock, guests publishing F_LOCK_WAIT, and \
+             holder-preempted contentions without lock handling",
+        ),
+        t(
+            "overcommitted, pvsched-lock: each VM's CPU time within 5 % of an equal split \
+             (the worst repeat's deviation)",
+            split,
+            SPLIT_TARGET_PCT,
+            "%<=",
+            "needs the overcommitted case with pvsched-lock",
+        ),
+    ]
+}
+
+/// Builds the report: cases and modes in the run's order.
+pub fn build(raw: &LocksRaw) -> LocksReport {
+    let mut cases = Vec::new();
+    for &case in &raw.cases {
+        let all: Vec<&Phase> = raw.phases.iter().filter(|p| p.case == case).collect();
+        if all.is_empty() {
+            continue;
+        }
+        let names = vm_names(&all);
+        let mut c = CaseReport {
+            case: case.name().to_string(),
+            ..Default::default()
+        };
+        for &mode in &raw.modes {
+            let ph = phases_of(raw, case, mode);
+            if !ph.is_empty() {
+                c.modes
+                    .insert(mode.name().to_string(), mode_summary(&ph, &names));
+            }
+        }
+        c.ratios = case_ratios(raw, case, &names);
+        c.avoided = case_avoided(raw, case, &names);
+        cases.push(c);
+    }
+    LocksReport {
+        schema: "pvsched-bench-locks/1".into(),
+        meta: raw.meta.clone(),
+        targets: targets(&cases),
+        efficiency: efficiency(&cases),
+        cases,
+        plots: Vec::new(),
+    }
+}
+
+/// The modes of a case in report order.
+pub fn ordered(modes: &BTreeMap<String, ModeSummary>) -> Vec<(LockMode, &ModeSummary)> {
+    LockMode::ALL
+        .iter()
+        .filter_map(|m| modes.get(m.name()).map(|s| (*m, s)))
+        .collect()
+}

@@ -1,0 +1,114 @@
+//! What runs in the lock scenario's guests and what it says: lockstress with
+//! the kernel's contention count around it, the guests' own lock counters
+//! read from their regions, and each mode's pvschedd settings.
+
+use std::time::Duration;
+
+use pvsched_abi::F_LOCK_WAIT;
+use pvsched_vmtest::Vm;
+
+use super::model::*;
+use crate::error::Result;
+use crate::guest as gp;
+
+/// The guest kernel's lock contention tracepoint (tracefs under debugfs).
+pub const TRACEPOINT: &str = "/sys/kernel/debug/tracing/events/lock/contention_begin";
+
+/// The guest command that counts every `lock:contention_begin` with a hist
+/// trigger (keyed by the lock flags); prints `trigger ok` when it is set.
+pub fn trigger_cmd() -> String {
+    format!(
+        "echo 'hist:keys=flags' > {TRACEPOINT}/trigger && grep -q 'hist:keys=flags' \
+         {TRACEPOINT}/trigger && echo 'trigger ok'"
+    )
+}
+
+/// Marks the trigger's total before and after the workload.
+const HITS: [&str; 2] = ["LOCKHITS0", "LOCKHITS1"];
+
+/// The lockstress command line (`secs` seconds).
+pub fn lockstress_args(secs: u64, workload: Workload, threads: u32) -> String {
+    let mut c = format!("lockstress -d {secs} -w {workload}");
+    if threads > 0 {
+        c.push_str(&format!(" -t {threads}"));
+    }
+    c
+}
+
+/// The guest command: the trigger's total, lockstress, the total again.
+pub fn lockstress_cmd(secs: u64, workload: Workload, threads: u32) -> String {
+    let hits = |mark: &str| {
+        format!("echo \"{mark} $(awk '/Hits:/{{print $2}}' {TRACEPOINT}/hist 2>/dev/null)\"")
+    };
+    format!(
+        "{}; {}; rc=$?; {}; exit $rc",
+        hits(HITS[0]),
+        lockstress_args(secs, workload, threads),
+        hits(HITS[1])
+    )
+}
+
+/// lockstress's result and the kernel's contentions meanwhile (None when
+/// the trigger's totals are missing) from the guest command's output.
+pub fn parse_run(out: &str) -> Result<(LockstressResult, Option<u64>)> {
+    let result: LockstressResult = gp::parse_line("lockstress", out)?;
+    let hits = |mark: &str| -> Option<u64> {
+        out.lines()
+            .map(str::trim)
+            .find_map(|l| l.strip_prefix(mark))
+            .and_then(|rest| rest.trim().parse().ok())
+    };
+    let kernel = match (hits(HITS[0]), hits(HITS[1])) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+        _ => None,
+    };
+    Ok((result, kernel))
+}
+
+/// The overlay of a pvsched mode: `--pvschedd-config`'s, with the mode's
+/// `honor_lock_holders` in `[defaults]` (the mode's value wins).
+pub fn mode_overlay(overlay: &toml::Table, honor: bool) -> toml::Table {
+    let mut o = overlay.clone();
+    let defaults = o
+        .entry("defaults")
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+    if let toml::Value::Table(t) = defaults {
+        t.insert("honor_lock_holders".into(), honor.into());
+    }
+    o
+}
+
+/// Whether the guest module accepted `F_LOCK_WAIT`, and its lock counters
+/// summed over the slots (None: not accepted, or a slot not read).
+pub(super) fn guest_locks(vm: &Vm, vcpus: u32) -> (bool, Option<GuestLocks>) {
+    let Some(region) = vm.region() else {
+        return (false, None);
+    };
+    let on = region.header().guest_features & F_LOCK_WAIT != 0;
+    if !on {
+        return (false, None);
+    }
+    let mut sum = GuestLocks::default();
+    for slot in 0..vcpus {
+        // A busy guest rewrites its half many times a millisecond: a
+        // seqcount read can lose READ_RETRIES races in a row; try again.
+        let read = (0..READ_TRIES).find_map(|i| {
+            if i > 0 {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+            region.read_guest(slot).ok()
+        });
+        match read {
+            Some(g) => sum.add(&GuestLocks {
+                contended: g.lock_contended_count,
+                preempted: g.lock_preempted_count,
+            }),
+            None => return (true, None),
+        }
+    }
+    (true, Some(sum))
+}
+
+/// Reads of a slot (each of `READ_RETRIES` seqcount tries) before its
+/// counters count as unreadable for the window.
+const READ_TRIES: u32 = 200;

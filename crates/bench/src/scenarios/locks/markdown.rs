@@ -1,0 +1,452 @@
+//! The lock-holder scenario's report.md.
+
+use std::fmt::{self, Write as _};
+
+use super::analysis::*;
+use super::model::*;
+use super::report::*;
+use crate::harness::figures::Spread;
+use crate::harness::markdown as md;
+
+/// `median [min-max]`, or the one value.
+fn spread(s: &Spread, places: usize) -> String {
+    if s.per_repeat.len() > 1 {
+        format!("{:.p$} [{:.p$}-{:.p$}]", s.median, s.min, s.max, p = places)
+    } else if s.per_repeat.len() == 1 {
+        format!("{:.p$}", s.median, p = places)
+    } else {
+        "n/a".into()
+    }
+}
+
+fn opt_spread(s: &Option<Spread>, places: usize) -> String {
+    s.as_ref()
+        .map(|s| spread(s, places))
+        .unwrap_or_else(|| "n/a".into())
+}
+
+fn list(v: &[f64], places: usize) -> String {
+    v.iter()
+        .map(|x| format!("{x:.places$}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn opt<T: fmt::Display>(v: Option<T>) -> String {
+    v.map(|x| x.to_string()).unwrap_or_else(|| "n/a".into())
+}
+
+/// The Markdown report (also what the bench prints at the end).
+pub fn markdown(r: &LocksReport) -> String {
+    let m = &r.meta.base;
+    let lm = &r.meta;
+    let mut o = String::new();
+    let _ = writeln!(o, "# pvsched bench, lock holders: {}\n", m.started);
+    md::run_lines(&mut o, m, &[&m.machine.qemu]);
+    let _ = writeln!(
+        o,
+        "Guests: {} ({} vCPUs each, kernel {}), booted for the whole run  ",
+        lm.vms
+            .iter()
+            .map(|(n, module)| format!("`{n}` (pvsched.ko {module})"))
+            .collect::<Vec<_>>()
+            .join(" and "),
+        m.guest_cpus,
+        m.guest_kernel
+    );
+    let _ = writeln!(
+        o,
+        "Workload (`{}`, {} threads per VM): `{}`: {}  ",
+        lm.workload, lm.threads, lm.workload_cmd, lm.workload_describe
+    );
+    let _ = writeln!(o, "Kernel contention count: {}  ", lm.kernel_counter);
+    let pvsched_modes = r.cases.iter().any(|c| {
+        c.modes
+            .keys()
+            .any(|k| k.as_str() != LockMode::Vanilla.name())
+    });
+    if !pvsched_modes {
+        let _ = writeln!(o, "pvschedd: not used (no pvsched mode ran)  ");
+    } else if m.pvschedd_settings.trim().is_empty() {
+        let _ = writeln!(
+            o,
+            "pvschedd: {}, default configuration but `honor_lock_holders`, serving both VMs  ",
+            lm.pvschedd
+        );
+    } else {
+        let _ = writeln!(
+            o,
+            "pvschedd: {}, defaults plus `{}` (but `honor_lock_holders`), serving both VMs  ",
+            lm.pvschedd,
+            m.pvschedd_settings.trim().replace('\n', "; ")
+        );
+    }
+    let _ = writeln!(
+        o,
+        "Each (case, mode): {} repeats x {} s, modes interleaved (order rotated per repeat). \
+         Wall time {:.1} min.\n",
+        m.repeat,
+        m.duration_s,
+        m.wall_s / 60.0
+    );
+    let _ = writeln!(o, "Cases:");
+    for c in LockCase::ALL {
+        if r.cases.iter().any(|x| x.case == c.name()) {
+            let _ = writeln!(o, "- `{}`: {}", c.name(), c.describe());
+        }
+    }
+    let _ = writeln!(o, "\nModes:");
+    for mode in LockMode::ALL {
+        if r.cases.iter().any(|c| c.modes.contains_key(mode.name())) {
+            let _ = writeln!(o, "- `{}`: {}", mode.name(), mode.describe());
+        }
+    }
+    let _ = writeln!(o, "\nDefinitions:");
+    for d in &lm.definitions {
+        let _ = writeln!(o, "- {d}");
+    }
+    let _ = writeln!(o);
+
+    let _ = writeln!(o, "## Targets (reported, not asserted)\n");
+    let _ = writeln!(o, "| target | result |");
+    let _ = writeln!(o, "|---|---|");
+    for t in &r.targets {
+        let _ = writeln!(o, "| {} | {} |", t.what, t.verdict());
+    }
+
+    let _ = writeln!(
+        o,
+        "\n## Throughput (ops/s: median [min-max] over the repeats)\n"
+    );
+    let _ = writeln!(
+        o,
+        "| case | mode | both VMs | per repeat | VM | ops/s | per repeat | slowest / fastest thread | other load % per repeat |"
+    );
+    let _ = writeln!(o, "|---|---|--:|---|---|--:|---|--:|---|");
+    for c in &r.cases {
+        for (mode, ms) in ordered(&c.modes) {
+            let running = ms.vms.iter().filter(|v| v.ran).count();
+            for (i, v) in ms.vms.iter().filter(|v| v.ran).enumerate() {
+                let (both, per) = if running < 2 {
+                    ("—".to_string(), String::new())
+                } else if i == 0 {
+                    (
+                        opt_spread(&ms.total_ops_per_s, 0),
+                        ms.total_ops_per_s
+                            .as_ref()
+                            .map(|s| list(&s.per_repeat, 0))
+                            .unwrap_or_default(),
+                    )
+                } else {
+                    (String::new(), String::new())
+                };
+                let _ = writeln!(
+                    o,
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    c.case,
+                    mode,
+                    both,
+                    per,
+                    v.name,
+                    opt_spread(&v.ops_per_s, 0),
+                    v.ops_per_s
+                        .as_ref()
+                        .map(|s| list(&s.per_repeat, 0))
+                        .unwrap_or_default(),
+                    v.thread_evenness
+                        .map(|e| format!("{e:.2}"))
+                        .unwrap_or_else(|| "n/a".into()),
+                    if i == 0 {
+                        list(&ms.other_load_pct_per_repeat, 1)
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+        }
+    }
+
+    let _ = writeln!(
+        o,
+        "\n## Throughput ratios (same run, paired by repeat: median [min-max])\n"
+    );
+    let _ = writeln!(o, "| case | VM | ratio | median [min-max] | per repeat |");
+    let _ = writeln!(o, "|---|---|---|--:|---|");
+    for c in &r.cases {
+        for x in &c.ratios {
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} / {} | {:.2}x [{:.2}-{:.2}] | {} |",
+                c.case,
+                x.vm,
+                x.mode,
+                x.vs,
+                x.ratio.median,
+                x.ratio.min,
+                x.ratio.max,
+                list(&x.ratio.per_repeat, 3)
+            );
+        }
+    }
+
+    let _ = writeln!(
+        o,
+        "\n## Lock contentions and holder preemptions (sums over the repeats)\n"
+    );
+    let _ = writeln!(
+        o,
+        "| case | mode | VM | guest contentions | per s | holder preempted | per contention % | kernel contention_begin events | repeats with guest counters |"
+    );
+    let _ = writeln!(o, "|---|---|---|--:|--:|--:|--:|--:|--:|");
+    for c in &r.cases {
+        for (mode, ms) in ordered(&c.modes) {
+            for v in &ms.vms {
+                let g = v.guest_locks;
+                let vanilla = mode == LockMode::Vanilla;
+                let _ = writeln!(
+                    o,
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {}/{} |",
+                    c.case,
+                    mode,
+                    v.name,
+                    opt(g.map(|g| g.contended)),
+                    opt(v.contentions_per_s.map(|x| format!("{x:.0}"))),
+                    if vanilla {
+                        "— (no host halves)".to_string()
+                    } else {
+                        opt(g.map(|g| g.preempted))
+                    },
+                    if vanilla {
+                        "—".to_string()
+                    } else {
+                        opt(v.preempted_pct.map(|p| format!("{p:.2}")))
+                    },
+                    opt(v.kernel_contentions),
+                    v.guest_locks_repeats,
+                    ms.repeats
+                );
+            }
+        }
+    }
+
+    let avoided_rows: Vec<_> = r
+        .cases
+        .iter()
+        .flat_map(|c| c.avoided.iter().map(move |a| (c, a)))
+        .collect();
+    if !avoided_rows.is_empty() {
+        let _ = writeln!(
+            o,
+            "\n## Holder preemptions avoided (guest counters, whole run)\n"
+        );
+        let _ = writeln!(
+            o,
+            "| case | VM | pvsched-nolock: preempted / contentions | % | pvsched-lock: preempted / contentions | % | avoided |"
+        );
+        let _ = writeln!(o, "|---|---|--:|--:|--:|--:|--:|");
+        for (c, a) in avoided_rows {
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} / {} | {} | {} / {} | {} | {} |",
+                c.case,
+                a.vm,
+                a.without.preempted,
+                a.without.contended,
+                opt(a.without_pct.map(|p| format!("{p:.2}"))),
+                a.with.preempted,
+                a.with.contended,
+                opt(a.with_pct.map(|p| format!("{p:.2}"))),
+                opt(a.avoided_pct.map(|p| format!("{p:.1} %")))
+            );
+        }
+    }
+
+    let daemon_rows: Vec<_> = r
+        .cases
+        .iter()
+        .flat_map(|c| {
+            ordered(&c.modes).into_iter().flat_map(move |(mode, ms)| {
+                ms.vms
+                    .iter()
+                    .filter_map(move |v| v.daemon.as_ref().map(|d| (c, mode, v, d)))
+            })
+        })
+        .collect();
+    if !daemon_rows.is_empty() {
+        let _ = writeln!(
+            o,
+            "\n## pvschedd's lock counters over the windows (sums over the repeats)\n\n\
+             Extensions at the preemption: a wait already named the vCPU when the host \
+             preempted it (a host scheduler that asked the guest before preempting, as \
+             eCS's does, could have kept it on its CPU instead). The others began with \
+             a wait pvschedd saw only after the preemption: nothing but a reaction can \
+             serve those.\n"
+        );
+        let _ = writeln!(
+            o,
+            "| case | mode | VM | contentions | holder preempted | extensions | at the preemption | refused (debt) | preemptions avoided | extended ms | repaid ms | debt ms at the ends |"
+        );
+        let _ = writeln!(o, "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
+        for (c, mode, v, d) in daemon_rows {
+            let at = if d.extensions > 0 {
+                format!(
+                    "{} ({:.0} %)",
+                    d.extensions_at_preemption,
+                    d.extensions_at_preemption as f64 / d.extensions as f64 * 100.0
+                )
+            } else {
+                d.extensions_at_preemption.to_string()
+            };
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} |",
+                c.case,
+                mode,
+                v.name,
+                d.contentions,
+                d.holder_preempted,
+                d.extensions,
+                at,
+                d.extensions_refused,
+                d.preemptions_avoided,
+                d.extended_ms,
+                d.repaid_ms,
+                d.debt_ms_at_end
+            );
+        }
+    }
+
+    let _ = writeln!(
+        o,
+        "\n## Work per CPU-second of the VMs\n\n\
+         The VMs' summed ops/s over the CPUs their QEMU processes used (only the VMs \
+         that ran the workload), per repeat: median [min-max].\n"
+    );
+    let _ = writeln!(o, "| case | mode | ops per CPU-second | per repeat |");
+    let _ = writeln!(o, "|---|---|--:|---|");
+    for c in &r.cases {
+        for (mode, ms) in ordered(&c.modes) {
+            if let Some(e) = &ms.ops_per_cpu_s {
+                let _ = writeln!(
+                    o,
+                    "| {} | {} | {} | {} |",
+                    c.case,
+                    mode,
+                    spread(e, 0),
+                    list(&e.per_repeat, 0)
+                );
+            }
+        }
+    }
+    if let Some(e) = &r.efficiency {
+        let _ = writeln!(
+            o,
+            "\nVanilla alone did {:.0} ops per CPU-second, overcommitted {:.0}: \
+             {:.2}x. Overcommitted, the machine is full and each mode gets the VMs \
+             their CPU time, so lock handling raises their throughput only as far as it \
+             raises their work per CPU-second: at the alone rate they would do {:.2}x \
+             of vanilla's throughput.",
+            e.alone, e.overcommitted, e.alone_over_overcommitted, e.alone_over_overcommitted
+        );
+    }
+
+    let _ = writeln!(
+        o,
+        "\n## CPU time of the VMs over the windows (QEMU utime + stime)\n"
+    );
+    let _ = writeln!(
+        o,
+        "| case | mode | VM | CPU-s per window | % of the machine | share of the VMs' CPU % | per repeat | worst deviation from equal, per repeat % |"
+    );
+    let _ = writeln!(o, "|---|---|---|--:|--:|--:|---|---|");
+    for c in &r.cases {
+        for (mode, ms) in ordered(&c.modes) {
+            for (i, v) in ms.vms.iter().enumerate() {
+                let _ = writeln!(
+                    o,
+                    "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                    c.case,
+                    mode,
+                    v.name,
+                    spread(&v.cpu_s, 2),
+                    spread(&v.cpu_pct_of_machine, 1),
+                    spread(&v.cpu_split_pct, 1),
+                    list(&v.cpu_split_pct.per_repeat, 1),
+                    if i == 0 {
+                        ms.split_deviation_pct
+                            .as_ref()
+                            .map(|s| list(&s.per_repeat, 1))
+                            .unwrap_or_default()
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+        }
+    }
+
+    let _ = writeln!(
+        o,
+        "\n## Where the machine went (over the windows)\n\n\
+         Per mode, median [min-max] over the repeats, percent of the machine: busy \
+         (/proc/stat), the VMs' QEMU processes, pvschedd's own process (utime + stime); \
+         what busy leaves beside them is the kernel's threads, the bench and other jobs. \
+         pvschedd's event-thread wakeups per second by cause and the BPF records it read \
+         (those queued without a wakeup in brackets), pooled over the windows.\n"
+    );
+    let _ = writeln!(
+        o,
+        "| case | mode | machine busy % | VMs % | pvschedd % | pvschedd wakeups/s: records / timer / doorbell | BPF records/s (quiet) |"
+    );
+    let _ = writeln!(o, "|---|---|--:|--:|--:|---|--:|");
+    for c in &r.cases {
+        for (mode, ms) in ordered(&c.modes) {
+            let d = |k: &str| {
+                ms.daemon_per_s
+                    .get(k)
+                    .map(|v| format!("{v:.0}"))
+                    .unwrap_or_default()
+            };
+            let wakeups = if ms.daemon_per_s.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "{} / {} / {}",
+                    d("wakeups_records"),
+                    d("wakeups_timer"),
+                    d("wakeups_doorbell")
+                )
+            };
+            let records = if ms.daemon_per_s.is_empty() {
+                String::new()
+            } else {
+                format!("{} ({})", d("bpf_records"), d("bpf_lazy_records"))
+            };
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                c.case,
+                mode,
+                opt_spread(&ms.machine_busy_pct, 1),
+                opt_spread(&ms.vms_pct, 1),
+                opt_spread(&ms.daemon_pct, 2),
+                wakeups,
+                records
+            );
+        }
+    }
+
+    if !m.notes.is_empty() {
+        let _ = writeln!(o, "\n## Notes\n");
+        for n in &m.notes {
+            let _ = writeln!(o, "- {n}");
+        }
+    }
+    if !r.plots.is_empty() {
+        let _ = writeln!(o, "\n## Plots\n");
+        for p in &r.plots {
+            let _ = writeln!(o, "![{p}]({p})");
+        }
+    }
+    o
+}

@@ -1,0 +1,462 @@
+//! What the lock-holder scenario measures and keeps in raw.json: its modes,
+//! cases and workloads, and per measurement each VM's lockstress result,
+//! CPU time and lock counters (the guests' and pvschedd's).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use clap::ValueEnum;
+use pvsched_control::VmStatus;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::harness::meta::Meta;
+
+/// The first VM: runs the workload in both cases.
+pub const VM_A: &str = "lock-a";
+/// The second VM: runs the workload in the overcommitted case, idles in `alone`.
+pub const VM_B: &str = "lock-b";
+
+/// What the report's derived figures mean (printed under the header and
+/// kept in the JSON).
+pub const DEFINITIONS: [&str; 5] = [
+    "Throughput: the operations lockstress finished in its window / the window (ops/s), \
+     per VM; `both` is the sum of the two VMs' ops/s of the same repeat.",
+    "Ratios (mode / vanilla): per repeat, the mode's ops/s over vanilla's ops/s of the same \
+     case and repeat (modes interleaved, rotated per repeat); median and min-max over the \
+     repeats.",
+    "CPU time of a VM: utime + stime of its QEMU process (all threads, /proc/<pid>/stat) over \
+     the measurement window; its split = its CPU time / both VMs' CPU time (equal split: \
+     50 %); deviation = |split - equal| / equal.",
+    "Guest lock counters: `lock_contended_count` and `lock_preempted_count` of every slot of \
+     the VM's region (ABI 1.3, F_LOCK_WAIT), read by the bench on the host at the start and \
+     the end of the window: contentions whose holder ran on another vCPU (or was unknown), \
+     and of those the ones whose holder's vCPU the host half showed preempted. In vanilla no \
+     daemon writes the host halves, so the guest cannot see a preempted holder: the \
+     holder-preempted count is shown for the pvsched modes only.",
+    "Holder preemptions avoided = 1 - (holder-preempted contentions per contention with lock \
+     handling, pvsched-lock) / (the same without, pvsched-nolock), each rate summed over \
+     every repeat of the case (and over both VMs for `both`).",
+];
+
+/// How the host treats the VMs' vCPU threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum LockMode {
+    /// No daemon: plain CFS.
+    Vanilla,
+    /// pvschedd serving both VMs, `honor_lock_holders = false`.
+    PvschedNolock,
+    /// pvschedd serving both VMs, `honor_lock_holders = true`.
+    PvschedLock,
+}
+
+impl LockMode {
+    pub const ALL: [LockMode; 3] = [
+        LockMode::Vanilla,
+        LockMode::PvschedNolock,
+        LockMode::PvschedLock,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LockMode::Vanilla => "vanilla",
+            LockMode::PvschedNolock => "pvsched-nolock",
+            LockMode::PvschedLock => "pvsched-lock",
+        }
+    }
+
+    /// The `honor_lock_holders` pvschedd runs with; None: no daemon.
+    pub fn honor_lock_holders(self) -> Option<bool> {
+        match self {
+            LockMode::Vanilla => None,
+            LockMode::PvschedNolock => Some(false),
+            LockMode::PvschedLock => Some(true),
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            LockMode::Vanilla => "no daemon (plain CFS)",
+            LockMode::PvschedNolock => {
+                "pvschedd serving both VMs, `honor_lock_holders = false` (no lock-holder handling)"
+            }
+            LockMode::PvschedLock => {
+                "pvschedd serving both VMs, `honor_lock_holders = true` (preempted \
+                 lock holders extended)"
+            }
+        }
+    }
+}
+
+impl fmt::Display for LockMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Which VMs run the workload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum LockCase {
+    /// Both VMs at once: more vCPUs than host CPUs.
+    Overcommitted,
+    /// `lock-a` alone (`lock-b` booted, idle).
+    Alone,
+}
+
+impl LockCase {
+    pub const ALL: [LockCase; 2] = [LockCase::Overcommitted, LockCase::Alone];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LockCase::Overcommitted => "overcommitted",
+            LockCase::Alone => "alone",
+        }
+    }
+
+    /// Whether the VM `name` runs the workload in this case.
+    pub fn runs(self, name: &str) -> bool {
+        match self {
+            LockCase::Overcommitted => true,
+            LockCase::Alone => name == VM_A,
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            LockCase::Overcommitted => "both VMs run the workload at once",
+            LockCase::Alone => "`lock-a` runs the workload, `lock-b` is booted and idle",
+        }
+    }
+}
+
+impl fmt::Display for LockCase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The guest workload (`lockstress -w`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Workload {
+    Rename,
+    Files,
+    Write,
+    Mmap,
+    RenameOwn,
+}
+
+impl Workload {
+    pub const ALL: [Workload; 5] = [
+        Workload::Rename,
+        Workload::Files,
+        Workload::Write,
+        Workload::Mmap,
+        Workload::RenameOwn,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Rename => "rename",
+            Workload::Files => "files",
+            Workload::Write => "write",
+            Workload::Mmap => "mmap",
+            Workload::RenameOwn => "rename-own",
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            Workload::Rename => {
+                "every thread renames its own file from one tmpfs directory to another and \
+                 back: the superblock's rename mutex (s_vfs_rename_mutex) and both directories' \
+                 i_rwsem for writing, held for most of each rename; one op = 2 renames"
+            }
+            Workload::Files => {
+                "every thread creates, closes and unlinks files in one shared tmpfs directory: \
+                 the directory's i_rwsem for writing; one op = create + close + unlink"
+            }
+            Workload::Write => {
+                "every thread writes 4 KiB into one shared tmpfs file: its i_rwsem for writing; \
+                 one op = one pwrite"
+            }
+            Workload::Mmap => {
+                "the threads of one process map 16 KiB, fault its 4 pages in and unmap it: \
+                 mmap_lock for writing (mmap, munmap) against reading (faults); one op = \
+                 mmap + 4 faults + munmap"
+            }
+            Workload::RenameOwn => {
+                "the control without a shared lock: every thread renames its own file within \
+                 its own tmpfs directory and back (that directory's i_rwsem only, which no \
+                 other thread takes); one op = 2 renames"
+            }
+        }
+    }
+}
+
+impl fmt::Display for Workload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What `lockstress` prints (one JSON line).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LockstressResult {
+    pub workload: String,
+    pub threads: u32,
+    pub cpus: u32,
+    /// Operations finished by the end of the window.
+    pub ops: u64,
+    pub ops_per_s: f64,
+    pub elapsed_s: f64,
+    /// Operations finished in each whole second.
+    #[serde(default)]
+    pub per_s: Vec<u64>,
+    pub thread_ops_min: u64,
+    pub thread_ops_max: u64,
+    #[serde(default)]
+    pub failed: bool,
+}
+
+/// A VM's guest lock counters (`F_LOCK_WAIT`), summed over its slots.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuestLocks {
+    /// `lock_contended_count`.
+    pub contended: u64,
+    /// `lock_preempted_count`.
+    pub preempted: u64,
+}
+
+impl GuestLocks {
+    /// The counters between two readings: a counter that went back (the
+    /// module re-bound, its counters restarted) gives what `after` shows.
+    pub fn between(before: &GuestLocks, after: &GuestLocks) -> GuestLocks {
+        let fresh = after.contended < before.contended || after.preempted < before.preempted;
+        if fresh {
+            *after
+        } else {
+            GuestLocks {
+                contended: after.contended - before.contended,
+                preempted: after.preempted - before.preempted,
+            }
+        }
+    }
+
+    pub fn add(&mut self, other: &GuestLocks) {
+        self.contended += other.contended;
+        self.preempted += other.preempted;
+    }
+
+    /// Holder-preempted contentions per contention; None without contentions.
+    pub fn preempted_rate(&self) -> Option<f64> {
+        (self.contended > 0).then(|| self.preempted as f64 / self.contended as f64)
+    }
+}
+
+/// pvschedd's lock counters of one VM over a window (differences of two
+/// `VmStatus::locks`; the debt as at the end).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DaemonLocks {
+    pub contentions: u64,
+    pub holder_preempted: u64,
+    pub extensions: u64,
+    /// Of them, granted when the host preempted a vCPU a wait already named
+    /// (0 in raw files from before the counter).
+    #[serde(default)]
+    pub extensions_at_preemption: u64,
+    pub extensions_refused: u64,
+    pub preemptions_avoided: u64,
+    pub extended_ms: f64,
+    pub repaid_ms: f64,
+    /// Lock debt at the end of the window (summed over repeats in a summary).
+    pub debt_ms_at_end: f64,
+}
+
+impl DaemonLocks {
+    /// The counters between two statuses of the same VM. A VM served anew
+    /// in between (another generation, or counters that went back) gives
+    /// what `after` shows.
+    pub fn between(before: &VmStatus, after: &VmStatus) -> DaemonLocks {
+        let (b, a) = (&before.locks, &after.locks);
+        let fresh = after.generation != before.generation
+            || a.contentions < b.contentions
+            || a.extensions < b.extensions;
+        let d = |x: u64, y: u64| if fresh { x } else { x.saturating_sub(y) };
+        let f = |x: f64, y: f64| if fresh { x } else { (x - y).max(0.0) };
+        DaemonLocks {
+            contentions: d(a.contentions, b.contentions),
+            holder_preempted: d(a.holder_preempted, b.holder_preempted),
+            extensions: d(a.extensions, b.extensions),
+            extensions_at_preemption: d(a.extensions_at_preemption, b.extensions_at_preemption),
+            extensions_refused: d(a.extensions_refused, b.extensions_refused),
+            preemptions_avoided: d(a.preemptions_avoided, b.preemptions_avoided),
+            extended_ms: f(a.extended_ms, b.extended_ms),
+            repaid_ms: f(a.repaid_ms, b.repaid_ms),
+            debt_ms_at_end: a.debt_ms,
+        }
+    }
+
+    pub fn add(&mut self, o: &DaemonLocks) {
+        self.contentions += o.contentions;
+        self.holder_preempted += o.holder_preempted;
+        self.extensions += o.extensions;
+        self.extensions_at_preemption += o.extensions_at_preemption;
+        self.extensions_refused += o.extensions_refused;
+        self.preemptions_avoided += o.preemptions_avoided;
+        self.extended_ms += o.extended_ms;
+        self.repaid_ms += o.repaid_ms;
+        self.debt_ms_at_end += o.debt_ms_at_end;
+    }
+}
+
+/// One VM in one measurement.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct VmPhase {
+    pub name: String,
+    /// Whether it ran the workload (else it idled).
+    pub ran: bool,
+    /// lockstress's output (None: idle).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<LockstressResult>,
+    /// CPU-seconds of its QEMU process over the window.
+    pub cpu_s: f64,
+    /// Whether the guest module accepted `F_LOCK_WAIT` at the start of the window.
+    pub lock_wait: bool,
+    /// Guest lock counters over the window (None: no `F_LOCK_WAIT`, or the
+    /// region could not be read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_locks: Option<GuestLocks>,
+    /// `lock:contention_begin` events of the whole guest kernel during the
+    /// workload (a hist trigger's total, read around lockstress; None: idle,
+    /// or no trigger).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_contentions: Option<u64>,
+    /// pvschedd's lock counters over the window (pvsched modes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daemon: Option<DaemonLocks>,
+}
+
+/// One measurement: one (case, mode, repeat).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Phase {
+    pub case: LockCase,
+    pub mode: LockMode,
+    pub rep: usize,
+    /// Seconds between the two CPU-time samples.
+    pub window_s: f64,
+    pub host_cpus: usize,
+    /// Fraction of the machine that went to processes outside the bench.
+    pub foreign_cpu: f64,
+    /// In [`VM_A`], [`VM_B`] order.
+    pub vms: Vec<VmPhase>,
+    /// Fraction of the machine busy over the window (/proc/stat; None:
+    /// unreadable, or a raw file from before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_busy: Option<f64>,
+    /// pvschedd's own CPU-seconds over the window (pvsched modes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daemon_cpu_s: Option<f64>,
+    /// pvschedd's counters over the window (`model::DAEMON_COUNTERS` keys:
+    /// event-thread wakeups by cause, doorbell rings, BPF records).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub daemon_counters: BTreeMap<String, f64>,
+}
+
+impl Phase {
+    pub fn vm(&self, name: &str) -> Option<&VmPhase> {
+        self.vms.iter().find(|v| v.name == name)
+    }
+
+    /// CPU-seconds the machine had over the window (window x CPUs); None
+    /// for an empty window.
+    pub fn machine_seconds(&self) -> Option<f64> {
+        let s = self.window_s * self.host_cpus as f64;
+        (s > 0.0).then_some(s)
+    }
+
+    /// ops/s of the VMs that ran the workload, summed; None when one of
+    /// them has no result.
+    pub fn total_ops_per_s(&self) -> Option<f64> {
+        let ran: Vec<&VmPhase> = self.vms.iter().filter(|v| v.ran).collect();
+        if ran.is_empty() {
+            return None;
+        }
+        ran.iter()
+            .map(|v| v.result.as_ref().map(|r| r.ops_per_s))
+            .sum()
+    }
+
+    /// Operations per CPU-second the VMs that ran the workload spent: their
+    /// summed ops/s over the CPUs their QEMU processes used. None without a
+    /// result or CPU time.
+    pub fn ops_per_cpu_s(&self) -> Option<f64> {
+        let ops = self.total_ops_per_s()?;
+        let cpu_s: f64 = self.vms.iter().filter(|v| v.ran).map(|v| v.cpu_s).sum();
+        (cpu_s > 0.0 && self.window_s > 0.0).then(|| ops / (cpu_s / self.window_s))
+    }
+
+    /// Each VM's share of the VMs' CPU time (0..1), in `vms` order; None
+    /// when they used none.
+    pub fn cpu_split(&self) -> Option<Vec<f64>> {
+        let total: f64 = self.vms.iter().map(|v| v.cpu_s).sum();
+        (total > 0.0).then(|| self.vms.iter().map(|v| v.cpu_s / total).collect())
+    }
+
+    /// The largest |share - equal| / equal over the VMs, percent; None
+    /// unless every VM ran the workload.
+    pub fn split_deviation_pct(&self) -> Option<f64> {
+        if !self.vms.iter().all(|v| v.ran) {
+            return None;
+        }
+        let split = self.cpu_split()?;
+        let equal = 1.0 / split.len() as f64;
+        split
+            .iter()
+            .map(|s| (s - equal).abs() / equal * 100.0)
+            .reduce(f64::max)
+    }
+}
+
+/// pvschedd's status at the end of one session, as `pvschedctl status --json` prints it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SessionStatus {
+    pub case: LockCase,
+    pub mode: LockMode,
+    pub rep: usize,
+    pub status: Value,
+}
+
+/// Facts about the run besides [`Meta`].
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct LocksMeta {
+    #[serde(flatten)]
+    pub base: Meta,
+    /// The VMs, in order, with their pvsched.ko state after boot.
+    pub vms: Vec<(String, String)>,
+    pub workload: String,
+    pub workload_describe: String,
+    /// The guest command (`{secs}` stands for the duration).
+    pub workload_cmd: String,
+    /// Threads per VM (lockstress's count on the first VM).
+    pub threads: u32,
+    /// The pvschedd binary the run used (copied at the start).
+    pub pvschedd: String,
+    /// How the kernel-wide contention count was taken, or why not.
+    pub kernel_counter: String,
+    pub definitions: Vec<String>,
+}
+
+/// Everything `--from-raw` needs to render the report again.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LocksRaw {
+    /// Always "locks": tells this file from the other scenarios' raw.json.
+    pub scenario: String,
+    pub meta: LocksMeta,
+    pub cases: Vec<LockCase>,
+    pub modes: Vec<LockMode>,
+    pub phases: Vec<Phase>,
+    pub sessions: Vec<SessionStatus>,
+}

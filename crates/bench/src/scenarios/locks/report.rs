@@ -1,0 +1,196 @@
+//! The lock-holder scenario's report: per case and mode the VMs' throughput
+//! and counters over the repeats, the ratios to vanilla, the avoided holder
+//! preemptions, and the targets with their verdicts.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::model::*;
+use crate::harness::figures::Spread;
+
+/// Target: summed throughput, pvsched-lock / vanilla, overcommitted.
+pub const SPEEDUP_TARGET: f64 = 1.2;
+
+/// Target: holder preemptions avoided, percent.
+pub const AVOIDED_TARGET_PCT: f64 = 85.0;
+
+/// Target: largest deviation of a VM's CPU time from an equal split, percent
+/// of the equal split.
+pub const SPLIT_TARGET_PCT: f64 = 5.0;
+
+/// One VM under one (case, mode), over the repeats.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct VmSummary {
+    pub name: String,
+    pub ran: bool,
+    /// Repeats with a lockstress result.
+    pub results: usize,
+    /// ops/s over the repeats that ran it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ops_per_s: Option<Spread>,
+    /// Slowest thread's ops / fastest thread's, median over the repeats.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_evenness: Option<f64>,
+    /// CPU-seconds per window.
+    pub cpu_s: Spread,
+    /// Its QEMU's CPU time, percent of the machine.
+    pub cpu_pct_of_machine: Spread,
+    /// Its share of the VMs' CPU time, percent.
+    pub cpu_split_pct: Spread,
+    /// Guest lock counters summed over the repeats (those with F_LOCK_WAIT).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_locks: Option<GuestLocks>,
+    /// Repeats whose guest counters could be read.
+    pub guest_locks_repeats: usize,
+    /// Guest contentions per second of window (those repeats).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contentions_per_s: Option<f64>,
+    /// Holder-preempted per contention, percent, over the summed counters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempted_pct: Option<f64>,
+    /// Kernel `contention_begin` events summed over the repeats.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_contentions: Option<u64>,
+    /// pvschedd's counters summed over the repeats.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daemon: Option<DaemonLocks>,
+}
+
+/// One (case, mode) over the repeats.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ModeSummary {
+    pub repeats: usize,
+    /// Summed ops/s of the VMs that ran the workload, per repeat.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_ops_per_s: Option<Spread>,
+    /// Largest deviation of a VM's CPU time from the equal split, percent,
+    /// per repeat.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split_deviation_pct: Option<Spread>,
+    /// Operations per CPU-second of the VMs that ran the workload, per
+    /// repeat ([`Phase::ops_per_cpu_s`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ops_per_cpu_s: Option<Spread>,
+    pub vms: Vec<VmSummary>,
+    pub other_load_pct_per_repeat: Vec<f64>,
+    /// Where the machine went, per repeat: busy, the VMs' QEMU processes
+    /// and pvschedd, percent of the machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_busy_pct: Option<Spread>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vms_pct: Option<Spread>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daemon_pct: Option<Spread>,
+    /// pvschedd's counters per second of window, pooled over the repeats.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub daemon_per_s: BTreeMap<String, f64>,
+}
+
+/// A throughput ratio, one mode over vanilla, paired by repeat.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Ratio {
+    /// A VM's name, or `both` (the sum).
+    pub vm: String,
+    pub mode: String,
+    pub vs: String,
+    pub ratio: Spread,
+}
+
+/// The share of holder preemptions avoided, whole run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Avoided {
+    /// A VM's name, or `both`.
+    pub vm: String,
+    /// pvsched-nolock's counters, summed over the repeats.
+    pub without: GuestLocks,
+    /// pvsched-lock's.
+    pub with: GuestLocks,
+    /// Holder-preempted per contention, percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub without_pct: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub with_pct: Option<f64>,
+    /// 1 - with / without, percent (None: no contention or no holder
+    /// preempted without lock handling).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub avoided_pct: Option<f64>,
+}
+
+/// Vanilla's work per CPU-second alone and overcommitted, from one run.
+/// Both VMs get their CPU time in the overcommitted case whatever the mode
+/// (the machine is full and the split even), so lock handling can raise
+/// their throughput only by raising the work they do per CPU-second: at the
+/// alone case's rate they would do `alone / overcommitted` of vanilla's.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Efficiency {
+    /// Median ops per CPU-second, vanilla, alone.
+    pub alone: f64,
+    /// The same, overcommitted (both VMs).
+    pub overcommitted: f64,
+    /// alone / overcommitted.
+    pub alone_over_overcommitted: f64,
+}
+
+/// One case of the run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CaseReport {
+    pub case: String,
+    pub modes: BTreeMap<String, ModeSummary>,
+    pub ratios: Vec<Ratio>,
+    pub avoided: Vec<Avoided>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LockTarget {
+    pub what: String,
+    /// None: not measured (`why`).
+    pub value: Option<f64>,
+    pub limit: f64,
+    /// "x" (at least), "%>=" (at least), "%<=" (at most).
+    pub unit: String,
+    pub met: Option<bool>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub why: String,
+}
+
+impl LockTarget {
+    pub fn verdict(&self) -> String {
+        let Some(v) = self.value else {
+            return format!("not measured: {}", self.why);
+        };
+        let f = |x: f64| match self.unit.as_str() {
+            "x" => format!("{x:.2}x"),
+            _ => format!("{x:.1} %"),
+        };
+        let at_least = self.unit != "%<=";
+        match self.met {
+            Some(true) => format!(
+                "met ({}, {} {})",
+                f(v),
+                if at_least { "target >=" } else { "target <=" },
+                f(self.limit)
+            ),
+            _ => format!(
+                "MISSED ({}, {} {})",
+                f(v),
+                if at_least { "target >=" } else { "target <=" },
+                f(self.limit)
+            ),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct LocksReport {
+    pub schema: String,
+    pub meta: LocksMeta,
+    pub cases: Vec<CaseReport>,
+    pub targets: Vec<LockTarget>,
+    /// What overcommitting costs vanilla's work per CPU-second (None
+    /// unless the run has vanilla in both cases).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub efficiency: Option<Efficiency>,
+    /// PNG files, relative to the output directory.
+    pub plots: Vec<String>,
+}

@@ -1,0 +1,566 @@
+//! The lock-holder report's arithmetic and Markdown.
+
+use std::collections::BTreeMap;
+
+use pvsched_control::VmStatus;
+
+use super::analysis::*;
+use super::markdown::*;
+use super::model::*;
+use super::report::*;
+use crate::harness::axes::by_name;
+use crate::harness::figures::Spread;
+use crate::harness::meta::Meta;
+
+/// A VM's part of a phase: `ops_per_s` (None: idle), CPU-seconds, guest
+/// counters (contended, preempted).
+fn vm(name: &str, ops: Option<f64>, cpu_s: f64, locks: Option<(u64, u64)>) -> VmPhase {
+    VmPhase {
+        name: name.into(),
+        ran: ops.is_some(),
+        result: ops.map(|o| LockstressResult {
+            workload: "rename".into(),
+            threads: 4,
+            cpus: 2,
+            ops: (o * 10.0) as u64,
+            ops_per_s: o,
+            elapsed_s: 10.0,
+            per_s: vec![],
+            thread_ops_min: 90,
+            thread_ops_max: 100,
+            failed: false,
+        }),
+        cpu_s,
+        lock_wait: locks.is_some(),
+        guest_locks: locks.map(|(c, p)| GuestLocks {
+            contended: c,
+            preempted: p,
+        }),
+        kernel_contentions: ops.map(|_| 1000),
+        daemon: None,
+    }
+}
+
+fn phase(case: LockCase, mode: LockMode, rep: usize, vms: Vec<VmPhase>) -> Phase {
+    Phase {
+        case,
+        mode,
+        rep,
+        window_s: 10.0,
+        host_cpus: 2,
+        foreign_cpu: 0.01,
+        vms,
+        machine_busy: None,
+        daemon_cpu_s: None,
+        daemon_counters: BTreeMap::new(),
+    }
+}
+
+fn raw(phases: Vec<Phase>) -> LocksRaw {
+    LocksRaw {
+        scenario: "locks".into(),
+        meta: LocksMeta {
+            base: Meta {
+                repeat: 2,
+                duration_s: 10,
+                ..Default::default()
+            },
+            definitions: DEFINITIONS.iter().map(|d| d.to_string()).collect(),
+            ..Default::default()
+        },
+        cases: LockCase::ALL.to_vec(),
+        modes: LockMode::ALL.to_vec(),
+        phases,
+        sessions: vec![],
+    }
+}
+
+/// Overcommitted, two repeats; hand-made numbers:
+/// vanilla:        A 100, 120  B 100, 80   (both 200, 200)
+/// pvsched-nolock: A 110, 120  B  90, 100  (both 200, 220)
+/// pvsched-lock:   A 130, 150  B 130, 110  (both 260, 260)
+/// guest counters (contended, preempted), per VM per repeat:
+/// nolock: A (1000, 200), (1000, 300)   B (500, 100), (500, 0)
+/// lock:   A (1000, 20),  (1000, 10)    B (1000, 30), (1000, 0)
+/// CPU-s: vanilla 9 / 11 and 10 / 10; lock 10.4 / 9.6 and 10 / 10.
+fn sample() -> LocksReport {
+    use LockCase::Overcommitted as O;
+    use LockMode::*;
+    build(&raw(vec![
+        phase(
+            O,
+            Vanilla,
+            1,
+            vec![
+                vm(VM_A, Some(100.0), 9.0, Some((800, 0))),
+                vm(VM_B, Some(100.0), 11.0, Some((800, 0))),
+            ],
+        ),
+        phase(
+            O,
+            PvschedNolock,
+            1,
+            vec![
+                vm(VM_A, Some(110.0), 10.0, Some((1000, 200))),
+                vm(VM_B, Some(90.0), 10.0, Some((500, 100))),
+            ],
+        ),
+        phase(
+            O,
+            PvschedLock,
+            1,
+            vec![
+                vm(VM_A, Some(130.0), 10.4, Some((1000, 20))),
+                vm(VM_B, Some(130.0), 9.6, Some((1000, 30))),
+            ],
+        ),
+        phase(
+            O,
+            PvschedLock,
+            2,
+            vec![
+                vm(VM_A, Some(150.0), 10.0, Some((1000, 10))),
+                vm(VM_B, Some(110.0), 10.0, Some((1000, 0))),
+            ],
+        ),
+        phase(
+            O,
+            Vanilla,
+            2,
+            vec![
+                vm(VM_A, Some(120.0), 10.0, Some((800, 0))),
+                vm(VM_B, Some(80.0), 10.0, Some((800, 0))),
+            ],
+        ),
+        phase(
+            O,
+            PvschedNolock,
+            2,
+            vec![
+                vm(VM_A, Some(120.0), 10.0, Some((1000, 300))),
+                vm(VM_B, Some(100.0), 10.0, Some((500, 0))),
+            ],
+        ),
+    ]))
+}
+
+fn ratio<'a>(r: &'a LocksReport, vm: &str, mode: LockMode) -> &'a Spread {
+    &r.cases[0]
+        .ratios
+        .iter()
+        .find(|x| x.vm == vm && x.mode == mode.name())
+        .unwrap()
+        .ratio
+}
+
+#[test]
+fn names_round_trip() {
+    for m in LockMode::ALL {
+        assert_eq!(by_name::<LockMode>(m.name()).unwrap(), m);
+        assert_eq!(serde_json::to_value(m).unwrap(), m.name());
+    }
+    for c in LockCase::ALL {
+        assert_eq!(by_name::<LockCase>(c.name()).unwrap(), c);
+    }
+    for w in Workload::ALL {
+        assert_eq!(by_name::<Workload>(w.name()).unwrap(), w);
+    }
+    assert!(by_name::<LockMode>("pvsched").is_none());
+    assert_eq!(LockMode::PvschedNolock.honor_lock_holders(), Some(false));
+    assert_eq!(LockMode::Vanilla.honor_lock_holders(), None);
+    assert!(LockCase::Alone.runs(VM_A) && !LockCase::Alone.runs(VM_B));
+}
+
+#[test]
+fn ratios_pair_the_repeats_and_sum_the_vms() {
+    // Act
+    let r = sample();
+
+    // Assert: both: 260/200 = 1.3 in each repeat.
+    let both = ratio(&r, "both", LockMode::PvschedLock);
+    assert_eq!(both.per_repeat, vec![1.3, 1.3]);
+    assert_eq!((both.median, both.min, both.max), (1.3, 1.3, 1.3));
+    // nolock: 200/200 = 1.0, 220/200 = 1.1 -> median 1.05.
+    let nolock = ratio(&r, "both", LockMode::PvschedNolock);
+    assert_eq!(nolock.per_repeat, vec![1.0, 1.1]);
+    assert!((nolock.median - 1.05).abs() < 1e-9);
+    // A: 130/100 = 1.3, 150/120 = 1.25; B: 1.3, 110/80 = 1.375.
+    assert_eq!(
+        ratio(&r, VM_A, LockMode::PvschedLock).per_repeat,
+        vec![1.3, 1.25]
+    );
+    assert_eq!(
+        ratio(&r, VM_B, LockMode::PvschedLock).per_repeat,
+        vec![1.3, 1.375]
+    );
+}
+
+#[test]
+fn avoided_share_compares_the_rates_over_the_whole_run() {
+    // Act
+    let r = sample();
+
+    // Assert: both VMs: without 600 / 3000 = 20 %; with 60 / 4000 =
+    // 1.5 %; avoided 1 - 1.5 / 20 = 92.5 %.
+    let a = &r.cases[0].avoided;
+    assert_eq!(a[0].vm, "both");
+    assert_eq!(
+        a[0].without,
+        GuestLocks {
+            contended: 3000,
+            preempted: 600
+        }
+    );
+    assert_eq!(a[0].without_pct, Some(20.0));
+    assert_eq!(a[0].with_pct, Some(1.5));
+    assert_eq!(a[0].avoided_pct, Some(92.5));
+    // A alone: 500 / 2000 = 25 % vs 30 / 2000 = 1.5 %: 94 %.
+    assert_eq!(a[1].vm, VM_A);
+    assert_eq!(a[1].avoided_pct, Some(94.0));
+    // B: 100 / 1000 = 10 % vs 30 / 2000 = 1.5 %: 85 %.
+    assert_eq!(a[2].avoided_pct, Some(85.0));
+}
+
+#[test]
+fn avoided_is_none_without_preemptions_to_avoid() {
+    let g = |c, p| GuestLocks {
+        contended: c,
+        preempted: p,
+    };
+    assert_eq!(avoided(g(100, 0), g(100, 0)), None);
+    assert_eq!(avoided(g(0, 0), g(100, 1)), None);
+    assert_eq!(avoided(g(100, 10), g(0, 0)), None);
+    // More preempted with lock handling: a negative share.
+    assert_eq!(avoided(g(100, 10), g(100, 20)), Some(-1.0));
+}
+
+#[test]
+fn cpu_split_and_its_deviation_from_equal() {
+    // Arrange: 10.4 / 9.6 CPU-s: 52 % / 48 %: 4 % off the equal split.
+    let p = phase(
+        LockCase::Overcommitted,
+        LockMode::PvschedLock,
+        1,
+        vec![
+            vm(VM_A, Some(1.0), 10.4, None),
+            vm(VM_B, Some(1.0), 9.6, None),
+        ],
+    );
+
+    // Act / Assert
+    let split = p.cpu_split().unwrap();
+    assert!((split[0] - 0.52).abs() < 1e-9 && (split[1] - 0.48).abs() < 1e-9);
+    assert!((p.split_deviation_pct().unwrap() - 4.0).abs() < 1e-9);
+    let idle = phase(
+        LockCase::Alone,
+        LockMode::Vanilla,
+        1,
+        vec![vm(VM_A, Some(1.0), 0.0, None), vm(VM_B, None, 0.0, None)],
+    );
+    assert_eq!(idle.cpu_split(), None);
+}
+
+#[test]
+fn summaries_keep_each_repeat_and_the_machine_share() {
+    // Act
+    let r = sample();
+
+    // Assert
+    let v = &r.cases[0].modes["vanilla"];
+    assert_eq!(v.repeats, 2);
+    assert_eq!(
+        v.total_ops_per_s.as_ref().unwrap().per_repeat,
+        vec![200.0, 200.0]
+    );
+    // Repeat 1: 9 / 11 CPU-s: 45 / 55 %: 10 % off; repeat 2: 0 %.
+    assert_eq!(
+        v.split_deviation_pct.as_ref().unwrap().per_repeat,
+        vec![10.0, 0.0]
+    );
+    let a = &v.vms[0];
+    assert_eq!(a.name, VM_A);
+    assert_eq!(a.cpu_split_pct.per_repeat, vec![45.0, 50.0]);
+    // 9 CPU-s of 10 s x 2 CPUs: 45 % of the machine.
+    assert_eq!(a.cpu_pct_of_machine.per_repeat, vec![45.0, 50.0]);
+    assert_eq!(a.thread_evenness, Some(0.9));
+    assert_eq!(a.kernel_contentions, Some(2000));
+    // 1600 guest contentions over 20 s of windows.
+    assert_eq!(a.contentions_per_s, Some(80.0));
+    let lock = &r.cases[0].modes["pvsched-lock"].vms[0];
+    assert_eq!(lock.preempted_pct, Some(1.5));
+}
+
+#[test]
+fn targets_read_the_overcommitted_case() {
+    // Act
+    let r = sample();
+
+    // Assert: 1.3x >= 1.2x met; 92.5 % >= 85 % met; worst deviation of
+    // pvsched-lock 4 % <= 5 % met.
+    assert_eq!(r.targets.len(), 3);
+    assert_eq!(r.targets[0].value, Some(1.3));
+    assert_eq!(r.targets[1].value, Some(92.5));
+    assert_eq!(r.targets[2].value, Some(4.0));
+    assert!(
+        r.targets.iter().all(|t| t.met == Some(true)),
+        "{:?}",
+        r.targets
+    );
+    assert!(r.targets[0].verdict().starts_with("met (1.30x"));
+}
+
+#[test]
+fn a_missing_mode_leaves_its_target_unmeasured() {
+    // Arrange: vanilla only.
+    let r = build(&raw(vec![phase(
+        LockCase::Overcommitted,
+        LockMode::Vanilla,
+        1,
+        vec![
+            vm(VM_A, Some(100.0), 10.0, None),
+            vm(VM_B, Some(100.0), 10.0, None),
+        ],
+    )]));
+
+    // Assert
+    assert!(r
+        .targets
+        .iter()
+        .all(|t| t.value.is_none() && t.met.is_none()));
+    assert!(r.targets[0].verdict().starts_with("not measured"));
+    assert!(r.cases[0].ratios.is_empty() && r.cases[0].avoided.is_empty());
+}
+
+#[test]
+fn a_missed_target_says_so() {
+    let t = LockTarget {
+        what: "x".into(),
+        value: Some(7.5),
+        limit: 5.0,
+        unit: "%<=".into(),
+        met: Some(false),
+        why: String::new(),
+    };
+    assert_eq!(t.verdict(), "MISSED (7.5 %, target <= 5.0 %)");
+}
+
+#[test]
+fn the_alone_case_compares_one_vm_and_ignores_the_idle_one() {
+    // Arrange
+    use LockCase::Alone as A;
+    let r = build(&raw(vec![
+        phase(
+            A,
+            LockMode::Vanilla,
+            1,
+            vec![vm(VM_A, Some(200.0), 19.0, None), vm(VM_B, None, 1.0, None)],
+        ),
+        phase(
+            A,
+            LockMode::PvschedLock,
+            1,
+            vec![vm(VM_A, Some(210.0), 19.0, None), vm(VM_B, None, 1.0, None)],
+        ),
+    ]));
+
+    // Assert: no `both`; A 210 / 200.
+    let c = &r.cases[0];
+    assert_eq!(c.case, "alone");
+    assert_eq!(c.ratios.len(), 1);
+    assert_eq!(c.ratios[0].vm, VM_A);
+    assert_eq!(c.ratios[0].ratio.per_repeat, vec![1.05]);
+    assert_eq!(
+        c.modes["vanilla"]
+            .total_ops_per_s
+            .as_ref()
+            .unwrap()
+            .per_repeat,
+        vec![200.0]
+    );
+    assert!(
+        markdown(&r).contains("| alone | vanilla | — |  | lock-a | 200 |"),
+        "{}",
+        markdown(&r)
+    );
+    // The targets are the overcommitted case's.
+    assert!(r.targets.iter().all(|t| t.value.is_none()));
+}
+
+#[test]
+fn counters_between_two_readings_restart_with_the_module() {
+    let g = |c, p| GuestLocks {
+        contended: c,
+        preempted: p,
+    };
+    assert_eq!(GuestLocks::between(&g(10, 2), &g(30, 5)), g(20, 3));
+    assert_eq!(GuestLocks::between(&g(10, 2), &g(4, 1)), g(4, 1));
+}
+
+#[test]
+fn work_per_cpu_second_counts_the_vms_that_ran_and_compares_alone_with_overcommitted() {
+    // Arrange: vanilla overcommitted, both VMs at 100 ops/s on 10 CPU-s each over 10 s
+    // (2 CPUs: 100 ops per CPU-s); alone, lock-a at 300 ops/s on 15 CPU-s (1.5 CPUs:
+    // 200 per CPU-s) beside an idle lock-b whose 0.5 CPU-s do not count.
+    use LockCase::{Alone, Overcommitted};
+    let over = phase(
+        Overcommitted,
+        LockMode::Vanilla,
+        1,
+        vec![
+            vm(VM_A, Some(100.0), 10.0, None),
+            vm(VM_B, Some(100.0), 10.0, None),
+        ],
+    );
+    let alone = phase(
+        Alone,
+        LockMode::Vanilla,
+        1,
+        vec![vm(VM_A, Some(300.0), 15.0, None), vm(VM_B, None, 0.5, None)],
+    );
+
+    // Act
+    let r = build(&raw(vec![over.clone(), alone.clone()]));
+    let only_over = build(&raw(vec![over.clone()]));
+
+    // Assert
+    assert_eq!(over.ops_per_cpu_s(), Some(100.0));
+    assert_eq!(alone.ops_per_cpu_s(), Some(200.0));
+    let e = r.efficiency.as_ref().expect("both cases have vanilla");
+    assert_eq!(
+        (e.alone, e.overcommitted, e.alone_over_overcommitted),
+        (200.0, 100.0, 2.0)
+    );
+    assert!(only_over.efficiency.is_none());
+    let md = markdown(&r);
+    assert!(md.contains("| alone | vanilla | 200 | 200 |"), "{md}");
+    assert!(
+        md.contains("at the alone rate they would do 2.00x of vanilla's throughput"),
+        "{md}"
+    );
+}
+
+#[test]
+fn daemon_counters_between_two_statuses_are_differences() {
+    // Arrange
+    let status = |generation: u64, contentions: u64, extended: f64| -> VmStatus {
+        let v = serde_json::json!({
+            "name": VM_A, "tgid": 1, "accel": "tcg", "region": "/r",
+            "generation": generation, "guest_bound": true, "in_debt": false, "debt_ms": 0.0,
+            "boosts": 0, "throttles": 0, "clamped_inputs": 0, "boosted_s": 0.0,
+            "locks": { "contentions": contentions, "holder_preempted": contentions / 10,
+                       "extensions": contentions / 20,
+                       "extensions_at_preemption": contentions / 50, "extensions_refused": 1,
+                       "preemptions_avoided": contentions / 40, "extended_ms": extended,
+                       "repaid_ms": extended / 2.0, "debt_ms": 0.5 },
+            "vcpus": [], "latency_path": []
+        });
+        serde_json::from_value(v).unwrap()
+    };
+
+    // Act
+    let same = DaemonLocks::between(&status(1, 100, 2.0), &status(1, 500, 6.0));
+    let anew = DaemonLocks::between(&status(1, 100, 2.0), &status(2, 40, 1.0));
+
+    // Assert
+    assert_eq!(
+        (same.contentions, same.holder_preempted, same.extensions),
+        (400, 40, 20)
+    );
+    assert_eq!(same.preemptions_avoided, 10);
+    assert_eq!(same.extensions_at_preemption, 8);
+    assert_eq!((same.extended_ms, same.repaid_ms), (4.0, 2.0));
+    assert_eq!(same.extensions_refused, 0);
+    assert_eq!(same.debt_ms_at_end, 0.5);
+    assert_eq!((anew.contentions, anew.extended_ms), (40, 1.0));
+}
+
+#[test]
+fn markdown_shows_the_targets_the_tables_and_the_definitions() {
+    let md = markdown(&sample());
+    for needle in [
+        "## Targets (reported, not asserted)",
+        "| overcommitted | pvsched-lock | 260 [260-260] | 260, 260 | lock-a | 140 [130-150] |",
+        "| overcommitted | both | pvsched-lock / vanilla | 1.30x [1.30-1.30] | 1.300, 1.300 |",
+        "| overcommitted | both | 600 / 3000 | 20.00 | 60 / 4000 | 1.50 | 92.5 % |",
+        "| overcommitted | vanilla | lock-a | 1600 | 80 | — (no host halves) | — |",
+        "| overcommitted | vanilla | lock-a | 9.50 [9.00-10.00] | 47.5 [45.0-50.0] | 47.5 [45.0-50.0] | 45.0, 50.0 | 10.0, 0.0 |",
+        "Holder preemptions avoided = 1 -",
+    ] {
+        assert!(md.contains(needle), "{needle:?} not in\n{md}");
+    }
+}
+
+#[test]
+fn the_machine_table_splits_busy_time_and_gives_the_daemons_wakeups_per_second() {
+    // Arrange: two pvsched-lock repeats of 10 s on 2 CPUs (20 CPU-s
+    // each); the VMs use 9 + 8 and 8 + 8 CPU-s, pvschedd 0.6 and 0.4;
+    // 3000 then 1000 record wakeups, 100 timer wakeups in the first only.
+    use LockCase::Overcommitted as O;
+    use LockMode::*;
+    let with = |rep, a, b, busy, daemon: f64, counters: &[(&str, f64)]| {
+        let mut p = phase(
+            O,
+            PvschedLock,
+            rep,
+            vec![vm(VM_A, Some(1.0), a, None), vm(VM_B, Some(1.0), b, None)],
+        );
+        p.machine_busy = Some(busy);
+        p.daemon_cpu_s = Some(daemon);
+        p.daemon_counters = counters.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        p
+    };
+    let mut vanilla = phase(
+        O,
+        Vanilla,
+        1,
+        vec![
+            vm(VM_A, Some(1.0), 10.0, None),
+            vm(VM_B, Some(1.0), 9.8, None),
+        ],
+    );
+    vanilla.machine_busy = Some(1.0);
+    let r = build(&raw(vec![
+        vanilla,
+        with(
+            1,
+            9.0,
+            8.0,
+            0.95,
+            0.6,
+            &[("wakeups_records", 3000.0), ("wakeups_timer", 100.0)],
+        ),
+        with(2, 8.0, 8.0, 0.9, 0.4, &[("wakeups_records", 1000.0)]),
+    ]));
+
+    // Act
+    let md = markdown(&r);
+
+    // Assert: VMs 85 and 80 %, pvschedd 3 and 2 %; record wakeups
+    // 4000 over 20 s, timer wakeups 100 over the 10 s that counted them.
+    for needle in [
+        "## Where the machine went (over the windows)",
+        "| overcommitted | vanilla | 100.0 | 99.0 | n/a |  |  |",
+        "| overcommitted | pvsched-lock | 92.5 [90.0-95.0] | 82.5 [80.0-85.0] | 2.50 [2.00-3.00] | 200 / 10 /  |",
+    ] {
+        assert!(md.contains(needle), "{needle:?} not in\n{md}");
+    }
+}
+
+#[test]
+fn raw_round_trips_through_json() {
+    // Arrange
+    let r = raw(vec![phase(
+        LockCase::Overcommitted,
+        LockMode::PvschedLock,
+        1,
+        vec![vm(VM_A, Some(5.0), 1.0, Some((3, 1)))],
+    )]);
+
+    // Act
+    let text = serde_json::to_string(&r).unwrap();
+    let back: LocksRaw = serde_json::from_str(&text).unwrap();
+
+    // Assert
+    assert!(text.contains("\"mode\":\"pvsched-lock\""));
+    assert_eq!(back.phases, r.phases);
+}

@@ -1,0 +1,197 @@
+//! The lock scenario's guest commands, their parsing, each mode's daemon
+//! settings, the plan, the plot title and the choice among disturbed tries.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::commands::*;
+use super::model::*;
+use super::render::*;
+use super::session::*;
+use super::settings::*;
+use crate::harness::meta::Meta;
+use crate::harness::settings::Settings;
+
+#[test]
+fn the_guest_command_reads_the_trigger_around_lockstress() {
+    // Act
+    let c = lockstress_cmd(10, Workload::Rename, 0);
+
+    // Assert
+    assert!(c.contains("lockstress -d 10 -w rename;"), "{c}");
+    assert!(!c.contains(" -t "), "{c}");
+    assert!(c.find("LOCKHITS0").unwrap() < c.find("lockstress -d").unwrap());
+    assert!(c.find("LOCKHITS1").unwrap() > c.find("lockstress -d").unwrap());
+    assert!(c.ends_with("exit $rc"));
+    assert!(c.len() < pvsched_vmtest::MAX_COMMAND_LEN);
+    assert!(!c.contains('\n'));
+    assert!(lockstress_cmd(5, Workload::Files, 8).contains("lockstress -d 5 -w files -t 8;"));
+    assert!(trigger_cmd().len() < pvsched_vmtest::MAX_COMMAND_LEN);
+}
+
+#[test]
+fn a_run_parses_with_and_without_the_trigger() {
+    // Arrange
+    let json = "{\"workload\":\"rename\",\"threads\":4,\"cpus\":2,\"ops\":61601,\
+                \"ops_per_s\":6132.6,\"elapsed_s\":10.045,\"per_s\":[18034,7980],\
+                \"thread_ops_min\":13775,\"thread_ops_max\":17395,\"failed\":false}";
+    let out = format!("LOCKHITS0 1200\n{json}\nLOCKHITS1 33328\n");
+
+    // Act
+    let (r, k) = parse_run(&out).unwrap();
+    let (_, none) = parse_run(&format!("LOCKHITS0 \n{json}\nLOCKHITS1 \n")).unwrap();
+
+    // Assert
+    assert_eq!((r.ops, r.threads, r.per_s.len()), (61601, 4, 2));
+    assert_eq!(r.ops_per_s, 6132.6);
+    assert_eq!(k, Some(32128));
+    assert_eq!(none, None);
+    assert!(parse_run("lockstress: open: ENOSPC").is_err());
+}
+
+#[test]
+fn each_pvsched_mode_sets_its_own_lock_handling() {
+    // Arrange: a user overlay that already sets it and another key.
+    let user: toml::Table = "[defaults]\nhonor_lock_holders = true\nboost_share_permille = 300\n\
+                             [daemon]\nlazy_events = false\n"
+        .parse()
+        .unwrap();
+
+    // Act
+    let off = mode_overlay(&user, false);
+    let on = mode_overlay(&toml::Table::new(), true);
+
+    // Assert
+    assert_eq!(off["defaults"]["honor_lock_holders"].as_bool(), Some(false));
+    assert_eq!(
+        off["defaults"]["boost_share_permille"].as_integer(),
+        Some(300)
+    );
+    assert_eq!(off["daemon"]["lazy_events"].as_bool(), Some(false));
+    assert_eq!(on["defaults"]["honor_lock_holders"].as_bool(), Some(true));
+    let cfg = crate::daemon::config_toml_vms(Path::new("/r"), &[], &off);
+    assert!(cfg.contains("honor_lock_holders = false"), "{cfg}");
+}
+
+#[test]
+fn plan_counts_one_phase_per_case_mode_and_repeat() {
+    let s = LockSettings {
+        base: Settings {
+            repeat: 5,
+            ..Settings::example()
+        },
+        cases: LockCase::ALL.to_vec(),
+        modes: LockMode::ALL.to_vec(),
+        workload: Workload::Rename,
+        threads: 0,
+    };
+    assert_eq!(plan(&s), (30, 300.0));
+}
+
+#[test]
+fn the_plot_title_names_the_run_and_its_command() {
+    // Arrange
+    let mut raw = LocksRaw {
+        scenario: "locks".into(),
+        meta: LocksMeta {
+            base: Meta {
+                command: "target/release/pvsched-bench --scenario locks --repeat 1".into(),
+                started: "2026-11-24 22:05:11".into(),
+                repeat: 1,
+                duration_s: 5,
+                accel: "tcg".into(),
+                ..Default::default()
+            },
+            workload: "rename".into(),
+            ..Default::default()
+        },
+        cases: vec![],
+        modes: vec![],
+        phases: vec![],
+        sessions: vec![],
+    };
+
+    // Act
+    let t = plot_title(&raw);
+    raw.meta.base.command = format!("x {}", "--a ".repeat(40));
+    let long = plot_title(&raw);
+
+    // Assert
+    assert_eq!(
+        t,
+        "lockstress rename ops/s per mode (bar: median, line: min-max of 1 x 5 s, TCG); \
+         run 2026-11-24 22:05:11: pvsched-bench --scenario locks --repeat 1"
+    );
+    assert!(long.ends_with('…') && long.len() < 200, "{long}");
+}
+
+#[test]
+fn the_least_disturbed_try_is_kept() {
+    let p = |f: f64| Phase {
+        case: LockCase::Overcommitted,
+        mode: LockMode::Vanilla,
+        rep: 1,
+        window_s: 10.0,
+        host_cpus: 2,
+        foreign_cpu: f,
+        vms: vec![],
+        machine_busy: None,
+        daemon_cpu_s: None,
+        daemon_counters: BTreeMap::new(),
+    };
+    assert_eq!(
+        least_disturbed(Some(p(0.3)), Some(p(0.2))).map(|x| x.foreign_cpu),
+        Some(0.2)
+    );
+    assert_eq!(
+        least_disturbed(Some(p(0.1)), Some(p(0.2))).map(|x| x.foreign_cpu),
+        Some(0.1)
+    );
+    assert_eq!(
+        least_disturbed(None, Some(p(0.5))).map(|x| x.foreign_cpu),
+        Some(0.5)
+    );
+    assert!(least_disturbed(None, None).is_none());
+}
+
+#[test]
+fn the_progress_line_names_each_vm() {
+    let p = Phase {
+        case: LockCase::Alone,
+        mode: LockMode::PvschedLock,
+        rep: 1,
+        window_s: 10.0,
+        host_cpus: 2,
+        foreign_cpu: 0.02,
+        machine_busy: None,
+        daemon_cpu_s: None,
+        daemon_counters: BTreeMap::new(),
+        vms: vec![
+            VmPhase {
+                name: VM_A.into(),
+                ran: true,
+                result: Some(LockstressResult {
+                    ops_per_s: 1234.4,
+                    ..Default::default()
+                }),
+                cpu_s: 15.0,
+                guest_locks: Some(GuestLocks {
+                    contended: 7,
+                    preempted: 1,
+                }),
+                ..Default::default()
+            },
+            VmPhase {
+                name: VM_B.into(),
+                cpu_s: 5.0,
+                ..Default::default()
+            },
+        ],
+    };
+    let l = phase_line(&p);
+    assert!(
+        l.starts_with("lock-a 1234 ops/s (CPU 15.00 s, 75.0 % of the VMs), 7 contentions, 1 holder preempted | lock-b idle (CPU 5.00 s, 25.0 % of the VMs)"),
+        "{l}"
+    );
+    assert!(l.ends_with("other load 2 %"));
+}
