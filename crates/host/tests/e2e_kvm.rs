@@ -90,6 +90,16 @@ fn vcpu_tid(vm: &Vm, vcpu: usize) -> i32 {
         .1
 }
 
+/// A child process killed (and reaped) when this goes out of scope.
+struct KilledOnDrop(std::process::Child);
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Runs `cmd` in the guest to its end.
 fn guest_run(vm: &Vm, cmd: &str, timeout: Duration) {
     let task = guest_answers(vm, vm.spawn(cmd), "spawn in the guest");
@@ -194,10 +204,14 @@ kvm_test! {
         // Guest and a host hog share CPU 0, so the vCPU waits behind it.
         let vm = kvm_guest(1, Some(vec![0]));
         let d = serve("kvm-irq", &vm, "proactive_halt = false\nproactive_wake = false");
-        let mut hog = std::process::Command::new("taskset")
-            .args(["-c", "0", "sh", "-c", "while :; do :; done"])
-            .spawn()
-            .expect("start a host hog");
+        // Killed on every way out: a hog left behind by a failed attempt
+        // would starve the host VM's CPU 0 for the tests after it.
+        let _hog = KilledOnDrop(
+            std::process::Command::new("taskset")
+                .args(["-c", "0", "sh", "-c", "while :; do :; done"])
+                .spawn()
+                .expect("start a host hog"),
+        );
 
         guest_run(
             &vm,
@@ -206,8 +220,6 @@ kvm_test! {
         );
         let targeted = metric(&d, "pvsched_events_total{kind=\"interrupt_targeted\"}");
         let irq_boosts = metric(&d, "pvsched_decisions_total{vm=\"kvm\",reason=\"proactive_irq\"}");
-        let _ = hog.kill();
-        let _ = hog.wait();
 
         assert!(targeted > 0.0, "no interrupt_targeted event; log:\n{}", d.log());
         assert!(

@@ -252,7 +252,13 @@ impl HostVm {
     /// Runs `cmd` (one line of shell) as root in the host VM; its exit status
     /// and output. The host VM's own failure comes as [`Error::HostVmFailed`].
     pub fn exec(&self, cmd: &str, timeout: Duration) -> Result<(i32, String)> {
-        match self.vm.exec(cmd, timeout) {
+        // A host VM that does not even start the command is hung: told now,
+        // not after the command's whole timeout (CI saw one CPU of it stop
+        // answering IPIs, "Watchdog remote CPU 1 read timed out").
+        match self
+            .vm
+            .exec_started_within(cmd, timeout, Some(ALIVE_TIMEOUT))
+        {
             Ok(r) => Ok(r),
             Err(e) => Err(self.classify(e)),
         }

@@ -38,6 +38,16 @@ pub enum Error {
         output: String,
     },
 
+    /// The guest did not start a command within the time asked
+    /// ([`crate::Vm::exec_started_within`]): it is not answering.
+    #[error("VM {vm}: command not started within {within:?}: {command}\nconsole tail:\n{console}")]
+    CommandNotStarted {
+        vm: String,
+        command: String,
+        within: Duration,
+        console: String,
+    },
+
     /// A guest command did not finish in time (it was killed in the guest).
     #[error("VM {vm}: command timed out after {timeout:?}: {command}\nconsole tail:\n{console}")]
     CommandTimeout {

@@ -642,6 +642,19 @@ impl Vm {
     /// (rounded up to whole seconds), which returns [`Error::CommandTimeout`].
     /// One line of printable ASCII, at most [`MAX_COMMAND_LEN`] bytes.
     pub fn exec(&self, cmd: &str, timeout: Duration) -> Result<(i32, String)> {
+        self.exec_started_within(cmd, timeout, None)
+    }
+
+    /// Like [`Vm::exec`], but a guest that has not started the command
+    /// (printed its begin marker) within `must_start` is not answering:
+    /// [`Error::CommandNotStarted`], not a wait for the whole `timeout`. For
+    /// long commands in a guest that may hang (the KVM host VM).
+    pub fn exec_started_within(
+        &self,
+        cmd: &str,
+        timeout: Duration,
+        must_start: Option<Duration>,
+    ) -> Result<(i32, String)> {
         if let Some(c) = cmd.chars().find(|c| c.is_control() && *c != '\t') {
             return Err(Error::BadCommand {
                 command: cmd.to_string(),
@@ -724,6 +737,19 @@ impl Vm {
                 return Err(self.exited_error());
             }
             let now = Instant::now();
+            if let Some(start_within) = must_start {
+                if now.duration_since(start) >= start_within
+                    && find(&buf.data, begin.as_bytes(), 0).is_none()
+                {
+                    drop(buf);
+                    return Err(Error::CommandNotStarted {
+                        vm: self.name.clone(),
+                        command: cmd.to_string(),
+                        within: start_within,
+                        console: self.console.tail(2000),
+                    });
+                }
+            }
             if now >= deadline {
                 drop(buf);
                 return Err(Error::CommandTimeout {
