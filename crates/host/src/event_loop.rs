@@ -317,7 +317,8 @@ impl Daemon {
         }
         // A record queued without a wakeup (the program says so) is read
         // late: the policy gets the time it happened (its accounting), the
-        // reaction metric skips it. The slots it asks to read are read after
+        // reaction metric skips it. When it is older than
+        // `serving::LATE_RECORD_NS`, the slots it asks to read are read after
         // the drain, at the present: a slot shows the present, and a boost
         // decided at the record's time would be charged from then, before it
         // was applied (a lone vCPU's records queued for a 5 s scan charged 3 s
@@ -329,7 +330,7 @@ impl Daemon {
         let scratch = &mut self.scratch;
         let meaning = HostEventMeaning::of(kind, vcpu, rivals);
         let reads = SlotReads::for_event(&vm.policy, vcpu, meaning.event.as_ref());
-        if lazy {
+        if lazy && serving::reads_at_present(ts, wall) {
             self.late_reads.extend(reads.map(|w| (vm_id, w)));
         } else {
             for w in reads {

@@ -25,6 +25,21 @@ pub const DEFAULT_DISCOVERY_INTERVAL_NS: u64 = 1_000_000_000;
 /// default; a longer poll is a busy vCPU, not a halt.
 pub const ADVISOR_MAX_WINDOW_NS: u64 = 1_000_000;
 
+/// A lazy record (queued without waking pvschedd) older than this when it
+/// is read has its slot reads made after the drain, at the present: a boost
+/// decided at its time would be charged from before it existed (a lone
+/// vCPU's records wait for a scan, seconds). A younger one is read with its
+/// event, as every record is: the policy then decides on the guest's state of
+/// that moment. Deferring every lazy record's read cost a loaded TCG guest
+/// its latency win (p99 0.07x of vanilla -> 0.24x, benchmarks/LOG.md).
+pub const LATE_RECORD_NS: u64 = 2_000_000;
+
+/// Whether a lazy record of time `record_ns`, read at `now`, has its slot
+/// reads at the present (see [`LATE_RECORD_NS`]).
+pub fn reads_at_present(record_ns: u64, now: u64) -> bool {
+    now.saturating_sub(record_ns) > LATE_RECORD_NS
+}
+
 /// Whether the host is overloaded at CPU pressure `some_avg10_percent` (PSI cpu `some
 /// avg10`, 0..=100) against `threshold_percent`: strictly above it.
 pub fn overloaded(some_avg10_percent: f64, threshold_percent: f64) -> bool {
@@ -250,5 +265,13 @@ mod tests {
         assert_eq!(pooled.observed_ns(), observed);
         assert_eq!(pooled.advise(50).map(|p| p.halts), Some(2));
         assert_eq!(PooledHalts::default().advise(50), None);
+    }
+
+    #[test]
+    fn only_a_late_record_has_its_slots_read_at_the_present() {
+        assert!(!reads_at_present(10_000_000, 10_000_000 + LATE_RECORD_NS));
+        assert!(reads_at_present(10_000_000, 10_000_001 + LATE_RECORD_NS));
+        // A record stamped after the read (clocks of two CPUs) is never late.
+        assert!(!reads_at_present(10_000_000, 9_000_000));
     }
 }
