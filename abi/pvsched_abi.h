@@ -38,6 +38,10 @@
 #include <linux/build_bug.h>
 #define PVSCHED_STATIC_ASSERT(cond, msg) static_assert(cond, msg)
 #define PVSCHED_OFFSETOF(type, member) offsetof(type, member)
+#elif defined(__bpf__)
+/* A BPF program: the fixed-width types come from its vmlinux.h. */
+#define PVSCHED_STATIC_ASSERT(cond, msg) _Static_assert(cond, msg)
+#define PVSCHED_OFFSETOF(type, member) __builtin_offsetof(type, member)
 #else
 #include <stddef.h>
 #include <stdint.h>

@@ -1,4 +1,7 @@
-//! Builds the BPF object (src/bpf/pvsched.bpf.c) and its Rust skeleton.
+//! Builds the BPF objects and their Rust skeletons: the event programs
+//! (src/bpf/pvsched.bpf.c) and the sched_ext scheduler
+//! (src/bpf/sched_ext.bpf.c, always against `vmlinux_min.h` and its own
+//! `scx_min.h`).
 //!
 //! `vmlinux.h` comes from `PVSCHED_VMLINUX_H`:
 //! - unset or `min` (default): the checked-in `src/bpf/vmlinux_min.h`. The
@@ -27,6 +30,7 @@ use libbpf_cargo::SkeletonBuilder;
 mod intf;
 
 const SRC: &str = "src/bpf/pvsched.bpf.c";
+const SCX_SRC: &str = "src/bpf/sched_ext.bpf.c";
 const BTF: &str = "/sys/kernel/btf/vmlinux";
 
 fn bpftool_vmlinux_h(dst: &Path) -> Result<(), String> {
@@ -54,7 +58,13 @@ fn main() {
 
     println!("cargo:rerun-if-env-changed=PVSCHED_VMLINUX_H");
     println!("cargo:rerun-if-env-changed=PVSCHED_BPF_CLANG");
-    for f in ["pvsched.bpf.c", "intf.h", "vmlinux_min.h"] {
+    for f in [
+        "pvsched.bpf.c",
+        "sched_ext.bpf.c",
+        "scx_min.h",
+        "intf.h",
+        "vmlinux_min.h",
+    ] {
         println!("cargo:rerun-if-changed={}", bpf_dir.join(f).display());
     }
 
@@ -92,21 +102,29 @@ fn main() {
     }
     println!("cargo:rerun-if-changed=build/intf.rs");
 
-    let skel = out.join("pvsched.skel.rs");
-    let mut builder = SkeletonBuilder::new();
-    builder.source(manifest.join(SRC)).clang_args([
-        "-Wall".into(),
-        "-I".into(),
-        hdr_dir.clone().into_os_string(),
-        "-I".into(),
-        bpf_dir.clone().into_os_string(),
-    ]);
-    if let Some(clang) = env::var_os("PVSCHED_BPF_CLANG") {
-        builder.clang(clang);
-    }
-    if let Err(e) = builder.build_and_generate(&skel) {
-        panic!(
-            "building {SRC} failed (needs clang, and libelf-dev + zlib1g-dev for libbpf-sys): {e:#}"
-        );
+    let abi_dir = manifest.join("../../abi");
+    println!(
+        "cargo:rerun-if-changed={}",
+        abi_dir.join("pvsched_abi.h").display()
+    );
+    for (src, skel) in [(SRC, "pvsched.skel.rs"), (SCX_SRC, "sched_ext.skel.rs")] {
+        let mut builder = SkeletonBuilder::new();
+        builder.source(manifest.join(src)).clang_args([
+            "-Wall".into(),
+            "-I".into(),
+            hdr_dir.clone().into_os_string(),
+            "-I".into(),
+            bpf_dir.clone().into_os_string(),
+            "-I".into(),
+            abi_dir.clone().into_os_string(),
+        ]);
+        if let Some(clang) = env::var_os("PVSCHED_BPF_CLANG") {
+            builder.clang(clang);
+        }
+        if let Err(e) = builder.build_and_generate(out.join(skel)) {
+            panic!(
+                "building {src} failed (needs clang, and libelf-dev + zlib1g-dev for libbpf-sys): {e:#}"
+            );
+        }
     }
 }

@@ -626,12 +626,17 @@ mod tests {
             cs_budget_ms: 0.0,
             cs_debt_ms: 0.0,
             cs_latched: false,
+            scx_extensions: 0,
+            scx_extended_ms: 0.0,
+            scx_extensions_refused: 0,
+            scx_boost_preempts: 0,
         };
         Status {
             pid: 1,
             uptime_s: 1.0,
             event_source: "bpf".into(),
             dropped_events: 0,
+            backend: Default::default(),
             vms: vec![VmStatus {
                 name: name.into(),
                 tgid: 100,

@@ -145,7 +145,32 @@ pub struct Status {
     pub uptime_s: f64,
     pub event_source: String,
     pub dropped_events: u64,
+    /// Which mechanism carries boosts (`daemon.backend`).
+    #[serde(default)]
+    pub backend: BackendStatus,
     pub vms: Vec<VmStatus>,
+}
+
+/// The backend: configured, running, and the sched_ext scheduler's counters.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BackendStatus {
+    /// `auto`, `sched_ext` or `rt`, as configured.
+    pub configured: String,
+    /// `sched_ext` or `rt`: the one serving now.
+    pub active: String,
+    /// Why rt serves although sched_ext was wanted: `auto` found none, or
+    /// the kernel ended the scheduler (its reason).
+    pub note: Option<String>,
+    /// Times the kernel ended the scheduler while serving.
+    pub fallbacks: u64,
+    /// The scheduler's counters (sched_ext active), as of the last scan:
+    /// enqueues, boosted enqueues that preempted a task / went to the boost
+    /// queue, slice-end extensions granted / refused over the allowance.
+    pub enqueues: u64,
+    pub boost_preempts: u64,
+    pub boost_queued: u64,
+    pub extensions: u64,
+    pub extensions_refused: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -255,6 +280,17 @@ pub struct VcpuStatus {
     /// Critical-section boosts of this vCPU are refused until `cs_debt_ms` is repaid.
     #[serde(default)]
     pub cs_latched: bool,
+    /// sched_ext backend: slice-end extensions the scheduler granted this
+    /// vCPU, their total time, and those refused over its allowance.
+    #[serde(default)]
+    pub scx_extensions: u64,
+    #[serde(default)]
+    pub scx_extended_ms: f64,
+    #[serde(default)]
+    pub scx_extensions_refused: u64,
+    /// sched_ext backend: boosted enqueues that preempted a task.
+    #[serde(default)]
+    pub scx_boost_preempts: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -377,6 +413,7 @@ mod tests {
             uptime_s: 2.0,
             event_source: "bpf".into(),
             dropped_events: 0,
+            backend: BackendStatus::default(),
             vms: vec![],
         });
         let line = serde_json::to_string(&resp).unwrap();

@@ -96,6 +96,24 @@ pub fn render(s: &Status) -> String {
         s.dropped_events,
         s.vms.len()
     );
+    let b = &s.backend;
+    if !b.active.is_empty() {
+        let _ = write!(out, "backend {} (configured {})", b.active, b.configured);
+        if b.active == "sched_ext" {
+            let _ = write!(
+                out,
+                "  enqueues {}  boosted: preempting {}, queued {}  extensions {} (refused {})",
+                b.enqueues, b.boost_preempts, b.boost_queued, b.extensions, b.extensions_refused
+            );
+        }
+        if b.fallbacks > 0 {
+            let _ = write!(out, "  fallbacks {}", b.fallbacks);
+        }
+        let _ = writeln!(out);
+        if let Some(note) = &b.note {
+            let _ = writeln!(out, "  {note}");
+        }
+    }
     for vm in &s.vms {
         let _ = writeln!(
             out,
@@ -235,6 +253,10 @@ mod tests {
                 cs_budget_ms: if cs_latched { 0.0 } else { 2.0 },
                 cs_debt_ms: if cs_latched { 1.5 } else { 0.0 },
                 cs_latched,
+                scx_extensions: 0,
+                scx_extended_ms: 0.0,
+                scx_extensions_refused: 0,
+                scx_boost_preempts: 0,
             }],
             latency_path: vec![],
         }
@@ -247,6 +269,12 @@ mod tests {
             uptime_s: 2.0,
             event_source: "bpf".into(),
             dropped_events: 0,
+            backend: pvsched_control::BackendStatus {
+                configured: "auto".into(),
+                active: "rt".into(),
+                note: Some("the kernel has no sched_ext".into()),
+                ..Default::default()
+            },
             vms: vec![vm],
         };
 

@@ -10,7 +10,7 @@ pub fn generate(header: &Path) -> Result<String, String> {
     // The header uses the kernel's fixed-width types, which the BPF side
     // gets from vmlinux.h.
     let wrapper = format!(
-        "typedef unsigned int __u32;\ntypedef unsigned long long __u64;\n#include \"{}\"\n",
+        "typedef unsigned int __u32;\ntypedef int __s32;\ntypedef unsigned long long __u64;\ntypedef long long __s64;\n#include \"{}\"\n",
         header.display()
     );
     bindgen::Builder::default()

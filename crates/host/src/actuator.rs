@@ -10,6 +10,7 @@ use pvsched_control::{Recording, TraceKind, TraceRecord};
 use pvsched_policy::{Decision, HostPolicy, Reason};
 use tracing::{debug, warn};
 
+use crate::backend::SchedExt;
 use crate::config::DaemonConfig;
 use crate::metrics::Metrics;
 use crate::vm::ServedVm;
@@ -109,6 +110,18 @@ pub struct ApplyContext<'a> {
     pub boost: &'a BoostMapping,
     pub metrics: &'a Metrics,
     pub recording: Option<&'a mut Recording>,
+    /// The sched_ext backend's scheduler, which then carries every boost
+    /// (`None`: the rt backend).
+    pub scx: Option<&'a SchedExt>,
+}
+
+/// A boost for this reason holds on the sched_ext backend until the daemon
+/// ends it, whatever the guest's slot says (`pvs_scx_boost_kind`).
+fn proactive(reason: Reason) -> bool {
+    matches!(
+        reason,
+        Reason::ProactiveWake | Reason::ProactiveIrq | Reason::ProactiveHalt | Reason::LockHolder
+    )
 }
 
 /// Puts `decisions` (in order; the last for a vCPU wins) into force on
@@ -123,7 +136,14 @@ pub fn apply_decisions(vm: &mut ServedVm, decisions: &[Decision], ctx: ApplyCont
         boost,
         metrics,
         recording,
+        scx,
     } = ctx;
+    // The scheduler carries every boost itself: none goes to the fair class.
+    let boost = if scx.is_some() {
+        &BoostMapping::RT
+    } else {
+        boost
+    };
     let mut lost = false;
     for (i, d) in decisions.iter().enumerate() {
         if decisions[i + 1..].iter().any(|later| later.vcpu == d.vcpu) {
@@ -135,7 +155,7 @@ pub fn apply_decisions(vm: &mut ServedVm, decisions: &[Decision], ctx: ApplyCont
         let want = thread_params(d, boost);
         let was_boosted = m.boosted();
         let call = monotonic_ns();
-        match m.apply(&want) {
+        match m.apply(&want, scx, proactive(d.reason)) {
             Ok(true) => {
                 let done = monotonic_ns();
                 if let Some(ts) = event_ts.filter(|&ts| done >= ts) {
@@ -184,7 +204,7 @@ pub fn apply_decisions(vm: &mut ServedVm, decisions: &[Decision], ctx: ApplyCont
         let boost = vm.strongest_boost();
         for lp in vm.latency_path.iter_mut() {
             let want = boost.unwrap_or(lp.original);
-            if let Err(e) = lp.apply(&want) {
+            if let Err(e) = lp.apply(&want, scx, true) {
                 debug!(vm = %vm.name, tid = lp.handle.tid, error = %e, "latency-path thread");
             }
         }
@@ -386,8 +406,8 @@ mod tests {
         with_parked_thread(|tid, m| {
             let nicer = ThreadParams::other(m.original.nice + 1);
 
-            assert!(m.apply(&nicer).unwrap());
-            assert!(!m.apply(&nicer).unwrap());
+            assert!(m.apply(&nicer, None, false).unwrap());
+            assert!(!m.apply(&nicer, None, false).unwrap());
             assert!(m.restore().unwrap());
             assert_eq!(sched::get_params(tid).unwrap().nice, m.original.nice);
         });
@@ -405,9 +425,9 @@ mod tests {
             let boost = params_of(RR2, Reason::ProactiveHalt, &fair);
 
             let before = m.boosted();
-            assert!(m.apply(&boost).unwrap());
+            assert!(m.apply(&boost, None, false).unwrap());
             let during = m.boosted();
-            assert!(!m.apply(&boost).unwrap());
+            assert!(!m.apply(&boost, None, false).unwrap());
             assert!(m.restore().unwrap());
             (before, during, m.boosted())
         });

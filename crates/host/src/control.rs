@@ -21,6 +21,7 @@ use pvsched_control::{
 use pvsched_policy::VmLimits;
 use tracing::info;
 
+use crate::backend::{BackendState, SchedExt};
 use crate::config::{self, Resolved};
 use crate::events::EventSource;
 use crate::kvm_apply::HaltPollApply;
@@ -50,6 +51,8 @@ pub struct Served<'a> {
     pub metrics: &'a Metrics,
     pub halt_poll: &'a mut HaltPollApply,
     pub state: &'a StateKeeper,
+    pub backend: &'a BackendState,
+    pub scx: Option<&'a SchedExt>,
 }
 
 impl ControlServer {
@@ -268,6 +271,10 @@ impl ControlServer {
                         let g = vm.policy.guest_view(i as u32);
                         let s = vm.policy.vcpu_stats(i as u32).unwrap_or_default();
                         let host = vm.policy.host_half(i as u32, now);
+                        let x = d
+                            .scx
+                            .and_then(|s| s.vcpu(m.handle.tid as u32))
+                            .unwrap_or_default();
                         VcpuStatus {
                             index: i as u32,
                             tid: m.handle.tid,
@@ -290,6 +297,10 @@ impl ControlServer {
                             cs_budget_ms: s.cs_budget_ns as f64 * 1e-6,
                             cs_debt_ms: s.cs_debt_ns as f64 * 1e-6,
                             cs_latched: s.cs_latched,
+                            scx_extensions: x.ext_count,
+                            scx_extended_ms: x.ext_ns as f64 * 1e-6,
+                            scx_extensions_refused: x.ext_refused,
+                            scx_boost_preempts: x.boost_preempts,
                         }
                     })
                     .collect();
@@ -352,6 +363,7 @@ impl ControlServer {
             uptime_s: self.started.elapsed().as_secs_f64(),
             event_source: d.source.name().to_string(),
             dropped_events: d.source.dropped_events(),
+            backend: d.backend.status.clone(),
             vms,
         }
     }

@@ -18,9 +18,10 @@ use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFl
 use pvsched_base::clock::monotonic_ns;
 use pvsched_control::TraceRecord;
 use pvsched_policy::{serving, Decision, Decisions, Event, SlotReads};
-use tracing::{error, info};
+use tracing::{debug, error, info, warn};
 
 use crate::actuator;
+use crate::backend::{BackendState, SchedExt};
 use crate::config::Resolved;
 use crate::control::{ControlServer, Served};
 use crate::discovery::{self, DiscoveryMsg, Snapshot};
@@ -77,6 +78,9 @@ pub struct Daemon {
     /// drain is over, at the present (see `on_host_event`).
     late_reads: Vec<(u32, u32)>,
     overloaded: bool,
+    /// The sched_ext backend's scheduler while it runs (`None`: rt backend).
+    scx: Option<SchedExt>,
+    backend: BackendState,
     disc_rx: Receiver<DiscoveryMsg>,
     disc_fd: Arc<EventFd>,
     stop: Arc<AtomicBool>,
@@ -92,6 +96,8 @@ impl Daemon {
         metrics: Arc<Metrics>,
         recovered: statefile::Restored,
         doorbells: Vec<Doorbell>,
+        scx: Option<SchedExt>,
+        backend: BackendState,
     ) -> Result<Self, DaemonError> {
         let d = &cfg.config.daemon;
         let state = StateKeeper::new(d.state_file.clone(), recovered.left);
@@ -121,6 +127,8 @@ impl Daemon {
             late_reads: Vec::new(),
             next_recheck: u64::MAX,
             overloaded: false,
+            scx,
+            backend,
             disc_rx,
             disc_fd,
             stop,
@@ -217,6 +225,8 @@ impl Daemon {
                         metrics: &self.metrics,
                         halt_poll: &mut self.halt_poll,
                         state: &self.state,
+                        backend: &self.backend,
+                        scx: self.scx.as_ref(),
                     }),
                     t => {
                         if let Some(i) = self.doorbells.of_token(t) {
@@ -389,6 +399,7 @@ impl Daemon {
                     boost: &self.boost_mapping,
                     metrics: &self.metrics,
                     recording: self.control.recording(),
+                    scx: self.scx.as_ref(),
                 },
             );
         }
@@ -477,8 +488,11 @@ impl Daemon {
         // vCPU runs again only when it wakes: the timer runs while any vCPU
         // is boosted, at most one wakeup per recheck_boosted_us for them all.
         // A VM with a doorbell needs none of it: its guest rings.
+        // On the sched_ext backend a boost matters only when its vCPU is
+        // queued, and the scheduler then checks the slot itself (a guest
+        // boost holds while the slot backs it): no timer.
         let lazy = self.quiet_active();
-        let wanted = self.vms.iter().any(|vm| vm.recheck_wanted(lazy));
+        let wanted = self.scx.is_none() && self.vms.iter().any(|vm| vm.recheck_wanted(lazy));
         self.next_recheck = serving::next_recheck(
             self.next_recheck,
             now,
@@ -509,6 +523,7 @@ impl Daemon {
             self.metrics.records.set(records as i64);
             self.metrics.lazy_records.set(lazy as i64);
             self.retry_leftover();
+            self.check_backend(now);
             // A region truncated under us is no longer the guest's: its VM
             // is restored and dropped before anything reads it (one fstat
             // per VM per scan).
@@ -547,6 +562,45 @@ impl Daemon {
             self.apply(id, None, now);
         }
         self.drop_gone();
+    }
+
+    /// At each scan, on the sched_ext backend: falls back to the rt backend
+    /// when the kernel has ended the scheduler (every task is back in the
+    /// fair class then: a boost it carried becomes an RT boost again), else
+    /// raises each vCPU's extension allowance.
+    fn check_backend(&mut self, now: u64) {
+        let Some(scx) = self.scx.as_ref() else {
+            return;
+        };
+        if let Some(exit) = scx.exited() {
+            error!(reason = %exit, "the kernel ended pvsched's sched_ext scheduler; falling back to the rt backend");
+            self.metrics.scx_fallbacks.inc();
+            self.backend.fell_back(exit.to_string());
+            self.scx = None;
+            for vm in self.vms.iter_mut() {
+                for m in vm.vcpus.iter_mut().chain(vm.latency_path.iter_mut()) {
+                    if let Err(e) = m.move_to_kernel() {
+                        warn!(vm = %vm.name, tid = m.handle.tid, error = %e, "boost to the RT class");
+                    }
+                }
+            }
+            self.update_recheck(now);
+            return;
+        }
+        let share = u64::from(self.cfg.config.daemon.scx_extension_share_permille);
+        let burst = 2 * scx.options().extension_ns;
+        for vm in self.vms.iter_mut() {
+            crate::vm_table::find_slots(scx, vm);
+            for m in &mut vm.vcpus {
+                let tid = m.handle.tid as u32;
+                let Some(done) = scx.vcpu(tid) else { continue };
+                let allowed = m.ext_allowance.next(now, done.ext_ns, share, burst);
+                if let Err(e) = scx.allow_extensions(tid, allowed) {
+                    debug!(vm = %vm.name, tid, error = %e, "extension allowance");
+                }
+            }
+        }
+        self.backend.record(scx.totals());
     }
 
     /// Restores every thread and clears the host halves; removes the state
@@ -588,13 +642,13 @@ impl Daemon {
             error!(vm = %vm.name, error = %e, "cannot record the threads in the state file: not serving");
             return;
         }
-        self.vms.serve(id, vm, &mut self.source);
+        self.vms.serve(id, vm, &mut self.source, self.scx.as_ref());
         self.metrics.vms.set(self.vms.served() as i64);
     }
 
     /// Restores and drops the VMs marked gone.
     fn drop_gone(&mut self) {
-        let Some(left) = self.vms.drop_gone(&mut self.source) else {
+        let Some(left) = self.vms.drop_gone(&mut self.source, self.scx.as_ref()) else {
             return;
         };
         self.state.keep_unrestored(left);

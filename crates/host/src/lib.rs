@@ -4,6 +4,7 @@
 //! come from `pvsched-policy`; this crate is the mechanism around it.
 
 pub mod actuator;
+pub mod backend;
 pub mod config;
 pub mod control;
 pub mod discovery;

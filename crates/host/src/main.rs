@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use clap::Parser;
 use pvsched_base::caps::{self, Capability};
+use pvsched_host::backend;
 use pvsched_host::config::{Config, DaemonConfig, EventSourceKind, DEFAULT_CONFIG_PATH};
 use pvsched_host::event_loop::{block_stop_signals, Daemon};
 use pvsched_host::events::EventSource;
@@ -29,6 +30,9 @@ struct Cli {
     /// Override daemon.event_source: auto, bpf or poll.
     #[arg(long, value_parser = ["auto", "bpf", "poll"])]
     event_source: Option<String>,
+    /// Override daemon.backend: auto, sched_ext or rt.
+    #[arg(long, value_parser = ["auto", "sched_ext", "rt"])]
+    backend: Option<String>,
     /// Override daemon.state_file.
     #[arg(long)]
     state_file: Option<PathBuf>,
@@ -95,6 +99,13 @@ fn main() -> ExitCode {
             _ => EventSourceKind::Auto,
         };
     }
+    if let Some(b) = &cli.backend {
+        d.backend = match b.as_str() {
+            "sched_ext" => backend::BackendChoice::SchedExt,
+            "rt" => backend::BackendChoice::Rt,
+            _ => backend::BackendChoice::Auto,
+        };
+    }
     if let Some(p) = cli.state_file {
         d.state_file = p;
     }
@@ -148,6 +159,10 @@ fn run(
     }
     let source = EventSource::open(&d.source_options())?;
     info!(source = source.name(), "event source");
+    // The scheduler loads while the daemon still has CAP_BPF/CAP_SYS_ADMIN.
+    let (scx, note) = backend::choose(d.backend, d.sched_ext_options())
+        .map_err(|e| format!("backend sched_ext: {e}"))?;
+    let backend = backend::BackendState::new(d.backend, scx.is_some(), note);
     // Least privilege from here on. Capabilities belong to a thread, not the
     // process: drop them before the first helper thread (metrics, discovery,
     // control) is spawned, so that every thread inherits the reduced sets.
@@ -157,7 +172,9 @@ fn run(
     let metrics = Arc::new(Metrics::new());
     metrics::serve(&d.metrics, metrics.clone())
         .map_err(|e| format!("metrics {}: {e}", d.metrics))?;
-    let daemon = Daemon::new(resolved, source, metrics, recovered, doorbells)?;
+    let daemon = Daemon::new(
+        resolved, source, metrics, recovered, doorbells, scx, backend,
+    )?;
     // Only the event thread runs RT: the helper threads were spawned above
     // and keep the default policy.
     // SCHED_FIFO above every boost it applies (a boosted vCPU must never

@@ -4,7 +4,9 @@
 
 use pvsched_base::sched::{self, ThreadParams, SCHED_OTHER};
 use pvsched_base::thread::ThreadHandle;
+use pvsched_policy::ExtensionAllowance;
 
+use crate::backend::{SchedExt, ScxBoost};
 use crate::events::Quiet;
 use crate::statefile::ThreadRecord;
 
@@ -20,8 +22,19 @@ pub struct Managed {
     pub handle: ThreadHandle,
     /// Parameters before the daemon touched it: restored on exit.
     pub original: ThreadParams,
-    /// Parameters in force now (as last set, or the original).
+    /// Parameters in force now (as last set, or the original). With the
+    /// sched_ext backend a boost (RT params) is carried by the scheduler's
+    /// grant (`scx_boost`) while the kernel keeps `kernel`.
     pub applied: ThreadParams,
+    /// What `sched_setattr` last set (or the original).
+    pub kernel: ThreadParams,
+    /// The boost is carried by the sched_ext scheduler's grant.
+    pub scx_boost: bool,
+    /// Its slice-end extension allowance on the sched_ext backend.
+    pub ext_allowance: ExtensionAllowance,
+    /// The address of its slot in the VMM the sched_ext scheduler was
+    /// given (0: not found yet).
+    pub scx_slot: u64,
     /// Which of its records the event source queues without a wakeup, as
     /// last set.
     pub quiet: Quiet,
@@ -38,6 +51,10 @@ impl Managed {
             handle,
             original,
             applied: original,
+            kernel: original,
+            scx_boost: false,
+            ext_allowance: ExtensionAllowance::default(),
+            scx_slot: 0,
             quiet: Quiet::NONE,
             failures: 0,
         })
@@ -63,10 +80,19 @@ impl Managed {
     }
 
     /// Applies `want` unless already in force. Ok(true) when a call was made.
-    /// Refuses a thread id that no longer names the thread we opened.
-    pub fn apply(&mut self, want: &ThreadParams) -> std::io::Result<bool> {
+    /// Refuses a thread id that no longer names the thread we opened. With
+    /// `scx` (the sched_ext backend) an RT `want` is a boost in the
+    /// scheduler's grant (`proactive`: one the guest's slot does not back)
+    /// and the kernel keeps the thread's fair-class parameters.
+    pub fn apply(
+        &mut self,
+        want: &ThreadParams,
+        scx: Option<&SchedExt>,
+        proactive: bool,
+    ) -> std::io::Result<bool> {
+        let by_scx = scx.is_some() && want.is_rt();
         let same_slice = want.runtime == 0 || want.runtime == self.applied.runtime;
-        if want.same_class(&self.applied) && same_slice {
+        if want.same_class(&self.applied) && same_slice && by_scx == self.scx_boost {
             return Ok(false);
         }
         if !self.handle.is_alive() {
@@ -75,20 +101,68 @@ impl Managed {
                 "thread exited",
             ));
         }
-        sched::set_params(self.handle.tid, want)?;
+        let tid = self.handle.tid as u32;
+        match scx {
+            Some(s) if by_scx => {
+                let p = want.priority;
+                let boost = if proactive {
+                    ScxBoost::Proactive(p)
+                } else {
+                    ScxBoost::Guest(p)
+                };
+                s.set_boost(tid, boost).map_err(std::io::Error::other)?;
+                self.scx_boost = true;
+            }
+            _ => {
+                if self.scx_boost {
+                    if let Some(s) = scx {
+                        s.set_boost(tid, ScxBoost::None)
+                            .map_err(std::io::Error::other)?;
+                    }
+                    self.scx_boost = false;
+                }
+                let same_kernel = want.same_class(&self.kernel)
+                    && (want.runtime == 0 || want.runtime == self.kernel.runtime);
+                if !same_kernel {
+                    sched::set_params(self.handle.tid, want)?;
+                    self.kernel = *want;
+                }
+            }
+        }
         self.applied = *want;
         Ok(true)
     }
 
+    /// The sched_ext scheduler is gone (ejected by the kernel): a boost it
+    /// carried becomes the RT parameters it stood for. Ok(true) when a call
+    /// was made.
+    pub fn move_to_kernel(&mut self) -> std::io::Result<bool> {
+        if !self.scx_boost {
+            return Ok(false);
+        }
+        self.scx_boost = false;
+        let want = self.applied;
+        self.applied = self.kernel;
+        self.apply(&want, None, false)
+    }
+
     /// Puts the original parameters back, flags included (when they differ
-    /// and the thread lives). Ok(true) when a call was made.
+    /// and the thread lives). Ok(true) when a call was made. A boost the
+    /// sched_ext scheduler carries ends with the thread's grant (the caller
+    /// unregisters it) or with the scheduler.
     pub fn restore(&mut self) -> std::io::Result<bool> {
+        if self.scx_boost {
+            self.scx_boost = false;
+            self.applied = self.kernel;
+        }
         let original = self.original;
-        if !self.handle.is_alive() || original.same_setting(&self.applied) {
+        if !self.handle.is_alive() || original.same_setting(&self.kernel) {
+            self.applied = self.kernel;
             return Ok(false);
         }
         sched::set_params(self.handle.tid, &original)?;
         self.applied = original;
+        self.kernel = original;
         Ok(true)
     }
 }

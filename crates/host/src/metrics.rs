@@ -95,6 +95,8 @@ pub struct Metrics {
     /// How long each `sched_setattr` of a reaction took.
     pub setattr_seconds: Histogram,
     pub setattr_errors: Counter,
+    /// The kernel ended the sched_ext scheduler and the daemon fell back to rt.
+    pub scx_fallbacks: Counter,
     pub dropped_events: Gauge,
     /// BPF records submitted, and of those the lazy ones (no wakeup).
     pub records: Gauge,
@@ -165,6 +167,7 @@ impl Metrics {
             reaction_wakeup_seconds: Histogram::new(REACTION_BUCKETS_US.iter().map(|us| us * 1e-6)),
             setattr_seconds: Histogram::new(REACTION_BUCKETS_US.iter().map(|us| us * 1e-6)),
             setattr_errors: Counter::default(),
+            scx_fallbacks: Counter::default(),
             dropped_events: Gauge::default(),
             records: Gauge::default(),
             lazy_records: Gauge::default(),
@@ -236,6 +239,11 @@ impl Metrics {
             "setattr_errors",
             "sched_setattr calls that failed",
             m.setattr_errors.clone(),
+        );
+        registry.register(
+            "scx_fallbacks",
+            "Times the kernel ended the sched_ext scheduler and the daemon fell back to the rt backend",
+            m.scx_fallbacks.clone(),
         );
         registry.register(
             "dropped_events",

@@ -281,6 +281,32 @@ impl ServedVm {
         serving::recheck_wanted(self.doorbell, lazy_records, vcpus)
     }
 
+    /// Where each vCPU's slot is in the VMM's address space (0: not found),
+    /// for the sched_ext scheduler, which reads a slot while its vCPU thread
+    /// runs: the VMM's shared mapping of the region file (device and inode).
+    pub fn slot_addresses(&self) -> Vec<u64> {
+        let n = self.vcpus.len();
+        let mapping = self.region.metadata().ok().and_then(|meta| {
+            use std::os::unix::fs::MetadataExt;
+            let file = crate::discovery::FileId {
+                major: nix::sys::stat::major(meta.dev()),
+                minor: nix::sys::stat::minor(meta.dev()),
+                ino: meta.ino(),
+            };
+            crate::discovery::mappings_of(self.threads.tgid, file)
+                .ok()?
+                .into_iter()
+                .next()
+        });
+        let layout = self.region.region().layout();
+        (0..n)
+            .map(|i| {
+                let at = (layout.header_size + i * layout.slot_size) as u64;
+                mapping.and_then(|m| m.address_of(at)).unwrap_or(0)
+            })
+            .collect()
+    }
+
     /// The strongest boost among the vCPUs (what the latency path gets).
     pub fn strongest_boost(&self) -> Option<pvsched_base::sched::ThreadParams> {
         self.vcpus

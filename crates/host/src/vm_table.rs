@@ -9,6 +9,7 @@ use std::sync::mpsc::Sender;
 use pvsched_abi::{F_ALL, F_DOORBELL, F_IDLE_HINTS};
 use tracing::{error, info, warn};
 
+use crate::backend::SchedExt;
 use crate::config::Resolved;
 use crate::discovery::{DiscoveryRequest, OpenRequest};
 use crate::doorbell::Doorbells;
@@ -159,9 +160,20 @@ impl VmTable {
     }
 
     /// Serves `vm` as VM `id`: the event source tracks its threads from now.
-    pub fn serve(&mut self, id: u32, vm: ServedVm, source: &mut EventSource) {
+    /// With `scx` (the sched_ext backend) the scheduler knows its vCPU
+    /// threads and where their slots are.
+    pub fn serve(
+        &mut self,
+        id: u32,
+        mut vm: ServedVm,
+        source: &mut EventSource,
+        scx: Option<&SchedExt>,
+    ) {
         for (i, m) in vm.vcpus.iter().enumerate() {
             source.track(m.handle.tid as u32, id, i as u32);
+        }
+        if let Some(s) = scx {
+            register_with(s, &mut vm);
         }
         source.track_vmm(vm.threads.tgid as u32, id);
         info!(
@@ -178,7 +190,11 @@ impl VmTable {
     /// Restores and drops every VM marked gone, the event source untracking
     /// its threads: `None` when none was, else the records of the threads
     /// that live but could not be restored.
-    pub fn drop_gone(&mut self, source: &mut EventSource) -> Option<Vec<ThreadRecord>> {
+    pub fn drop_gone(
+        &mut self,
+        source: &mut EventSource,
+        scx: Option<&SchedExt>,
+    ) -> Option<Vec<ThreadRecord>> {
         let mut left = None::<Vec<ThreadRecord>>;
         for slot in self.slots.iter_mut() {
             if !slot.as_ref().is_some_and(|vm| vm.gone) {
@@ -188,6 +204,11 @@ impl VmTable {
                 let done = vm.restore_all();
                 for m in &vm.vcpus {
                     source.untrack(m.handle.tid as u32);
+                }
+                if let Some(s) = scx {
+                    for m in vm.vcpus.iter().chain(&vm.latency_path) {
+                        s.unregister(m.handle.tid as u32);
+                    }
                 }
                 source.untrack_vmm(vm.threads.tgid as u32);
                 info!(
@@ -233,5 +254,44 @@ impl VmTable {
         empty
             .chain(self.slots.len() as u32..)
             .filter(|id| !self.opening.values().any(|r| r == id))
+    }
+}
+
+/// Registers `vm`'s vCPU threads (with their slots, where the VMM maps
+/// them already) and latency-path threads (no slot) with the sched_ext
+/// scheduler.
+pub fn register_with(s: &SchedExt, vm: &mut ServedVm) {
+    let slots = vm.slot_addresses();
+    for (i, m) in vm.vcpus.iter_mut().enumerate() {
+        m.scx_slot = slots.get(i).copied().unwrap_or(0);
+        if let Err(e) = s.register(m.handle.tid as u32, m.scx_slot) {
+            warn!(vm = %vm.name, vcpu = i, error = %e, "sched_ext: cannot register the vCPU thread");
+        }
+    }
+    for m in &vm.latency_path {
+        if let Err(e) = s.register(m.handle.tid as u32, 0) {
+            warn!(vm = %vm.name, tid = m.handle.tid, error = %e, "sched_ext: cannot register the thread");
+        }
+    }
+}
+
+/// Gives the sched_ext scheduler the slots of `vm`'s vCPUs it has no
+/// address for yet: a VMM may map its region file after it is served.
+pub fn find_slots(s: &SchedExt, vm: &mut ServedVm) {
+    if vm.vcpus.iter().all(|m| m.scx_slot != 0) {
+        return;
+    }
+    let slots = vm.slot_addresses();
+    for (i, m) in vm.vcpus.iter_mut().enumerate() {
+        let found = slots.get(i).copied().unwrap_or(0);
+        if m.scx_slot == 0 && found != 0 {
+            match s.set_slot(m.handle.tid as u32, found) {
+                Ok(()) => {
+                    m.scx_slot = found;
+                    info!(vm = %vm.name, vcpu = i, "sched_ext: slot found in the VMM");
+                }
+                Err(e) => warn!(vm = %vm.name, vcpu = i, error = %e, "sched_ext: slot address"),
+            }
+        }
     }
 }

@@ -61,6 +61,7 @@
 
 pub mod decision;
 pub mod event;
+pub mod extension;
 pub mod fairness;
 pub mod guest;
 pub mod idle;
@@ -71,6 +72,7 @@ pub mod state;
 
 pub use decision::{Decision, Decisions, Reason, SchedParams, Target};
 pub use event::{Event, EventKind, ExitReason, Rivals, WakeSource};
+pub use extension::ExtensionAllowance;
 pub use fairness::{Budget, BudgetParams};
 pub use guest::{GuestPolicy, GuestView, LockHolder, PendingHint};
 pub use idle::{advise, DurationHistogram, IdleMeter, PollPrice, WakeHint};

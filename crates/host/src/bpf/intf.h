@@ -153,4 +153,84 @@ _Static_assert(__builtin_offsetof(struct pvs_event, cpu) == 28, "cpu");
 _Static_assert(__builtin_offsetof(struct pvs_event, arg) == 32, "arg");
 _Static_assert(sizeof(struct pvs_vcpu) == 16, "pvs_vcpu size");
 
+/*
+ * The sched_ext backend (sched_ext.bpf.c).
+ *
+ * Value of the `scx_grants` hash map, keyed by thread id (u32): what the
+ * daemon's policy grants a vCPU thread. Written only by the daemon, whole.
+ */
+struct pvs_scx_grant {
+	/* Address of the vCPU's slot (struct pvsched_slot) in its VMM's
+	 * address space; 0: unknown, no extension. Read with
+	 * bpf_probe_read_user while the vCPU thread is the current task. */
+	__u64 slot_addr;
+	/* Extension time this vCPU may have had in total since it was
+	 * registered: the daemon raises it as the VM's budget allows, the
+	 * program compares its own total (pvs_scx_vcpu.ext_ns) against it. */
+	__u64 ext_allowed_ns;
+	/* 0: not boosted; else the policy's RT priority for it (1..99):
+	 * dispatched ahead of unboosted tasks, preempting on wakeup. */
+	__u32 boost;
+	/* enum pvs_scx_boost_kind: what keeps the boost at an enqueue. */
+	__u32 boost_kind;
+};
+
+/*
+ * struct pvs_scx_grant.boost_kind. A boost for something the guest says
+ * (its RT task, a critical section, a boost request, a pending RT wakeup)
+ * holds at an enqueue only while the slot, read when the vCPU last stopped,
+ * still says so: the daemon no longer re-reads boosted vCPUs on a timer on
+ * this backend. A proactive boost (halt, wakeup, interrupt) holds until the
+ * daemon ends it.
+ */
+enum pvs_scx_boost_kind {
+	PVS_SCX_BOOST_GUEST = 0,
+	PVS_SCX_BOOST_PROACTIVE = 1,
+};
+
+/* Value of the `scx_vcpus` hash map, same keys: written only by the
+ * program (the daemon creates each entry zeroed and reads it). */
+struct pvs_scx_vcpu {
+	__u64 ext_ns;		/* extension time granted at slice ends */
+	__u64 ext_count;	/* extensions granted */
+	__u64 ext_refused;	/* in a critical section at slice end, over its allowance */
+	__u64 boost_preempts;	/* boosted enqueues that preempted a CPU's task */
+	__u64 boost_queued;	/* boosted enqueues to the shared boost queue */
+	__u64 ext_in_slice;	/* extension added to the slice running now */
+	__u64 slot_read_failed;	/* slot reads that faulted */
+	/* 1: the slot showed a guest reason to boost when the vCPU last
+	 * stopped (see enum pvs_scx_boost_kind). */
+	__u32 guest_reason;
+	__u32 pad;
+	__u64 boost_dropped;	/* boosted enqueues the slot no longer backed */
+};
+
+/* Program-wide counters (one global, atomic adds). */
+struct pvs_scx_totals {
+	__u64 enqueues;
+	__u64 boost_preempts;
+	__u64 boost_queued;
+	__u64 extensions;
+	__u64 ext_refused;
+	__u64 slot_read_failed;
+};
+
+/* Why the kernel ended the scheduler (its ops.exit), kept for the daemon. */
+#define PVS_SCX_REASON_LEN 128
+#define PVS_SCX_MSG_LEN 256
+struct pvs_scx_exit {
+	__u32 exited;		/* 1 once ops.exit ran */
+	__s32 kind;		/* enum scx_exit_kind */
+	__s64 exit_code;
+	char reason[PVS_SCX_REASON_LEN];
+	char msg[PVS_SCX_MSG_LEN];
+};
+
+/* The scheduler's own dispatch queues. */
+#define PVS_SCX_DSQ_BOOST 0
+#define PVS_SCX_DSQ_FAIR 1
+
+_Static_assert(sizeof(struct pvs_scx_grant) == 24, "pvs_scx_grant size");
+_Static_assert(sizeof(struct pvs_scx_vcpu) == 72, "pvs_scx_vcpu size");
+
 #endif /* __PVSCHED_INTF_H */

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use pvsched_policy::{serving, Reason, VmLimits};
 use serde::{Deserialize, Serialize};
 
+pub use crate::backend::BackendChoice;
 pub use crate::events::EventSourceKind;
 use crate::events::{BpfOptions, PollOptions, SourceOptions};
 
@@ -127,9 +128,33 @@ pub struct DaemonConfig {
     /// The kvm module's parameter directory, which `pvschedctl idle --apply host`
     /// writes `halt_poll_ns` into (and puts back).
     pub kvm_params_dir: PathBuf,
+    /// Which mechanism carries boosts: `rt` (the RT class, `sched_setattr`),
+    /// `sched_ext` (pvsched's own sched_ext scheduler for the whole host:
+    /// boosted vCPUs dispatched first, a vCPU in a critical section extended
+    /// at its slice end; the daemon does not start without it) or `auto`
+    /// (sched_ext where the kernel has it and it loads, else rt). When the
+    /// kernel ends the scheduler the daemon falls back to rt.
+    pub backend: BackendChoice,
+    /// sched_ext backend: the time slice of every fair-class task, µs.
+    pub scx_slice_us: u64,
+    /// sched_ext backend: the extension a vCPU whose guest is in a critical
+    /// section gets at a slice end, µs (one per slice; 0: none).
+    pub scx_extension_us: u64,
+    /// sched_ext backend: extensions may take at most this share of a vCPU's
+    /// time, permille, plus a burst of two extensions.
+    pub scx_extension_share_permille: u32,
 }
 
 impl DaemonConfig {
+    /// The sched_ext scheduler's tunables.
+    pub fn sched_ext_options(&self) -> crate::backend::SchedExtOptions {
+        crate::backend::SchedExtOptions {
+            slice_ns: self.scx_slice_us * 1000,
+            extension_ns: self.scx_extension_us * 1000,
+            ..Default::default()
+        }
+    }
+
     /// The event source's options.
     pub fn source_options(&self) -> SourceOptions {
         SourceOptions {
@@ -175,6 +200,10 @@ impl Default for DaemonConfig {
             offer_idle_hints: true,
             overload_cpu_pressure_percent: serving::DEFAULT_OVERLOAD_CPU_PRESSURE_PERCENT,
             kvm_params_dir: pvsched_base::kvm_params::DEFAULT_DIR.into(),
+            backend: BackendChoice::Auto,
+            scx_slice_us: 5000,
+            scx_extension_us: 4000,
+            scx_extension_share_permille: 50,
         }
     }
 }
@@ -474,6 +503,24 @@ impl Config {
                     "must be 100..=100000 (the kernel's slice range), not {}",
                     d.fair_boost_slice_us
                 ),
+            ));
+        }
+        if !(500..=100_000).contains(&d.scx_slice_us) {
+            return Err(invalid(
+                "daemon.scx_slice_us",
+                format!("must be 500..=100000, not {}", d.scx_slice_us),
+            ));
+        }
+        if d.scx_extension_us > 100_000 {
+            return Err(invalid(
+                "daemon.scx_extension_us",
+                format!("must be 0..=100000, not {}", d.scx_extension_us),
+            ));
+        }
+        if d.scx_extension_share_permille > 1000 {
+            return Err(invalid(
+                "daemon.scx_extension_share_permille",
+                format!("must be 0..=1000, not {}", d.scx_extension_share_permille),
             ));
         }
         if !(0.0..=100.0).contains(&d.overload_cpu_pressure_percent) {

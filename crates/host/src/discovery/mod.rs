@@ -39,8 +39,8 @@ pub mod libvirt;
 mod vmm;
 
 pub use vmm::{
-    check_region_file, check_region_meta, check_vmm, threads_by_name, threads_by_qmp, Accel,
-    DiscoveryError, FileId,
+    check_region_file, check_region_meta, check_vmm, mappings_of, threads_by_name, threads_by_qmp,
+    Accel, DiscoveryError, FileId, SharedMapping,
 };
 
 /// Bound of each QMP exchange (connect and greeting, each command).

@@ -238,28 +238,78 @@ pub fn check_region_meta(
     })
 }
 
-/// The file of a shared mapping in one line of `/proc/<pid>/maps`
+/// A shared file mapping as one line of `/proc/<pid>/maps` shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SharedMapping {
+    pub file: FileId,
+    /// First and one-past-last address.
+    pub start: u64,
+    pub end: u64,
+    /// Offset in the file of `start`.
+    pub offset: u64,
+}
+
+impl SharedMapping {
+    /// The address of byte `at` of the file in this mapping, if mapped here.
+    pub fn address_of(&self, at: u64) -> Option<u64> {
+        let addr = self.start.checked_add(at.checked_sub(self.offset)?)?;
+        (addr < self.end).then_some(addr)
+    }
+}
+
+/// The shared mapping in one line of `/proc/<pid>/maps`
 /// (`address perms offset major:minor inode [path]`); the path text is
 /// ignored, it can be anything.
-fn shared_mapping_file(line: &[u8]) -> Option<FileId> {
+fn shared_mapping(line: &[u8]) -> Option<SharedMapping> {
     let mut fields = line
         .split(|b| *b == b' ')
         .filter(|f| !f.is_empty())
         .map(|f| std::str::from_utf8(f).ok());
-    let _addr = fields.next()?;
+    let (start, end) = fields.next()??.split_once('-')?;
     let perms = fields.next()??;
-    let _offset = fields.next()?;
+    let offset = u64::from_str_radix(fields.next()??, 16).ok()?;
     let dev = fields.next()??;
     let ino: u64 = fields.next()??.parse().ok()?;
     if ino == 0 || perms.as_bytes().get(3) != Some(&b's') {
         return None;
     }
     let (maj, min) = dev.split_once(':')?;
-    Some(FileId {
-        major: u64::from_str_radix(maj, 16).ok()?,
-        minor: u64::from_str_radix(min, 16).ok()?,
-        ino,
+    Some(SharedMapping {
+        file: FileId {
+            major: u64::from_str_radix(maj, 16).ok()?,
+            minor: u64::from_str_radix(min, 16).ok()?,
+            ino,
+        },
+        start: u64::from_str_radix(start, 16).ok()?,
+        end: u64::from_str_radix(end, 16).ok()?,
+        offset,
     })
+}
+
+/// The file of a shared mapping in one line of `/proc/<pid>/maps`.
+fn shared_mapping_file(line: &[u8]) -> Option<FileId> {
+    shared_mapping(line).map(|m| m.file)
+}
+
+/// The shared mappings of `file` in process `pid` (its `/proc/<pid>/maps`:
+/// device and inode, never the path text).
+pub fn mappings_of(pid: i32, file: FileId) -> Result<Vec<SharedMapping>, DiscoveryError> {
+    let path = PathBuf::from(format!("/proc/{pid}/maps"));
+    let maps = fs::File::open(&path).map_err(|e| DiscoveryError::Io {
+        path: path.clone(),
+        op: "open",
+        source: e,
+    })?;
+    let mut out = Vec::new();
+    for line in BufReader::new(maps).split(b'\n') {
+        let line = line.map_err(|e| DiscoveryError::Io {
+            path: path.clone(),
+            op: "read",
+            source: e,
+        })?;
+        out.extend(shared_mapping(&line).filter(|m| m.file == file));
+    }
+    Ok(out)
 }
 
 /// For each of `files`, the processes that map it shared, in one pass over

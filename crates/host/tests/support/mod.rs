@@ -152,10 +152,17 @@ pub struct Daemon {
 
 impl Daemon {
     /// Starts pvschedd in `dir` with `[daemon]` pointing into it, auto
-    /// discovery off unless `extra` turns it on, and `extra` appended.
+    /// discovery off unless `extra` turns it on, and `extra` appended. The
+    /// rt backend unless `extra` names one (it starts with `[daemon]` keys):
+    /// these tests look at the RT parameters boosts set.
     pub fn start(dir: &Path, extra: &str) -> Self {
+        let backend = if extra.contains("backend =") {
+            ""
+        } else {
+            "backend = \"rt\"\n"
+        };
         let toml = format!(
-            "[daemon]\nstate_file = \"{d}/state.json\"\ncontrol_socket = \"{d}/control.sock\"\nmetrics = \"off\"\n{extra}",
+            "[daemon]\nstate_file = \"{d}/state.json\"\ncontrol_socket = \"{d}/control.sock\"\nmetrics = \"off\"\n{backend}{extra}",
             d = dir.display()
         );
         Self::start_with_config(dir, &toml)
@@ -307,6 +314,8 @@ pub struct FakeVmmConfig {
     pub name_format: String,
     /// The guest half says a FIFO task of this priority runs on every vCPU.
     pub guest_fifo: Option<u32>,
+    /// The guest half claims these PVSCHED_CS_* flags all the time.
+    pub guest_cs: Option<u32>,
     pub spin: bool,
     /// Carry the region path in argv only, without mapping it.
     pub no_map: bool,
@@ -326,6 +335,7 @@ impl FakeVmmConfig {
             vcpus: 2,
             name_format: "CPU {}/TCG".into(),
             guest_fifo: None,
+            guest_cs: None,
             spin: false,
             no_map: false,
             qmp: None,
@@ -437,6 +447,9 @@ impl FakeVmm {
             .arg(&cfg.name_format);
         if let Some(p) = cfg.guest_fifo {
             cmd.arg("--guest-fifo").arg(p.to_string());
+        }
+        if let Some(f) = cfg.guest_cs {
+            cmd.arg("--guest-cs").arg(f.to_string());
         }
         if cfg.spin {
             cmd.arg("--spin");

@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! pvsched-fake-vmm --region PATH [--vcpus N] [--name-format "CPU {}/TCG"]
-//!                  [--guest-fifo PRIO] [--spin] [--no-map] [--qmp PATH]
+//!                  [--guest-fifo PRIO] [--guest-cs FLAGS] [--spin] [--no-map] [--qmp PATH]
 //!                  [--qmp-tids TID,TID,...] [--seconds S]
 //! ```
 //!
@@ -32,6 +32,8 @@ struct Args {
     vcpus: u32,
     name_format: String,
     guest_fifo: Option<u32>,
+    /// The guest half claims these PVSCHED_CS_* flags all the time.
+    guest_cs: Option<u32>,
     spin: bool,
     no_map: bool,
     qmp: Option<PathBuf>,
@@ -50,6 +52,7 @@ fn parse_args() -> Args {
         vcpus: 2,
         name_format: "CPU {}/TCG".into(),
         guest_fifo: None,
+        guest_cs: None,
         spin: false,
         no_map: false,
         qmp: None,
@@ -68,6 +71,13 @@ fn parse_args() -> Args {
             "--region" => a.region = PathBuf::from(value()),
             "--vcpus" => a.vcpus = value().parse().unwrap_or_else(|_| usage("--vcpus N")),
             "--name-format" => a.name_format = value(),
+            "--guest-cs" => {
+                a.guest_cs = Some(
+                    value()
+                        .parse()
+                        .unwrap_or_else(|_| usage("--guest-cs FLAGS")),
+                )
+            }
             "--guest-fifo" => {
                 a.guest_fifo = Some(value().parse().unwrap_or_else(|_| usage("--guest-fifo P")))
             }
@@ -156,17 +166,18 @@ fn main() {
     for i in 0..args.vcpus {
         let name = args.name_format.replace("{}", &i.to_string());
         let (tx, region, stop) = (tx.clone(), region.clone(), stop.clone());
-        let (fifo, spin) = (args.guest_fifo, args.spin);
+        let (fifo, cs, spin) = (args.guest_fifo, args.guest_cs, args.spin);
         let h = std::thread::Builder::new()
             .name(name)
             .spawn(move || {
                 let _ = tx.send((i, gettid()));
                 while !stop.load(Ordering::Relaxed) {
-                    if let (Some(r), Some(p)) = (region.get(), fifo) {
+                    if let Some(r) = region.get().filter(|_| fifo.is_some() || cs.is_some()) {
                         let g = GuestHalf {
                             flags: GF_ACTIVE,
-                            policy: POLICY_FIFO,
-                            rt_priority: p,
+                            policy: if fifo.is_some() { POLICY_FIFO } else { 0 },
+                            rt_priority: fifo.unwrap_or(0),
+                            cs_flags: cs.unwrap_or(0),
                             ..GuestHalf::default()
                         };
                         let _ = r.region().write_guest(i, &g);

@@ -1,0 +1,112 @@
+//! Which mechanism carries the policy's boosts: the RT class through
+//! `sched_setattr` (the `rt` backend, every kernel), or pvsched's own
+//! sched_ext scheduler (`sched_ext.rs`, kernels with sched_ext), which
+//! dispatches boosted vCPUs first and extends a vCPU in a critical section
+//! at its slice end. The policy is the same for both (docs/DESIGN.md, "The
+//! sched_ext backend").
+
+use serde::{Deserialize, Serialize};
+use tracing::{info, warn};
+
+pub mod sched_ext;
+
+pub use sched_ext::{SchedExt, SchedExtError, SchedExtOptions, ScxBoost, ScxExit, ScxTotals};
+
+/// `daemon.backend`: which backend to run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendChoice {
+    /// sched_ext where the kernel has it and the scheduler loads, else rt.
+    #[default]
+    Auto,
+    /// sched_ext or nothing: the daemon does not start without it.
+    SchedExt,
+    /// The RT class through `sched_setattr`.
+    Rt,
+}
+
+impl BackendChoice {
+    pub const fn name(self) -> &'static str {
+        match self {
+            BackendChoice::Auto => "auto",
+            BackendChoice::SchedExt => "sched_ext",
+            BackendChoice::Rt => "rt",
+        }
+    }
+}
+
+/// Loads the backend `choice` asks for: `Ok(None)` is the rt backend (with
+/// why, for `auto`, sched_ext was not taken); an error only for
+/// `sched_ext`, which must load.
+pub fn choose(
+    choice: BackendChoice,
+    options: SchedExtOptions,
+) -> Result<(Option<SchedExt>, Option<String>), SchedExtError> {
+    match choice {
+        BackendChoice::Rt => Ok((None, None)),
+        BackendChoice::SchedExt => {
+            let s = SchedExt::load(options)?;
+            info!(
+                slice_us = options.slice_ns / 1000,
+                extension_us = options.extension_ns / 1000,
+                "backend sched_ext: pvsched's scheduler attached"
+            );
+            Ok((Some(s), None))
+        }
+        BackendChoice::Auto => match SchedExt::load(options) {
+            Ok(s) => {
+                info!(
+                    slice_us = options.slice_ns / 1000,
+                    extension_us = options.extension_ns / 1000,
+                    "backend sched_ext (auto): pvsched's scheduler attached"
+                );
+                Ok((Some(s), None))
+            }
+            Err(e) => {
+                let why = e.to_string();
+                if matches!(e, SchedExtError::NoSchedExt) {
+                    info!("backend rt (auto): {why}");
+                } else {
+                    warn!("backend rt (auto): sched_ext did not load: {why}");
+                }
+                Ok((None, Some(why)))
+            }
+        },
+    }
+}
+
+/// What `pvschedctl status` says about the backend.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BackendState {
+    pub status: pvsched_control::BackendStatus,
+}
+
+impl BackendState {
+    pub fn new(configured: BackendChoice, scx: bool, note: Option<String>) -> Self {
+        Self {
+            status: pvsched_control::BackendStatus {
+                configured: configured.name().to_string(),
+                active: if scx { "sched_ext" } else { "rt" }.to_string(),
+                note,
+                ..Default::default()
+            },
+        }
+    }
+
+    /// The kernel ended the scheduler for `why`.
+    pub fn fell_back(&mut self, why: String) {
+        self.status.active = "rt".to_string();
+        self.status.note = Some(format!("the kernel ended the sched_ext scheduler: {why}"));
+        self.status.fallbacks += 1;
+    }
+
+    /// The scheduler's counters as of now.
+    pub fn record(&mut self, t: ScxTotals) {
+        let s = &mut self.status;
+        s.enqueues = t.enqueues;
+        s.boost_preempts = t.boost_preempts;
+        s.boost_queued = t.boost_queued;
+        s.extensions = t.extensions;
+        s.extensions_refused = t.ext_refused;
+    }
+}

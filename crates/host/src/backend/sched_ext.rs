@@ -1,0 +1,336 @@
+//! The sched_ext backend's loader: pvsched's scheduler (`src/bpf/sched_ext.bpf.c`)
+//! loaded and attached for the whole host, the grants the policy hands it
+//! (`scx_grants`), what it did per vCPU (`scx_vcpus`) and why the kernel
+//! ended it (its `exit_info`). Dropping [`SchedExt`] detaches the scheduler:
+//! every task goes back to the kernel's fair class, as it does when the
+//! daemon dies and the link's file descriptor closes.
+
+use std::mem::MaybeUninit;
+use std::path::Path;
+
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, OpenObject};
+
+use crate::events::wire::{
+    pvs_scx_grant, pvs_scx_vcpu, PVS_SCX_BOOST_GUEST, PVS_SCX_BOOST_PROACTIVE,
+};
+
+#[allow(
+    clippy::all,
+    clippy::pedantic,
+    dead_code,
+    non_camel_case_types,
+    non_snake_case,
+    unused_qualifications
+)]
+mod skel {
+    include!(concat!(env!("OUT_DIR"), "/sched_ext.skel.rs"));
+}
+
+use skel::{SchedExtSkel, SchedExtSkelBuilder};
+
+/// Where the kernel says whether a sched_ext scheduler runs.
+pub const STATE_FILE: &str = "/sys/kernel/sched_ext/state";
+
+/// Why the sched_ext backend is not available or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SchedExtError {
+    #[error("BPF {what}: {source}")]
+    Bpf {
+        what: String,
+        #[source]
+        source: libbpf_rs::Error,
+    },
+    #[error("the kernel has no sched_ext ({STATE_FILE} missing: needs Linux >= 6.12 with CONFIG_SCHED_CLASS_EXT)")]
+    NoSchedExt,
+    #[error("another sched_ext scheduler runs ({STATE_FILE}: {state}; /sys/kernel/sched_ext/root/ops: {ops})")]
+    Busy { state: String, ops: String },
+}
+
+impl SchedExtError {
+    fn bpf(what: impl Into<String>) -> impl FnOnce(libbpf_rs::Error) -> Self {
+        let what = what.into();
+        move |source| SchedExtError::Bpf { what, source }
+    }
+}
+
+/// The scheduler's tunables (its `const volatile` globals), from the
+/// daemon config's `scx_*` keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SchedExtOptions {
+    /// The time slice of every task.
+    pub slice_ns: u64,
+    /// One extension at a slice end for a vCPU in a critical section; 0: none.
+    pub extension_ns: u64,
+    /// Thread ids the maps can hold (vCPU and latency-path threads).
+    pub max_threads: u32,
+}
+
+impl Default for SchedExtOptions {
+    fn default() -> Self {
+        Self {
+            slice_ns: 5_000_000,
+            extension_ns: 4_000_000,
+            max_threads: 4096,
+        }
+    }
+}
+
+/// What a thread's grant says about its boost (`struct pvs_scx_grant`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScxBoost {
+    None,
+    /// For something the guest says: holds while its slot still says so.
+    Guest(u32),
+    /// Proactive: holds until the daemon ends it.
+    Proactive(u32),
+}
+
+/// Why the kernel ended the scheduler (ops.exit's `scx_exit_info`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScxExit {
+    /// `enum scx_exit_kind`: 64.. unregistered (65 by BPF, 66 by the
+    /// kernel, 67 sysrq-S), 1024.. an error (1026: a task stalled).
+    pub kind: i32,
+    pub exit_code: i64,
+    pub reason: String,
+    pub msg: String,
+}
+
+impl std::fmt::Display for ScxExit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (kind {})", self.reason, self.kind)?;
+        if !self.msg.is_empty() {
+            write!(f, ": {}", self.msg)?;
+        }
+        Ok(())
+    }
+}
+
+/// The program-wide counters (`struct pvs_scx_totals`, as the skeleton has it).
+pub type ScxTotals = skel::types::pvs_scx_totals;
+/// What the scheduler did for one thread (`struct pvs_scx_vcpu`).
+pub type ScxVcpu = pvs_scx_vcpu;
+
+/// pvsched's sched_ext scheduler, attached while this lives.
+pub struct SchedExt {
+    // Drop order: the link first (the scheduler is detached), then the maps.
+    _link: Link,
+    grants: MapHandle,
+    vcpus: MapHandle,
+    bss: MapHandle,
+    options: SchedExtOptions,
+}
+
+/// Whether the running kernel has sched_ext and no scheduler of it runs.
+pub fn available() -> Result<(), SchedExtError> {
+    let state = std::fs::read_to_string(STATE_FILE)
+        .map_err(|_| SchedExtError::NoSchedExt)?
+        .trim()
+        .to_string();
+    if state == "disabled" {
+        return Ok(());
+    }
+    let ops = std::fs::read_to_string("/sys/kernel/sched_ext/root/ops")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    Err(SchedExtError::Busy { state, ops })
+}
+
+/// The kernel's sched_ext state (`enabled`, `disabled`, ...), if it has one.
+pub fn kernel_state() -> Option<String> {
+    std::fs::read_to_string(STATE_FILE)
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+impl SchedExt {
+    /// Loads and attaches the scheduler: from here every fair-class task of
+    /// the host is scheduled by it.
+    pub fn load(options: SchedExtOptions) -> Result<Self, SchedExtError> {
+        if !Path::new(STATE_FILE).exists() {
+            return Err(SchedExtError::NoSchedExt);
+        }
+        available()?;
+        let mut storage = MaybeUninit::<OpenObject>::uninit();
+        let mut open = SchedExtSkelBuilder::default()
+            .open(&mut storage)
+            .map_err(SchedExtError::bpf("open"))?;
+        let cpus = libbpf_rs::num_possible_cpus()
+            .map_err(SchedExtError::bpf("count the possible CPUs"))?;
+        let cpus = u32::try_from(cpus).unwrap_or(u32::MAX);
+        if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
+            ro.slice_ns = options.slice_ns;
+            ro.extension_ns = options.extension_ns;
+            ro.nr_cpu_ids = cpus;
+        }
+        let threads = options.max_threads.max(1);
+        open.maps
+            .scx_grants
+            .set_max_entries(threads)
+            .map_err(SchedExtError::bpf("size map scx_grants"))?;
+        open.maps
+            .scx_vcpus
+            .set_max_entries(threads)
+            .map_err(SchedExtError::bpf("size map scx_vcpus"))?;
+        open.maps
+            .cpu_boost
+            .set_max_entries(cpus.max(1))
+            .map_err(SchedExtError::bpf("size map cpu_boost"))?;
+        let mut skel: SchedExtSkel<'_> = open.load().map_err(SchedExtError::bpf("load"))?;
+        let handle = |m: &libbpf_rs::MapMut<'_>, name: &str| {
+            MapHandle::try_from(m).map_err(SchedExtError::bpf(format!("map {name} handle")))
+        };
+        let grants = handle(&skel.maps.scx_grants, "scx_grants")?;
+        let vcpus = handle(&skel.maps.scx_vcpus, "scx_vcpus")?;
+        let bss = handle(&skel.maps.bss, "bss")?;
+        let link = skel
+            .maps
+            .pvsched_ops
+            .attach_struct_ops()
+            .map_err(SchedExtError::bpf("attach the scheduler (struct_ops)"))?;
+        // The link keeps the scheduler, the handles its maps.
+        drop(skel);
+        Ok(Self {
+            _link: link,
+            grants,
+            vcpus,
+            bss,
+            options,
+        })
+    }
+
+    pub fn options(&self) -> SchedExtOptions {
+        self.options
+    }
+
+    /// Starts scheduling thread `tid` as a vCPU: its slot at `slot_addr`
+    /// in its VMM (0: unknown), no boost, no extension allowed yet.
+    pub fn register(&self, tid: u32, slot_addr: u64) -> Result<(), SchedExtError> {
+        let grant = pvs_scx_grant {
+            slot_addr,
+            ..Default::default()
+        };
+        self.write_grant(tid, &grant)?;
+        self.vcpus
+            .update(
+                &tid.to_ne_bytes(),
+                as_bytes(&pvs_scx_vcpu::default()),
+                MapFlags::ANY,
+            )
+            .map_err(SchedExtError::bpf(format!("scx_vcpus[{tid}]")))
+    }
+
+    /// Stops treating `tid` as a vCPU.
+    pub fn unregister(&self, tid: u32) {
+        // Absent entries are fine: the thread was never registered.
+        let _ = self.grants.delete(&tid.to_ne_bytes());
+        let _ = self.vcpus.delete(&tid.to_ne_bytes());
+    }
+
+    fn grant(&self, tid: u32) -> Result<pvs_scx_grant, SchedExtError> {
+        let bytes = self
+            .grants
+            .lookup(&tid.to_ne_bytes(), MapFlags::ANY)
+            .map_err(SchedExtError::bpf(format!("scx_grants[{tid}]")))?
+            .unwrap_or_default();
+        Ok(from_bytes(&bytes))
+    }
+
+    fn write_grant(&self, tid: u32, grant: &pvs_scx_grant) -> Result<(), SchedExtError> {
+        self.grants
+            .update(&tid.to_ne_bytes(), as_bytes(grant), MapFlags::ANY)
+            .map_err(SchedExtError::bpf(format!("scx_grants[{tid}]")))
+    }
+
+    /// Sets the boost thread `tid` is dispatched with.
+    pub fn set_boost(&self, tid: u32, boost: ScxBoost) -> Result<(), SchedExtError> {
+        let mut g = self.grant(tid)?;
+        (g.boost, g.boost_kind) = match boost {
+            ScxBoost::None => (0, PVS_SCX_BOOST_GUEST),
+            ScxBoost::Guest(p) => (p.max(1), PVS_SCX_BOOST_GUEST),
+            ScxBoost::Proactive(p) => (p.max(1), PVS_SCX_BOOST_PROACTIVE),
+        };
+        self.write_grant(tid, &g)
+    }
+
+    /// Sets where thread `tid`'s slot is in its VMM.
+    pub fn set_slot(&self, tid: u32, slot_addr: u64) -> Result<(), SchedExtError> {
+        let mut g = self.grant(tid)?;
+        g.slot_addr = slot_addr;
+        self.write_grant(tid, &g)
+    }
+
+    /// Sets the total extension time thread `tid` may have had.
+    pub fn allow_extensions(&self, tid: u32, allowed_ns: u64) -> Result<(), SchedExtError> {
+        let mut g = self.grant(tid)?;
+        if g.ext_allowed_ns == allowed_ns {
+            return Ok(());
+        }
+        g.ext_allowed_ns = allowed_ns;
+        self.write_grant(tid, &g)
+    }
+
+    /// What the scheduler did for thread `tid`.
+    pub fn vcpu(&self, tid: u32) -> Option<ScxVcpu> {
+        let bytes = self
+            .vcpus
+            .lookup(&tid.to_ne_bytes(), MapFlags::ANY)
+            .ok()??;
+        Some(from_bytes(&bytes))
+    }
+
+    fn bss(&self) -> Option<skel::types::bss> {
+        let bytes = self.bss.lookup(&0u32.to_ne_bytes(), MapFlags::ANY).ok()??;
+        Some(from_bytes(&bytes))
+    }
+
+    /// The program-wide counters.
+    pub fn totals(&self) -> ScxTotals {
+        self.bss().map(|b| b.totals).unwrap_or_default()
+    }
+
+    /// Why the kernel ended the scheduler, once it has (its watchdog, an
+    /// error, `sysrq-S`, ...): then every task is back in the fair class.
+    pub fn exited(&self) -> Option<ScxExit> {
+        let b = self.bss()?;
+        let e = b.exit_info;
+        (e.exited != 0).then(|| ScxExit {
+            kind: e.kind,
+            exit_code: e.exit_code,
+            reason: c_string(&e.reason),
+            msg: c_string(&e.msg),
+        })
+    }
+}
+
+fn c_string<C: Copy + Into<i32>>(chars: &[C]) -> String {
+    let bytes: Vec<u8> = chars
+        .iter()
+        .map(|&c| c.into() as u8)
+        .take_while(|&c| c != 0)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// The bytes of a plain-data map value.
+fn as_bytes<T: Copy>(v: &T) -> &[u8] {
+    // SAFETY: T is one of the bindgen/skeleton `repr(C)` structs of
+    // integers and arrays (no padding the kernel would read uninitialised:
+    // intf.h pads explicitly), viewed for its size only while `v` lives.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }
+}
+
+/// A plain-data map value from its bytes; missing bytes read as zero.
+fn from_bytes<T: Copy>(bytes: &[u8]) -> T {
+    // SAFETY: T is a `repr(C)` struct of integers and arrays: all zeroes is
+    // a valid value.
+    let mut v: T = unsafe { std::mem::zeroed() };
+    let n = bytes.len().min(size_of::<T>());
+    // SAFETY: T is a `repr(C)` struct of integers and arrays, valid for any
+    // bit pattern; at most size_of::<T>() bytes are copied into it.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), (&mut v as *mut T).cast::<u8>(), n);
+    }
+    v
+}

@@ -1,0 +1,353 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * pvsched's sched_ext scheduler: the host's fair class, aware of vCPUs.
+ *
+ * Every task of the fair class (SCHED_NORMAL/BATCH/IDLE; the RT and
+ * deadline classes stay above it) is scheduled here by weighted virtual
+ * time, as the sched-ext project's scx_simple does: one shared queue ordered
+ * by vtime, a task charged for the time it ran over its weight, a sleeper
+ * credited at most one slice. On top of that, two mechanisms the daemon's
+ * policy drives through `scx_grants` (docs/DESIGN.md, "The sched_ext
+ * backend"):
+ *
+ *  - a boosted vCPU thread (grant.boost > 0) goes ahead of every unboosted
+ *    task: on its CPU at once, preempting a weaker task, or on the shared
+ *    boost queue that every CPU takes from first;
+ *  - at a slice end, a vCPU whose guest is in a critical section (the
+ *    slot's cs_flags, read here while the vCPU thread is the current task)
+ *    keeps its CPU for one extension of extension_ns, within the total
+ *    the daemon allows it (grant.ext_allowed_ns). Its vtime is charged for
+ *    it like for any time it ran.
+ *
+ * The policy (budgets, throttles, demotion, fairness debt) stays in the
+ * daemon: this program only acts within what a grant says.
+ */
+/* Always the minimal header: scx_min.h declares the kernel structs. */
+#include "vmlinux_min.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include "scx_min.h"
+#include "intf.h"
+#include "pvsched_abi.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define BPF_STRUCT_OPS(name, args...) SEC("struct_ops/" #name) BPF_PROG(name, ##args)
+#define BPF_STRUCT_OPS_SLEEPABLE(name, args...) \
+	SEC("struct_ops.s/" #name) BPF_PROG(name, ##args)
+
+/*
+ * Tunables, set by the loader before load (SchedExtOptions in
+ * backend/sched_ext.rs, from the daemon config's [sched_ext] keys).
+ */
+
+/* The time slice every task gets, ns. */
+const volatile u64 slice_ns = 5000000;
+/* The extension a vCPU in a critical section gets at a slice end, ns (one
+ * per slice); 0: none. */
+const volatile u64 extension_ns = 4000000;
+/* The PVSCHED_CS_* flags that earn an extension. */
+const volatile u32 extension_cs = PVSCHED_CS_ALL;
+
+/* Read by the daemon through the skeleton. */
+struct pvs_scx_totals totals;
+struct pvs_scx_exit exit_info;
+
+/* The highest vtime of a task that started running: a woken sleeper is
+ * placed no further back than one slice behind it. */
+static u64 vtime_now;
+
+/* Thread id -> grant. Written by the daemon. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, u32);
+	__type(value, struct pvs_scx_grant);
+} scx_grants SEC(".maps");
+
+/* Thread id -> what this program did for it. Created by the daemon. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, u32);
+	__type(value, struct pvs_scx_vcpu);
+} scx_vcpus SEC(".maps");
+
+/* Per CPU: the boost of the task running there, 0 for none. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1024); /* possible CPUs, set by the loader */
+	__type(key, u32);
+	__type(value, u32);
+} cpu_boost SEC(".maps");
+
+/* Possible CPUs (cpu_boost's size), set by the loader. */
+const volatile u32 nr_cpu_ids = 1;
+
+static __always_inline bool vtime_before(u64 a, u64 b)
+{
+	return (s64)(a - b) < 0;
+}
+
+static __always_inline struct pvs_scx_grant *grant_of(struct task_struct *p)
+{
+	u32 tid = p->pid;
+
+	return bpf_map_lookup_elem(&scx_grants, &tid);
+}
+
+static __always_inline struct pvs_scx_vcpu *vcpu_of(struct task_struct *p)
+{
+	u32 tid = p->pid;
+
+	return bpf_map_lookup_elem(&scx_vcpus, &tid);
+}
+
+static __always_inline u32 boost_on(s32 cpu)
+{
+	u32 key = cpu;
+	u32 *b = bpf_map_lookup_elem(&cpu_boost, &key);
+
+	return b ? *b : 0;
+}
+
+static __always_inline void set_boost_on(s32 cpu, u32 boost)
+{
+	u32 key = cpu;
+	u32 *b = bpf_map_lookup_elem(&cpu_boost, &key);
+
+	if (b)
+		*b = boost;
+}
+
+s32 BPF_STRUCT_OPS(pvs_select_cpu, struct task_struct *p, s32 prev_cpu,
+		   u64 wake_flags)
+{
+	bool is_idle = false;
+	s32 cpu;
+
+	cpu = scx_bpf_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
+	if (is_idle)
+		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, 0);
+	return cpu;
+}
+
+/*
+ * A boosted task: on the CPU it is enqueued on at once, preempting the task
+ * there when that one is weaker; else on the boost queue, with a CPU that
+ * runs an unboosted task told to pick again.
+ */
+static __always_inline void enqueue_boosted(struct task_struct *p, u32 boost,
+					    u64 enq_flags)
+{
+	struct pvs_scx_vcpu *v = vcpu_of(p);
+	s32 cpu = scx_bpf_task_cpu(p);
+	u32 i;
+
+	if (boost_on(cpu) < boost) {
+		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns,
+				   enq_flags | SCX_ENQ_PREEMPT);
+		__sync_fetch_and_add(&totals.boost_preempts, 1);
+		if (v)
+			__sync_fetch_and_add(&v->boost_preempts, 1);
+		return;
+	}
+	scx_bpf_dsq_insert(p, PVS_SCX_DSQ_BOOST, slice_ns, enq_flags);
+	__sync_fetch_and_add(&totals.boost_queued, 1);
+	if (v)
+		__sync_fetch_and_add(&v->boost_queued, 1);
+	for (i = 0; i < nr_cpu_ids && i < 1024; i++) {
+		if (boost_on(i) < boost) {
+			scx_bpf_kick_cpu(i, SCX_KICK_PREEMPT);
+			break;
+		}
+	}
+}
+
+/* Whether a boost still holds at an enqueue (enum pvs_scx_boost_kind). */
+static __always_inline bool boost_holds(struct task_struct *p,
+					struct pvs_scx_grant *g)
+{
+	struct pvs_scx_vcpu *v;
+
+	if (g->boost_kind == PVS_SCX_BOOST_PROACTIVE || !g->slot_addr)
+		return true;
+	v = vcpu_of(p);
+	if (!v || v->guest_reason)
+		return true;
+	__sync_fetch_and_add(&v->boost_dropped, 1);
+	return false;
+}
+
+void BPF_STRUCT_OPS(pvs_enqueue, struct task_struct *p, u64 enq_flags)
+{
+	struct pvs_scx_grant *g = grant_of(p);
+	u64 vtime = p->scx.dsq_vtime;
+
+	__sync_fetch_and_add(&totals.enqueues, 1);
+	if (g && g->boost && boost_holds(p, g)) {
+		enqueue_boosted(p, g->boost, enq_flags);
+		return;
+	}
+	if (vtime_before(vtime, vtime_now - slice_ns))
+		vtime = vtime_now - slice_ns;
+	scx_bpf_dsq_insert_vtime(p, PVS_SCX_DSQ_FAIR, slice_ns, vtime, enq_flags);
+}
+
+void BPF_STRUCT_OPS(pvs_dispatch, s32 cpu, struct task_struct *prev)
+{
+	if (!scx_bpf_dsq_move_to_local(PVS_SCX_DSQ_BOOST))
+		scx_bpf_dsq_move_to_local(PVS_SCX_DSQ_FAIR);
+}
+
+void BPF_STRUCT_OPS(pvs_running, struct task_struct *p)
+{
+	struct pvs_scx_grant *g = grant_of(p);
+	struct pvs_scx_vcpu *v;
+
+	if (vtime_before(vtime_now, p->scx.dsq_vtime))
+		vtime_now = p->scx.dsq_vtime;
+	set_boost_on(bpf_get_smp_processor_id(), g ? g->boost : 0);
+	if (g) {
+		v = vcpu_of(p);
+		if (v)
+			v->ext_in_slice = 0;
+	}
+}
+
+/*
+ * Whether the guest half of the slot at `slot` shows a reason of the guest's
+ * own to boost its vCPU: an RT or deadline task, a critical section, a boost
+ * request, or an RT task waiting to run. Read while the vCPU thread is the
+ * current task (its VMM's memory); < 0 when the read faulted.
+ */
+_Static_assert(PVSCHED_OFFSETOF(struct pvsched_slot, guest.flags) == 4, "flags");
+_Static_assert(PVSCHED_OFFSETOF(struct pvsched_slot, guest.cs_flags) == 8, "cs_flags");
+_Static_assert(PVSCHED_OFFSETOF(struct pvsched_slot, guest.policy) == 12, "policy");
+
+static __always_inline int slot_guest_reason(u64 slot)
+{
+	struct {
+		u32 seq, flags, cs_flags, policy;
+	} g;
+	u64 pending = 0;
+
+	if (bpf_probe_read_user(&g, sizeof(g), (void *)slot) ||
+	    bpf_probe_read_user(&pending, sizeof(pending),
+				(void *)(slot + PVSCHED_OFFSETOF(struct pvsched_slot,
+								 guest.guest_pending))))
+		return -1;
+	if (pending & PVSCHED_PENDING_VALID)
+		return 1;
+	if (!(g.flags & PVSCHED_GF_ACTIVE) || (g.flags & PVSCHED_GF_IDLE))
+		return 0;
+	return (g.flags & PVSCHED_GF_BOOST_REQ) || (g.cs_flags & PVSCHED_CS_ALL) ||
+	       g.policy == PVSCHED_POLICY_FIFO || g.policy == PVSCHED_POLICY_RR ||
+	       g.policy == PVSCHED_POLICY_DEADLINE;
+}
+
+void BPF_STRUCT_OPS(pvs_stopping, struct task_struct *p, bool runnable)
+{
+	u64 left = p->scx.slice, used = left < slice_ns ? slice_ns - left : 0;
+	struct pvs_scx_vcpu *v = vcpu_of(p);
+	u32 weight = p->scx.weight;
+	struct pvs_scx_grant *g;
+	int reason;
+
+	if (v) {
+		used += v->ext_in_slice;
+		v->ext_in_slice = 0;
+		g = grant_of(p);
+		if (g && g->slot_addr) {
+			reason = slot_guest_reason(g->slot_addr);
+			if (reason < 0) {
+				v->slot_read_failed++;
+				__sync_fetch_and_add(&totals.slot_read_failed, 1);
+			}
+			/* A failed read keeps the boost: the daemon decides. */
+			v->guest_reason = reason != 0;
+		}
+	}
+	p->scx.dsq_vtime += used * 100 / (weight ? weight : 100);
+	set_boost_on(bpf_get_smp_processor_id(), 0);
+}
+
+/*
+ * At a tick whose slice accounting left the current task nothing: a vCPU
+ * whose guest is in a critical section gets one extension, if its
+ * allowance has room. The kernel reschedules after this callback when the
+ * slice is still 0.
+ */
+void BPF_STRUCT_OPS(pvs_tick, struct task_struct *p)
+{
+	struct pvs_scx_grant *g;
+	struct pvs_scx_vcpu *v;
+	u32 cs = 0;
+
+	if (p->scx.slice || !extension_ns)
+		return;
+	g = grant_of(p);
+	if (!g || !g->slot_addr)
+		return;
+	v = vcpu_of(p);
+	if (!v || v->ext_in_slice)
+		return;
+	if (bpf_probe_read_user(&cs, sizeof(cs),
+				(void *)(g->slot_addr +
+					 PVSCHED_OFFSETOF(struct pvsched_slot,
+							  guest.cs_flags)))) {
+		v->slot_read_failed++;
+		__sync_fetch_and_add(&totals.slot_read_failed, 1);
+		return;
+	}
+	if (!(cs & extension_cs))
+		return;
+	if (v->ext_ns + extension_ns > g->ext_allowed_ns) {
+		v->ext_refused++;
+		__sync_fetch_and_add(&totals.ext_refused, 1);
+		return;
+	}
+	p->scx.slice = extension_ns;
+	v->ext_ns += extension_ns;
+	v->ext_count++;
+	v->ext_in_slice = extension_ns;
+	__sync_fetch_and_add(&totals.extensions, 1);
+}
+
+void BPF_STRUCT_OPS(pvs_enable, struct task_struct *p)
+{
+	p->scx.dsq_vtime = vtime_now;
+}
+
+s32 BPF_STRUCT_OPS_SLEEPABLE(pvs_init)
+{
+	s32 err = scx_bpf_create_dsq(PVS_SCX_DSQ_BOOST, -1);
+
+	if (err)
+		return err;
+	return scx_bpf_create_dsq(PVS_SCX_DSQ_FAIR, -1);
+}
+
+void BPF_STRUCT_OPS(pvs_exit, struct scx_exit_info *ei)
+{
+	exit_info.kind = ei->kind;
+	exit_info.exit_code = ei->exit_code;
+	bpf_probe_read_kernel_str(exit_info.reason, sizeof(exit_info.reason),
+				  ei->reason);
+	bpf_probe_read_kernel_str(exit_info.msg, sizeof(exit_info.msg), ei->msg);
+	exit_info.exited = 1;
+}
+
+SEC(".struct_ops.link")
+struct sched_ext_ops pvsched_ops = {
+	.select_cpu = (void *)pvs_select_cpu,
+	.enqueue = (void *)pvs_enqueue,
+	.dispatch = (void *)pvs_dispatch,
+	.tick = (void *)pvs_tick,
+	.running = (void *)pvs_running,
+	.stopping = (void *)pvs_stopping,
+	.enable = (void *)pvs_enable,
+	.init = (void *)pvs_init,
+	.exit = (void *)pvs_exit,
+	.name = "pvsched",
+};

@@ -1,0 +1,218 @@
+//! The sched_ext backend end to end: pvschedd loads pvsched's own sched_ext
+//! scheduler for the whole host, in the KVM host VM (`crates/hostvm`; its
+//! kernel has sched_ext, this machine's has not), and serves a real fake
+//! VMM process through it. Each test runs itself inside the host VM
+//! ([`kvm_test!`]).
+//!
+//! What is asserted is behaviour (the kernel's sched_ext state, the
+//! scheduler's own counters, the thread's parameters), never a time.
+
+use std::path::Path;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use pvsched_host::backend::sched_ext::kernel_state;
+use pvsched_hostvm::kvm_test;
+use pvsched_vmtest::wait_until;
+use support::{params, tempdir, vm_name, Daemon, FakeVmm, FakeVmmConfig};
+
+mod support;
+
+const CS_HARDIRQ: u32 = 1 << 1;
+
+/// A fake VMM with one vCPU thread named like KVM's, confined to CPU 0 with
+/// everything else a test starts there, and the `[[vm]]` entry serving it.
+fn vmm(
+    dir: &Path,
+    name: &str,
+    fifo: Option<u32>,
+    cs: Option<u32>,
+    spin: bool,
+) -> (FakeVmm, String) {
+    let region = dir.join(format!("{name}.region"));
+    let qmp = dir.join(format!("{name}.qmp"));
+    let mut c = FakeVmmConfig::new(&region);
+    c.vcpus = 1;
+    c.name_format = "CPU {}/KVM".into();
+    c.qmp = Some(qmp.clone());
+    c.guest_fifo = fifo;
+    c.guest_cs = cs;
+    c.spin = spin;
+    c.wrapper = vec!["taskset".into(), "-c".into(), "0".into()];
+    let vmm = FakeVmm::spawn(&c);
+    let entry = format!(
+        "[discovery]\nauto = false\n{}",
+        support::vm_entry(name, &region, &qmp)
+    );
+    (vmm, entry)
+}
+
+/// pvschedd on the sched_ext backend (it must load), `daemon` more keys.
+fn sched_ext_daemon(dir: &Path, daemon: &str, rest: &str) -> Daemon {
+    let d = Daemon::start(dir, &format!("backend = \"sched_ext\"\n{daemon}\n{rest}"));
+    let b = d.status().backend;
+    assert_eq!(b.active, "sched_ext", "backend {b:?}; log:\n{}", d.log());
+    d
+}
+
+/// A busy loop on CPU 0, killed when dropped.
+struct Hog(Child);
+
+impl Hog {
+    fn on_cpu0() -> Self {
+        Hog(Command::new("taskset")
+            .args(["-c", "0", "sh", "-c", "while :; do :; done"])
+            .spawn()
+            .expect("start a host hog"))
+    }
+}
+
+impl Drop for Hog {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+kvm_test! {
+    /// Load, serve and unload: while pvschedd runs, the kernel runs its
+    /// scheduler (`pvsched`) and a boost lives in the scheduler's grant, not
+    /// in the thread's kernel parameters; once it stops, sched_ext is off
+    /// again, the thread has the parameters it started with and no state
+    /// file is left.
+    fn sched_ext_backend_loads_serves_and_leaves_nothing_behind() {
+        let dir = tempdir("scx-load");
+        let name = vm_name("scx-load");
+        let (vmm, entry) = vmm(&dir, &name, Some(10), None, false);
+        let tid = vmm.tids[0];
+        let before = params(tid);
+        assert_eq!(kernel_state().as_deref(), Some("disabled"));
+
+        let mut d = sched_ext_daemon(&dir, "", &entry);
+        d.wait_serving(&name, 1);
+        assert_eq!(kernel_state().as_deref(), Some("enabled"));
+        let ops = std::fs::read_to_string("/sys/kernel/sched_ext/root/ops").unwrap_or_default();
+        assert_eq!(ops.trim(), "pvsched");
+        // The guest says a FIFO task runs: boosted, by the scheduler.
+        wait_until(Duration::from_secs(20), Duration::from_millis(20), || {
+            d.status().vms[0].vcpus[0].params.is_rt().then_some(())
+        })
+        .unwrap_or_else(|| panic!("never boosted; log:\n{}", d.log()));
+        assert!(!params(tid).is_rt(), "the kernel must keep the thread fair: {}", params(tid));
+
+        let exit = d.signal(libc::SIGTERM);
+        assert!(exit.success(), "pvschedd exit {exit:?}; log:\n{}", d.log());
+        wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
+            (kernel_state().as_deref() == Some("disabled")).then_some(())
+        })
+        .unwrap_or_else(|| panic!("sched_ext still {:?} after pvschedd stopped", kernel_state()));
+        assert!(params(tid).same_setting(&before), "{} != {}", params(tid), before);
+        assert!(!d.state_file().exists(), "state file left");
+    }
+}
+
+kvm_test! {
+    /// The kernel ends the scheduler (`sysrq-S`, as its watchdog or an error
+    /// would): pvschedd says why, falls back to the rt backend and keeps
+    /// serving the VM, whose boost is now the RT class's.
+    fn sched_ext_ejected_by_the_kernel_falls_back_to_rt_and_keeps_serving() {
+        let dir = tempdir("scx-eject");
+        let name = vm_name("scx-eject");
+        let (vmm, entry) = vmm(&dir, &name, Some(10), None, false);
+        let tid = vmm.tids[0];
+        let d = sched_ext_daemon(&dir, "", &entry);
+        d.wait_serving(&name, 1);
+        wait_until(Duration::from_secs(20), Duration::from_millis(20), || {
+            d.status().vms[0].vcpus[0].params.is_rt().then_some(())
+        })
+        .unwrap_or_else(|| panic!("never boosted; log:\n{}", d.log()));
+
+        std::fs::write("/proc/sys/kernel/sysrq", "1").expect("enable sysrq");
+        std::fs::write("/proc/sysrq-trigger", "S").expect("sysrq-S");
+
+        let b = wait_until(Duration::from_secs(20), Duration::from_millis(20), || {
+            let b = d.status().backend;
+            (b.active == "rt").then_some(b)
+        })
+        .unwrap_or_else(|| panic!("no fallback; log:\n{}", d.log()));
+        assert_eq!(b.fallbacks, 1);
+        let note = b.note.unwrap_or_default();
+        assert!(note.contains("sched_ext"), "{note}");
+        assert!(d.log().contains("falling back to the rt backend"), "{}", d.log());
+        wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
+            params(tid).is_rt().then_some(())
+        })
+        .unwrap_or_else(|| panic!("the boost did not move to the RT class: {}; log:\n{}", params(tid), d.log()));
+        assert_eq!(d.status().vms.len(), 1, "the VM must still be served");
+    }
+}
+
+kvm_test! {
+    /// A boosted vCPU thread that wakes on a CPU where a host hog runs
+    /// preempts the hog at once (the scheduler's own count), and keeps
+    /// running its 1 ms periods although the hog never sleeps.
+    fn sched_ext_boosted_vcpu_preempts_a_host_hog() {
+        let dir = tempdir("scx-preempt");
+        let name = vm_name("scx-preempt");
+        let (_vmm, entry) = vmm(&dir, &name, Some(10), None, false);
+        let d = sched_ext_daemon(&dir, "", &entry);
+        d.wait_serving(&name, 1);
+        let _hog = Hog::on_cpu0();
+
+        let v = wait_until(Duration::from_secs(30), Duration::from_millis(50), || {
+            let v = d.status().vms[0].vcpus[0].clone();
+            (v.scx_boost_preempts >= 20).then_some(v)
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "the boosted vCPU did not preempt the hog: {:?} {:?}; log:\n{}",
+                d.status().backend,
+                d.status().vms[0].vcpus[0],
+                d.log()
+            )
+        });
+        assert!(v.params.is_rt(), "boost: {:?}", v);
+        assert!(d.status().backend.boost_preempts >= 20);
+    }
+}
+
+kvm_test! {
+    /// A guest that claims a critical section all the time, on a busy CPU:
+    /// at its slice ends the scheduler extends it, one extension of
+    /// `scx_extension_us` per slice, until its allowance (a share of its
+    /// time plus a burst of two) is spent; then it refuses, and the time
+    /// granted never exceeds the allowance.
+    fn sched_ext_extends_a_vcpu_in_a_critical_section_only_within_its_allowance() {
+        let dir = tempdir("scx-extend");
+        let name = vm_name("scx-extend");
+        let (_vmm, entry) = vmm(&dir, &name, None, Some(CS_HARDIRQ), true);
+        // The allowance starts when the daemon first sees the vCPU, after this.
+        let start = Instant::now();
+        let d = sched_ext_daemon(
+            &dir,
+            "scx_extension_us = 4000\nscx_extension_share_permille = 50",
+            &format!("[defaults]\nhonor_critical_sections = false\n{entry}"),
+        );
+        d.wait_serving(&name, 1);
+        let _hog = Hog::on_cpu0();
+
+        let v = wait_until(Duration::from_secs(60), Duration::from_millis(50), || {
+            let v = d.status().vms[0].vcpus[0].clone();
+            (v.scx_extensions >= 2 && v.scx_extensions_refused >= 10).then_some(v)
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "no extension, or none refused: {:?}; log:\n{}",
+                d.status().vms[0].vcpus[0],
+                d.log()
+            )
+        });
+        let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
+        // 5 % of the time since it was served and a burst of two 4 ms
+        // extensions.
+        let bound = 0.05 * elapsed_ms + 8.0;
+        assert!(v.scx_extended_ms <= bound, "{} ms extended > {bound} ms: {v:?}", v.scx_extended_ms);
+        assert_eq!(v.scx_extended_ms, v.scx_extensions as f64 * 4.0, "{v:?}");
+        assert!(!v.params.is_rt(), "critical sections are not honoured as boosts here: {v:?}");
+    }
+}
