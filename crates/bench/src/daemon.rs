@@ -107,8 +107,9 @@ pub struct VmEntry {
 }
 
 /// The daemon config the bench generates: nothing but our VM, metrics off,
-/// state and socket in the run directory; every policy knob at its default
-/// unless `overlay` (from `--pvschedd-config`) sets it.
+/// state and socket in the run directory, the rt backend; every policy knob
+/// at its default unless `overlay` (from `--pvschedd-config`) sets it
+/// (`[daemon] backend = "sched_ext"` for the sched_ext backend).
 pub fn config_toml(run_dir: &Path, region: &Path, vm: &Locator, overlay: &toml::Table) -> String {
     let entry = VmEntry {
         name: VM_NAME.into(),
@@ -125,6 +126,9 @@ pub fn config_toml_vms(run_dir: &Path, vms: &[VmEntry], overlay: &toml::Table) -
     let s = |p: &Path| toml::Value::String(p.display().to_string());
     let mut daemon = toml::Table::new();
     daemon.insert("metrics".into(), "off".into());
+    // The rt backend unless the overlay names another: the `pvsched` mode's
+    // figures stay comparable across kernels with and without sched_ext.
+    daemon.insert("backend".into(), "rt".into());
     let mut discovery = toml::Table::new();
     discovery.insert("auto".into(), false.into());
     let entries: Vec<toml::Value> = vms
