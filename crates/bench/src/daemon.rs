@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use pvsched_control::{Request, Response, Status, VmStatus};
 
 use crate::error::{io, BenchError, Result};
+use crate::harness::axes::Mode;
 use std::collections::BTreeMap;
 
 /// Name of the VM in the daemon's config and status.
@@ -104,6 +105,21 @@ pub struct VmEntry {
     /// bench serves and which outlives the daemon), handed to pvschedd as
     /// `--doorbell NAME=FD`.
     pub doorbell: Option<RawFd>,
+}
+
+/// `overlay` (`--pvschedd-config`) with `[daemon] backend` set to `mode`'s
+/// backend (for the pvsched modes).
+pub fn overlay_for(overlay: &toml::Table, mode: Mode) -> toml::Table {
+    let mut out = overlay.clone();
+    if let Some(backend) = mode.backend() {
+        let daemon = out
+            .entry("daemon")
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if let toml::Value::Table(d) = daemon {
+            d.insert("backend".into(), backend.into());
+        }
+    }
+    out
 }
 
 /// The daemon config the bench generates: nothing but our VM, metrics off,

@@ -224,6 +224,12 @@ impl Budget {
     }
 
     /// Boosted vCPU-ns that may still be spent: the tokens, rounded down; 0 while latched.
+    /// Whether fewer than `permille` of a full bucket's units are left (latched: none are).
+    pub fn below(&self, p: &BudgetParams, permille: u32) -> bool {
+        self.latched
+            || self.tokens.saturating_mul(1000) < p.capacity.saturating_mul(u128::from(permille))
+    }
+
     pub fn remaining_ns(&self, p: &BudgetParams) -> u64 {
         if self.latched {
             0

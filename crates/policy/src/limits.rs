@@ -299,6 +299,15 @@ pub struct VmLimits {
     /// much (34 turns of 100 ms instead of 3 of 1 s), and a guest spinning RT, refused in
     /// short turns, cost its neighbour 1.66x in p99 (1.04-1.09x in 3 of 4 runs at 1000).
     pub budget_resume_permille: u32,
+    /// The part of the window's boost budget, permille (0..=1000), kept for the guest's own
+    /// RT work (its RT or deadline task, a boost request, a pending RT wakeup, and halt
+    /// boosts, which follow RT work): speculative boosts (a critical section, a wakeup, an
+    /// interrupt, a lock holder) are refused while the budget left is below it. So a busy
+    /// spell of speculative boosts cannot latch the budget of a guest whose RT work is within
+    /// its share: traced (BENCHMARKS.md, "The budget latch"), the latch came from such spells
+    /// (under KVM critical sections were 55 % of the boosted time) and refused the guest's
+    /// RT work for a whole window. Default 500. 0: no reserve (the budget as before).
+    pub speculative_reserve_permille: u32,
     /// Nice of the VM's unboosted vCPUs while its boost budget is latched (`max` with their
     /// normal nice), -20..=19. Default 0: the latch refuses boosts and no more. The boost
     /// budget needs no repayment on top of its refusals (its tokens are earned back with
@@ -386,6 +395,7 @@ impl Default for VmLimits {
             idle_poll_budget_permille: 50,
             fairness_window_ns: 1_000_000_000,
             budget_resume_permille: 1000,
+            speculative_reserve_permille: 500,
             latch_nice: 0,
             debt_nice: 5,
             cs_budget_ns: 2_000_000,
@@ -430,6 +440,8 @@ pub enum LimitsError {
     DemotedCharge(u32),
     #[error("budget_resume_permille must be 1..=1000, not {0}")]
     BudgetResumePermille(u32),
+    #[error("speculative_reserve_permille must be 0..=1000, not {0}")]
+    SpeculativeReservePermille(u32),
     #[error("fairness_window_ns must be > 0")]
     FairnessWindowNs,
     #[error("halt_boost_ns must be > 0")]
@@ -519,6 +531,11 @@ impl VmLimits {
         if !(1..=1000).contains(&self.budget_resume_permille) {
             return Err(LimitsError::BudgetResumePermille(
                 self.budget_resume_permille,
+            ));
+        }
+        if self.speculative_reserve_permille > 1000 {
+            return Err(LimitsError::SpeculativeReservePermille(
+                self.speculative_reserve_permille,
             ));
         }
         if self.fairness_window_ns == 0 {

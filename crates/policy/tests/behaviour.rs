@@ -2409,3 +2409,76 @@ fn with_lock_extend_running_a_running_holder_is_extended_before_any_preemption()
     assert_eq!(vm.vm_stats().lock_preemptions_avoided, 0);
     assert!(any.iter().all(|d| d.vcpu != 1 || !d.params.is_rt()));
 }
+
+#[test]
+fn speculative_boosts_stop_at_the_budget_reserve_and_leave_it_to_the_guests_rt_work() {
+    // 2.5 ms bucket (250 permille of one vCPU over 10 ms), half of it the reserve; a boosted
+    // vCPU on a CPU drains it at a net 0.75 vCPU-ns per ns: the reserve is reached at 1.67 ms.
+    let limits = VmLimits {
+        proactive_wake: true,
+        proactive_boost_ns: 100 * MS,
+        speculative_boosts_need_rt_work: false,
+        boost_only_against_rivals: false,
+        speculative_reserve_permille: 500,
+        ..debt_limits()
+    };
+    let mut vm = vm(limits, 1);
+    let woken = step(
+        &mut vm,
+        0,
+        Event::Woken {
+            vcpu: 0,
+            source: WakeSource::Io,
+            cpu_idle: false,
+            rivals: Rivals::Host,
+        },
+    );
+    step(&mut vm, 0, Event::Running { vcpu: 0 });
+    let at_reserve = step(&mut vm, 2 * MS, Event::Tick);
+    let rt_work = step(&mut vm, 3 * MS, upd(0, fifo(2)));
+
+    assert_eq!(woken[0].reason, Reason::ProactiveWake);
+    assert!(woken[0].params.is_rt());
+    assert_eq!(at_reserve[0].reason, Reason::OverBudget);
+    assert!(!at_reserve[0].params.is_rt());
+    assert!(!vm.in_debt(), "the reserve is no latch");
+    assert_eq!(
+        rt_work[0].reason,
+        Reason::GuestRt {
+            policy: abi::POLICY_FIFO,
+            priority: 5
+        }
+    );
+    assert!(
+        rt_work[0].params.is_rt(),
+        "the guest's RT work draws on the reserve"
+    );
+}
+
+#[test]
+fn without_a_reserve_speculative_boosts_spend_the_whole_budget() {
+    let limits = VmLimits {
+        proactive_wake: true,
+        proactive_boost_ns: 100 * MS,
+        speculative_boosts_need_rt_work: false,
+        boost_only_against_rivals: false,
+        speculative_reserve_permille: 0,
+        ..debt_limits()
+    };
+    let mut vm = vm(limits, 1);
+    step(
+        &mut vm,
+        0,
+        Event::Woken {
+            vcpu: 0,
+            source: WakeSource::Io,
+            cpu_idle: false,
+            rivals: Rivals::Host,
+        },
+    );
+    step(&mut vm, 0, Event::Running { vcpu: 0 });
+    let at_half = step(&mut vm, 2 * MS, Event::Tick);
+
+    assert!(at_half.is_empty(), "still boosted: {at_half:?}");
+    assert!(vm.target(0).unwrap().params.is_rt());
+}

@@ -13,11 +13,15 @@ pub enum Mode {
     Vanilla,
     /// Every vCPU thread SCHED_RR 8 (chrt -r 8, libvirt `<vcpusched>`).
     StaticRt,
-    /// pvschedd running with its default policy.
+    /// pvschedd running with its default policy, on the rt backend.
     Pvsched,
+    /// pvschedd on the sched_ext backend (kernels with sched_ext: the host
+    /// VM's), same policy.
+    PvschedScx,
 }
 
 impl Mode {
+    /// The default modes (`pvsched-scx` only where asked for).
     pub const ALL: [Mode; 3] = [Mode::Vanilla, Mode::StaticRt, Mode::Pvsched];
 
     pub fn name(self) -> &'static str {
@@ -25,6 +29,21 @@ impl Mode {
             Mode::Vanilla => "vanilla",
             Mode::StaticRt => "static-rt",
             Mode::Pvsched => "pvsched",
+            Mode::PvschedScx => "pvsched-scx",
+        }
+    }
+
+    /// pvschedd serves the VM in this mode.
+    pub fn is_pvsched(self) -> bool {
+        matches!(self, Mode::Pvsched | Mode::PvschedScx)
+    }
+
+    /// pvschedd's `daemon.backend` in this mode.
+    pub fn backend(self) -> Option<&'static str> {
+        match self {
+            Mode::Pvsched => Some("rt"),
+            Mode::PvschedScx => Some("sched_ext"),
+            Mode::Vanilla | Mode::StaticRt => None,
         }
     }
 }

@@ -78,6 +78,7 @@ limits_config! {
     idle_poll_budget_permille: u32,
     fairness_window_ns: u64,
     budget_resume_permille: u32,
+    speculative_reserve_permille: u32,
     latch_nice: i8,
     debt_nice: i8,
     cs_budget_ns: u64,

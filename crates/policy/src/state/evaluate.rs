@@ -9,6 +9,10 @@ impl VmState {
         let waited_on = self.wanted_by_waiters(i);
         let limits = &self.limits;
         let in_debt = self.budget.latched();
+        let reserve_held = limits.speculative_reserve_permille > 0
+            && self
+                .budget
+                .below(&self.budget_rates, limits.speculative_reserve_permille);
         let lock_debt = self.locks.in_debt();
         let cs = self.cs_rates;
         let vm_rt = recent(limits, self.last_rt, now);
@@ -33,7 +37,7 @@ impl VmState {
         let mut boost = if v.throttled_until.is_some() {
             None
         } else {
-            best_boost(limits, v, vm_rt, true)
+            best_boost(limits, v, vm_rt, true, true)
         };
         // Budgets: a latched boost budget refuses every boost; a latched critical-section
         // budget refuses the critical section, and the next-strongest reason may stand.
@@ -43,9 +47,14 @@ impl VmState {
                 boost = None;
                 over_budget = true;
             } else if matches!(reason, Reason::CriticalSection(_)) && v.cs.latched() {
-                boost = best_boost(limits, v, vm_rt, false);
+                boost = best_boost(limits, v, vm_rt, false, true);
                 over_budget = boost.is_none();
             }
+        }
+        // Below the reserve, only the guest's RT work may draw on the budget.
+        if reserve_held && boost.as_ref().is_some_and(|(_, r)| speculative(*r)) {
+            boost = best_boost(limits, v, vm_rt, false, false);
+            over_budget = boost.is_none();
         }
         if boost.is_some() && v.boost_start.is_some() && v.burst_ns >= limits.max_boost_ns {
             v.throttled_until = Some(now.saturating_add(limits.throttle_ns));
@@ -342,15 +351,30 @@ pub(super) fn best_guest(limits: &VmLimits, g: &GuestView, allow_cs: bool) -> Op
     best
 }
 
+/// A reason that boosts on a guess rather than on the guest's RT work: refused below the
+/// boost budget's reserve (`speculative_reserve_permille`).
+fn speculative(r: Reason) -> bool {
+    matches!(
+        r,
+        Reason::CriticalSection(_)
+            | Reason::ProactiveWake
+            | Reason::ProactiveIrq
+            | Reason::LockHolder
+    )
+}
+
 /// The strongest boost for a vCPU: the guest's reasons, then a running proactive boost
 /// (if its switch is still on). `cs_ok` false leaves critical sections out (their budget is
-/// spent).
+/// spent); `speculative_ok` false every speculative reason (the boost budget's reserve for
+/// the guest's RT work is reached: `speculative_reserve_permille`).
 pub(super) fn best_boost(
     limits: &VmLimits,
     v: &Vcpu,
     vm_rt: bool,
     cs_ok: bool,
+    speculative_ok: bool,
 ) -> Option<Candidate> {
+    let cs_ok = cs_ok && speculative_ok;
     // A critical section starts a boost only when the vCPU is not running on the host
     // (preempted, waking, or not seen yet): a running vCPU needs no CPU, and its critical
     // sections last microseconds, shorter than any reaction. Nor, in a VM without recent
@@ -360,14 +384,14 @@ pub(super) fn best_boost(
     let allow_cs = cs_ok
         && (kept || (v.status != RunStatus::Running && speculation_allowed(limits, v, vm_rt)));
     let mut best = best_guest(limits, &v.guest, allow_cs);
-    if limits.honor_lock_holders && v.lock_ext.is_some() {
+    if speculative_ok && limits.honor_lock_holders && v.lock_ext.is_some() {
         let params = rt_params(limits, limits.boost_policy, limits.boost_priority);
         offer(&mut best, params, Reason::LockHolder);
     }
     if let Some(p) = v.proactive {
         let enabled = match p.reason {
-            Reason::ProactiveWake => limits.proactive_wake,
-            Reason::ProactiveIrq => limits.proactive_irq,
+            Reason::ProactiveWake => speculative_ok && limits.proactive_wake,
+            Reason::ProactiveIrq => speculative_ok && limits.proactive_irq,
             Reason::ProactiveHalt => limits.proactive_halt,
             _ => false,
         };

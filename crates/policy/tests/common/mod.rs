@@ -143,6 +143,8 @@ pub fn arb_limits() -> impl Strategy<Value = VmLimits> {
                     // The whole window or a part of it, from values already drawn: both
                     // must keep every bound.
                     budget_resume_permille: if h[3] { 1000 } else { share.max(1) },
+                    // None, or the share drawn: both must keep every bound.
+                    speculative_reserve_permille: if h[5] { 0 } else { share },
                     // From a value already drawn (the tuple is at its size limit).
                     latch_nice: debt_nice.saturating_sub(3).max(-20),
                     debt_nice,

@@ -235,10 +235,19 @@ pub fn ratios(a: &ModeReport, b: &ModeReport) -> Ratios {
     }
 }
 
+/// The targets of each pvsched mode that ran (the sched_ext backend's named
+/// as such).
 pub fn targets(s: &Scenario) -> Vec<Target> {
     let mut out = Vec::new();
-    let Some(pv) = s.modes.get(Mode::Pvsched.name()) else {
-        return out;
+    for mode in [Mode::Pvsched, Mode::PvschedScx] {
+        mode_targets(s, mode, &mut out);
+    }
+    out
+}
+
+fn mode_targets(s: &Scenario, mode: Mode, out: &mut Vec<Target>) {
+    let Some(pv) = s.modes.get(mode.name()) else {
+        return;
     };
     for (what, which, other, allowed) in TARGETS {
         let Some(o) = s.modes.get(other.name()) else {
@@ -255,7 +264,11 @@ pub fn targets(s: &Scenario) -> Vec<Target> {
         out.push(Target {
             load: s.load.clone(),
             interval_us: s.interval_us,
-            what: what.to_string(),
+            what: if mode == Mode::Pvsched {
+                what.to_string()
+            } else {
+                what.replace("pvsched", mode.name())
+            },
             value_us: v,
             limit_us: (w as f64 * allowed * 10.0).round() / 10.0,
             ratio: (r * 1000.0).round() / 1000.0,
@@ -263,7 +276,6 @@ pub fn targets(s: &Scenario) -> Vec<Target> {
             met: r <= allowed + 1e-9,
         });
     }
-    out
 }
 
 /// Builds the report. Scenarios in (load, interval) order of the settings;

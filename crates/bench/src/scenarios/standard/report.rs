@@ -180,10 +180,13 @@ pub struct Report {
 }
 
 /// The pairs compared in every scenario, when both modes ran.
-pub const PAIRS: [(Mode, Mode); 3] = [
+pub const PAIRS: [(Mode, Mode); 6] = [
     (Mode::Pvsched, Mode::StaticRt),
     (Mode::Pvsched, Mode::Vanilla),
     (Mode::StaticRt, Mode::Vanilla),
+    (Mode::PvschedScx, Mode::Vanilla),
+    (Mode::PvschedScx, Mode::StaticRt),
+    (Mode::PvschedScx, Mode::Pvsched),
 ];
 
 /// The project's targets under load: (what, side, other mode, allowed ratio).

@@ -27,7 +27,7 @@ use crate::progress::Progress;
 /// Runs the whole bench; returns the report and whether every phase worked.
 pub fn run(s: &Settings) -> Result<(Report, bool)> {
     let start = Start::begin(s)?;
-    let bins = if s.modes.contains(&Mode::Pvsched) {
+    let bins = if s.modes.iter().any(|m| m.is_pvsched()) {
         Some(Binaries::locate(s.pvschedd.as_deref())?)
     } else {
         None
@@ -69,7 +69,7 @@ fn run_in(s: &Settings, start: Start, bins: Option<Binaries>) -> Result<(Report,
     } else {
         format!("NOT loaded ({})", first_line(insmod_out.trim()))
     };
-    if rc != 0 && s.modes.contains(&Mode::Pvsched) {
+    if rc != 0 && s.modes.iter().any(|m| m.is_pvsched()) {
         return Err(BenchError::GuestModule { output: insmod_out });
     }
     let vcpus = vcpu_threads(&vm)?;

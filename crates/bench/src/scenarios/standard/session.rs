@@ -98,7 +98,7 @@ impl Bench<'_> {
                 }
                 Ok(Applied::StaticRt)
             }
-            Mode::Pvsched => {
+            Mode::Pvsched | Mode::PvschedScx => {
                 let unavailable = |why: &str| BenchError::PvschedUnavailable(why.to_string());
                 if let Some(why) = &self.pvsched_broken {
                     return Err(unavailable(why));
@@ -125,7 +125,7 @@ impl Bench<'_> {
                 let nvcpus = self.vcpus.len();
                 let by_qmp = Locator::Qmp(self.vm.qmp_socket().to_path_buf());
                 let by_pid = Locator::Pid(self.vm.qemu_pid());
-                let overlay = &self.s.pvschedd_overlay;
+                let overlay = &crate::daemon::overlay_for(&self.s.pvschedd_overlay, mode);
                 let doorbell = self.vm.doorbell().map(|fd| fd.as_raw_fd());
                 let start = |how: &Locator| {
                     Daemon::start(&bins, &run_dir, &region, how, nvcpus, overlay, doorbell)
@@ -371,7 +371,7 @@ impl Bench<'_> {
     pub(super) fn session(&mut self, rep: usize, load: Load, mode: Mode) {
         let s = self.s;
         let (nominal, _) = session_plan(s);
-        if mode == Mode::Pvsched && self.pvsched_broken.is_some() {
+        if mode.is_pvsched() && self.pvsched_broken.is_some() {
             self.skip_session(rep, load, mode);
             return;
         }
