@@ -171,6 +171,49 @@ pub struct BackendStatus {
     pub boost_queued: u64,
     pub extensions: u64,
     pub extensions_refused: u64,
+    /// The scheduling decision's own latency on the sched_ext backend: vCPU
+    /// threads queued (woken or enqueued) to running, boosted and not, from
+    /// the program's timestamps: how many, and the median and 99th
+    /// percentile as the upper bound of their log2 bucket, µs.
+    #[serde(default)]
+    pub queued_to_run_boosted: DelaySummary,
+    #[serde(default)]
+    pub queued_to_run_other: DelaySummary,
+}
+
+/// A delay distribution kept in log2 buckets: count, p50 and p99 (upper
+/// bounds of their buckets), µs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DelaySummary {
+    pub count: u64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+}
+
+impl DelaySummary {
+    /// From log2 buckets of ns (bucket i: [2^i, 2^(i+1)) ns).
+    pub fn of_log2_buckets(buckets: &[u64]) -> Self {
+        let count: u64 = buckets.iter().sum();
+        let at = |q: f64| {
+            let want = (count as f64 * q).ceil().max(1.0) as u64;
+            let mut seen = 0;
+            for (i, n) in buckets.iter().enumerate() {
+                seen += n;
+                if seen >= want {
+                    return (1u64 << (i + 1).min(63)) as f64 / 1000.0;
+                }
+            }
+            0.0
+        };
+        if count == 0 {
+            return Self::default();
+        }
+        Self {
+            count,
+            p50_us: at(0.5),
+            p99_us: at(0.99),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -439,5 +482,22 @@ mod tests {
 
         assert_eq!(parsed.cs_latched_vcpus, 0);
         assert!(!parsed.vcpus[0].cs_latched);
+    }
+}
+
+#[cfg(test)]
+mod delay_summary_tests {
+    use super::DelaySummary;
+
+    #[test]
+    fn percentiles_are_the_upper_bounds_of_their_log2_buckets() {
+        let mut b = vec![0u64; 40];
+        b[10] = 98; // [1024, 2048) ns
+        b[20] = 2; // [1.05, 2.1) ms
+        let s = DelaySummary::of_log2_buckets(&b);
+        assert_eq!(s.count, 100);
+        assert_eq!(s.p50_us, 2.048);
+        assert_eq!(s.p99_us, 2097.152);
+        assert_eq!(DelaySummary::of_log2_buckets(&[0; 40]), DelaySummary::default());
     }
 }

@@ -106,6 +106,18 @@ pub fn render(s: &Status) -> String {
                 b.enqueues, b.boost_preempts, b.boost_queued, b.extensions, b.extensions_refused
             );
         }
+        for (what, d) in [
+            ("boosted", &b.queued_to_run_boosted),
+            ("other", &b.queued_to_run_other),
+        ] {
+            if d.count > 0 {
+                let _ = write!(
+                    out,
+                    "  {what} vCPUs queued to running p50 {:.0} µs p99 {:.0} µs ({})",
+                    d.p50_us, d.p99_us, d.count
+                );
+            }
+        }
         if b.fallbacks > 0 {
             let _ = write!(out, "  fallbacks {}", b.fallbacks);
         }

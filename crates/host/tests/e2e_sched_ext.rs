@@ -172,7 +172,11 @@ kvm_test! {
             )
         });
         assert!(v.params.is_rt(), "boost: {:?}", v);
-        assert!(d.status().backend.boost_preempts >= 20);
+        let b = d.status().backend;
+        assert!(b.boost_preempts >= 20);
+        // The program timed each boosted wakeup to its run.
+        assert!(b.queued_to_run_boosted.count >= 20, "{b:?}");
+        assert!(b.queued_to_run_boosted.p50_us > 0.0, "{b:?}");
     }
 }
 

@@ -203,7 +203,20 @@ struct pvs_scx_vcpu {
 	__u32 guest_reason;
 	__u32 pad;
 	__u64 boost_dropped;	/* boosted enqueues the slot no longer backed */
+	/* Private to the program: when the thread was last woken or queued
+	 * (0: it runs), and whether as a boost. */
+	__u64 queued_at;
+	__u32 queued_boosted;
+	__u32 pad2;
 };
+
+/*
+ * Queued-to-running delay of vCPU threads, the scheduling decision's own
+ * latency on this backend: from the wakeup or enqueue at which the program
+ * decides (boosted or not) to the vCPU running. Log2 buckets of ns: bucket
+ * i counts delays in [2^i, 2^(i+1)) ns, bucket 0 also 0 and 1.
+ */
+#define PVS_SCX_LAT_BUCKETS 40
 
 /* Program-wide counters (one global, atomic adds). */
 struct pvs_scx_totals {
@@ -213,6 +226,8 @@ struct pvs_scx_totals {
 	__u64 extensions;
 	__u64 ext_refused;
 	__u64 slot_read_failed;
+	__u64 queued_to_run_boosted[PVS_SCX_LAT_BUCKETS];
+	__u64 queued_to_run_other[PVS_SCX_LAT_BUCKETS];
 };
 
 /* Why the kernel ended the scheduler (its ops.exit), kept for the daemon. */
@@ -231,6 +246,6 @@ struct pvs_scx_exit {
 #define PVS_SCX_DSQ_FAIR 1
 
 _Static_assert(sizeof(struct pvs_scx_grant) == 24, "pvs_scx_grant size");
-_Static_assert(sizeof(struct pvs_scx_vcpu) == 72, "pvs_scx_vcpu size");
+_Static_assert(sizeof(struct pvs_scx_vcpu) == 88, "pvs_scx_vcpu size");
 
 #endif /* __PVSCHED_INTF_H */

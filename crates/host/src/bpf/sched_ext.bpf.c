@@ -120,15 +120,45 @@ static __always_inline void set_boost_on(s32 cpu, u32 boost)
 		*b = boost;
 }
 
+/* A vCPU thread is queued now, boosted or not: its delay to running is
+ * measured from here (the first mark counts until it runs). */
+static __always_inline void mark_queued(struct task_struct *p, bool boosted)
+{
+	struct pvs_scx_vcpu *v = vcpu_of(p);
+
+	if (v && !v->queued_at) {
+		v->queued_at = bpf_ktime_get_ns();
+		v->queued_boosted = boosted;
+	}
+}
+
+/* floor(log2(ns)), 0 for 0 and 1, capped at the last bucket. */
+static __always_inline u32 log2_bucket(u64 ns)
+{
+	u32 b = 0;
+
+	if (ns >> 32) { b += 32; ns >>= 32; }
+	if (ns >> 16) { b += 16; ns >>= 16; }
+	if (ns >> 8) { b += 8; ns >>= 8; }
+	if (ns >> 4) { b += 4; ns >>= 4; }
+	if (ns >> 2) { b += 2; ns >>= 2; }
+	if (ns >> 1) b += 1;
+	return b < PVS_SCX_LAT_BUCKETS ? b : PVS_SCX_LAT_BUCKETS - 1;
+}
+
 s32 BPF_STRUCT_OPS(pvs_select_cpu, struct task_struct *p, s32 prev_cpu,
 		   u64 wake_flags)
 {
+	struct pvs_scx_grant *g = grant_of(p);
 	bool is_idle = false;
 	s32 cpu;
 
 	cpu = scx_bpf_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
-	if (is_idle)
+	if (is_idle) {
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, 0);
+		if (g)
+			mark_queued(p, g->boost != 0);
+	}
 	return cpu;
 }
 
@@ -186,9 +216,12 @@ void BPF_STRUCT_OPS(pvs_enqueue, struct task_struct *p, u64 enq_flags)
 
 	__sync_fetch_and_add(&totals.enqueues, 1);
 	if (g && g->boost && boost_holds(p, g)) {
+		mark_queued(p, true);
 		enqueue_boosted(p, g->boost, enq_flags);
 		return;
 	}
+	if (g)
+		mark_queued(p, false);
 	if (vtime_before(vtime, vtime_now - slice_ns))
 		vtime = vtime_now - slice_ns;
 	scx_bpf_dsq_insert_vtime(p, PVS_SCX_DSQ_FAIR, slice_ns, vtime, enq_flags);
@@ -210,8 +243,18 @@ void BPF_STRUCT_OPS(pvs_running, struct task_struct *p)
 	set_boost_on(bpf_get_smp_processor_id(), g ? g->boost : 0);
 	if (g) {
 		v = vcpu_of(p);
-		if (v)
+		if (v) {
 			v->ext_in_slice = 0;
+			if (v->queued_at) {
+				u32 b = log2_bucket(bpf_ktime_get_ns() - v->queued_at);
+
+				if (v->queued_boosted)
+					__sync_fetch_and_add(&totals.queued_to_run_boosted[b], 1);
+				else
+					__sync_fetch_and_add(&totals.queued_to_run_other[b], 1);
+				v->queued_at = 0;
+			}
+		}
 	}
 }
 
