@@ -171,6 +171,10 @@ pub struct BackendStatus {
     pub boost_queued: u64,
     pub extensions: u64,
     pub extensions_refused: u64,
+    /// Boosts granted to a vCPU waiting in the vtime queue, which was then
+    /// moved ahead at once.
+    #[serde(default)]
+    pub boost_moved: u64,
     /// The scheduling decision's own latency on the sched_ext backend: vCPU
     /// threads queued (woken or enqueued) to running, boosted and not, from
     /// the program's timestamps: how many, and the median and 99th
@@ -498,6 +502,9 @@ mod delay_summary_tests {
         assert_eq!(s.count, 100);
         assert_eq!(s.p50_us, 2.048);
         assert_eq!(s.p99_us, 2097.152);
-        assert_eq!(DelaySummary::of_log2_buckets(&[0; 40]), DelaySummary::default());
+        assert_eq!(
+            DelaySummary::of_log2_buckets(&[0; 40]),
+            DelaySummary::default()
+        );
     }
 }

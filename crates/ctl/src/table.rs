@@ -102,8 +102,14 @@ pub fn render(s: &Status) -> String {
         if b.active == "sched_ext" {
             let _ = write!(
                 out,
-                "  enqueues {}  boosted: preempting {}, queued {}  extensions {} (refused {})",
-                b.enqueues, b.boost_preempts, b.boost_queued, b.extensions, b.extensions_refused
+                "  enqueues {}  boosted: preempting {}, queued {}, moved ahead {}  extensions {} \
+                 (refused {})",
+                b.enqueues,
+                b.boost_preempts,
+                b.boost_queued,
+                b.boost_moved,
+                b.extensions,
+                b.extensions_refused
             );
         }
         for (what, d) in [

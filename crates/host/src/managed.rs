@@ -111,6 +111,11 @@ impl Managed {
                     ScxBoost::Guest(p)
                 };
                 s.set_boost(tid, boost).map_err(std::io::Error::other)?;
+                if !self.scx_boost {
+                    // A boost that starts while the thread waits in the
+                    // vtime queue takes effect now, not at its turn.
+                    s.boost_queued(tid).map_err(std::io::Error::other)?;
+                }
                 self.scx_boost = true;
             }
             _ => {

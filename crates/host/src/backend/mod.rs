@@ -108,8 +108,10 @@ impl BackendState {
         s.boost_queued = t.boost_queued;
         s.extensions = t.extensions;
         s.extensions_refused = t.ext_refused;
+        s.boost_moved = t.boost_moved;
         s.queued_to_run_boosted =
             pvsched_control::DelaySummary::of_log2_buckets(&t.queued_to_run_boosted);
-        s.queued_to_run_other = pvsched_control::DelaySummary::of_log2_buckets(&t.queued_to_run_other);
+        s.queued_to_run_other =
+            pvsched_control::DelaySummary::of_log2_buckets(&t.queued_to_run_other);
     }
 }

@@ -6,13 +6,14 @@
 //! daemon dies and the link's file descriptor closes.
 
 use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, OpenObject};
 
 use crate::events::wire::{
-    pvs_scx_grant, pvs_scx_vcpu, PVS_SCX_BOOST_GUEST, PVS_SCX_BOOST_PROACTIVE,
+    pvs_scx_boost_queued, pvs_scx_grant, pvs_scx_vcpu, PVS_SCX_BOOST_GUEST, PVS_SCX_BOOST_PROACTIVE,
 };
 
 #[allow(
@@ -41,10 +42,16 @@ pub enum SchedExtError {
         #[source]
         source: libbpf_rs::Error,
     },
-    #[error("the kernel has no sched_ext ({STATE_FILE} missing: needs Linux >= 6.12 with CONFIG_SCHED_CLASS_EXT)")]
-    NoSchedExt,
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("another sched_ext scheduler runs ({STATE_FILE}: {state}; /sys/kernel/sched_ext/root/ops: {ops})")]
     Busy { state: String, ops: String },
+    #[error("the kernel has no sched_ext ({STATE_FILE} missing: needs Linux >= 6.13 with CONFIG_SCHED_CLASS_EXT)")]
+    NoSchedExt,
 }
 
 impl SchedExtError {
@@ -119,6 +126,8 @@ pub struct SchedExt {
     grants: MapHandle,
     vcpus: MapHandle,
     bss: MapHandle,
+    /// `pvs_boost_queued`, run with BPF_PROG_TEST_RUN.
+    boost_queued: OwnedFd,
     options: SchedExtOptions,
 }
 
@@ -184,6 +193,15 @@ impl SchedExt {
         let grants = handle(&skel.maps.scx_grants, "scx_grants")?;
         let vcpus = handle(&skel.maps.scx_vcpus, "scx_vcpus")?;
         let bss = handle(&skel.maps.bss, "bss")?;
+        let boost_queued = skel
+            .progs
+            .pvs_boost_queued
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|source| SchedExtError::Io {
+                what: "dup pvs_boost_queued".into(),
+                source,
+            })?;
         let link = skel
             .maps
             .pvsched_ops
@@ -196,6 +214,7 @@ impl SchedExt {
             grants,
             vcpus,
             bss,
+            boost_queued,
             options,
         })
     }
@@ -252,6 +271,32 @@ impl SchedExt {
             ScxBoost::Proactive(p) => (p.max(1), PVS_SCX_BOOST_PROACTIVE),
         };
         self.write_grant(tid, &g)
+    }
+
+    /// Moves thread `tid`, just granted a boost, ahead if it waits in the
+    /// vtime queue (`pvs_boost_queued`); Ok(true) when it did.
+    pub fn boost_queued(&self, tid: u32) -> Result<bool, SchedExtError> {
+        let mut ctx = pvs_scx_boost_queued { tid, moved: 0 };
+        let size = size_of::<pvs_scx_boost_queued>() as u32;
+        let p = (&mut ctx as *mut pvs_scx_boost_queued).cast::<std::ffi::c_void>();
+        let mut opts = libbpf_rs::libbpf_sys::bpf_test_run_opts {
+            sz: size_of::<libbpf_rs::libbpf_sys::bpf_test_run_opts>() as _,
+            ctx_in: p,
+            ctx_size_in: size,
+            ..Default::default()
+        };
+        // SAFETY: opts points at `ctx`, ours, for the call only; a syscall
+        // program's context is copied back into it (ctx_in).
+        let r = unsafe {
+            libbpf_rs::libbpf_sys::bpf_prog_test_run_opts(self.boost_queued.as_raw_fd(), &mut opts)
+        };
+        if r != 0 {
+            return Err(SchedExtError::Io {
+                what: "run pvs_boost_queued".into(),
+                source: std::io::Error::from_raw_os_error(-r),
+            });
+        }
+        Ok(ctx.moved != 0)
     }
 
     /// Sets where thread `tid`'s slot is in its VMM.

@@ -226,6 +226,7 @@ struct pvs_scx_totals {
 	__u64 extensions;
 	__u64 ext_refused;
 	__u64 slot_read_failed;
+	__u64 boost_moved;	/* queued vCPUs moved ahead at a grant */
 	__u64 queued_to_run_boosted[PVS_SCX_LAT_BUCKETS];
 	__u64 queued_to_run_other[PVS_SCX_LAT_BUCKETS];
 };
@@ -239,6 +240,17 @@ struct pvs_scx_exit {
 	__s64 exit_code;
 	char reason[PVS_SCX_REASON_LEN];
 	char msg[PVS_SCX_MSG_LEN];
+};
+
+/*
+ * The context of pvs_boost_queued (BPF_PROG_TYPE_SYSCALL, run by the daemon
+ * with BPF_PROG_TEST_RUN right after it grants a boost): a vCPU thread
+ * already queued by vtime is moved to the boost queue, or onto its CPU at
+ * once if that CPU runs a weaker task. `moved` is written back.
+ */
+struct pvs_scx_boost_queued {
+	__u32 tid;
+	__u32 moved;
 };
 
 /* The scheduler's own dispatch queues. */

@@ -357,6 +357,62 @@ void BPF_STRUCT_OPS(pvs_tick, struct task_struct *p)
 	__sync_fetch_and_add(&totals.extensions, 1);
 }
 
+/*
+ * A boost granted to a vCPU thread that waits in the vtime queue (it was
+ * preempted or woke before the grant): the grant would only count at its
+ * next enqueue, after its turn by vtime, while the interrupt that caused
+ * the boost waits with it. The daemon runs this right after the grant: the
+ * thread is moved ahead, preempting a weaker task on its CPU or joining
+ * the boost queue. At most 4096 queued tasks are looked at.
+ */
+SEC("syscall")
+int pvs_boost_queued(struct pvs_scx_boost_queued *ctx)
+{
+	struct bpf_iter_scx_dsq it;
+	struct task_struct *p;
+	struct pvs_scx_grant *g;
+	u32 tid = ctx->tid, n = 0;
+	bool moved = false;
+
+	/* The iterator walks the queue under RCU. */
+	bpf_rcu_read_lock();
+	if (bpf_iter_scx_dsq_new(&it, PVS_SCX_DSQ_FAIR, 0)) {
+		bpf_iter_scx_dsq_destroy(&it);
+		bpf_rcu_read_unlock();
+		return 0;
+	}
+	while ((p = bpf_iter_scx_dsq_next(&it))) {
+		if (++n > 4096)
+			break;
+		if ((u32)p->pid != tid)
+			continue;
+		g = bpf_map_lookup_elem(&scx_grants, &tid);
+		if (!g || !g->boost)
+			break;
+		{
+			s32 cpu = scx_bpf_task_cpu(p);
+
+			struct pvs_scx_vcpu *v = vcpu_of(p);
+
+			if (boost_on(cpu) < g->boost)
+				moved = scx_bpf_dsq_move(&it, p, SCX_DSQ_LOCAL_ON | cpu,
+							 SCX_ENQ_PREEMPT);
+			else
+				moved = scx_bpf_dsq_move(&it, p, PVS_SCX_DSQ_BOOST, 0);
+			/* Its wait so far counts as a boosted one's. */
+			if (moved && v && v->queued_at)
+				v->queued_boosted = 1;
+		}
+		break;
+	}
+	bpf_iter_scx_dsq_destroy(&it);
+	bpf_rcu_read_unlock();
+	if (moved)
+		__sync_fetch_and_add(&totals.boost_moved, 1);
+	ctx->moved = moved;
+	return 0;
+}
+
 void BPF_STRUCT_OPS(pvs_enable, struct task_struct *p)
 {
 	p->scx.dsq_vtime = vtime_now;

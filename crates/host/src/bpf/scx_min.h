@@ -70,6 +70,19 @@ struct sched_ext_ops {
 #define SCX_KICK_PREEMPT	(1ULL << 1)
 #define SCX_SLICE_DFL		20000000ULL
 
+/* Open-coded iteration over a dispatch queue (BPF_PROG_TYPE_SYSCALL too). */
+struct bpf_iter_scx_dsq {
+	u64 __opaque[6];
+} __attribute__((aligned(8)));
+
+void bpf_rcu_read_lock(void) __ksym;
+void bpf_rcu_read_unlock(void) __ksym;
+int bpf_iter_scx_dsq_new(struct bpf_iter_scx_dsq *it, u64 dsq_id, u64 flags) __ksym;
+struct task_struct *bpf_iter_scx_dsq_next(struct bpf_iter_scx_dsq *it) __ksym;
+void bpf_iter_scx_dsq_destroy(struct bpf_iter_scx_dsq *it) __ksym;
+bool scx_bpf_dsq_move(struct bpf_iter_scx_dsq *it__iter, struct task_struct *p,
+		      u64 dsq_id, u64 enq_flags) __ksym;
+
 s32 scx_bpf_create_dsq(u64 dsq_id, s32 node) __ksym;
 s32 scx_bpf_select_cpu_dfl(struct task_struct *p, s32 prev_cpu, u64 wake_flags,
 			   bool *is_idle) __ksym;
