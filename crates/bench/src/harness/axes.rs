@@ -23,6 +23,13 @@ pub enum Mode {
 impl Mode {
     /// The default modes (`pvsched-scx` only where asked for).
     pub const ALL: [Mode; 3] = [Mode::Vanilla, Mode::StaticRt, Mode::Pvsched];
+    /// Every mode, in the order reports show them.
+    pub const EVERY: [Mode; 4] = [
+        Mode::Vanilla,
+        Mode::StaticRt,
+        Mode::Pvsched,
+        Mode::PvschedScx,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {

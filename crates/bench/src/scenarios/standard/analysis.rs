@@ -331,9 +331,9 @@ pub fn build(
     }
 }
 
-/// Modes in the canonical order (vanilla, static-rt, pvsched).
+/// Modes in the canonical order (vanilla, static-rt, pvsched, pvsched-scx).
 pub fn ordered(modes: &BTreeMap<String, ModeReport>) -> Vec<(&str, &ModeReport)> {
-    Mode::ALL
+    Mode::EVERY
         .iter()
         .filter_map(|m| modes.get(m.name()).map(|r| (m.name(), r)))
         .collect()

@@ -486,7 +486,7 @@ fn headline(o: &mut String, r: &Report) {
     if loaded.is_empty() {
         return;
     }
-    let modes: Vec<&str> = Mode::ALL
+    let modes: Vec<&str> = Mode::EVERY
         .iter()
         .map(|m| m.name())
         .filter(|m| loaded.iter().any(|s| s.modes.contains_key(*m)))

@@ -59,7 +59,7 @@ pub fn markdown(o: &mut String, shares: &[LoadShare]) {
             "| mode | VM CPU % per repeat | VM % (vCPU threads + rest) | VM vs vanilla | vCPUs vs entitlement | boosted % of vCPU time (budget) | guest idle polling % (driver) | host load CPU % | host load CPU vs vanilla | host load throughput vs vanilla | pvschedd % | machine busy % |"
         );
         let _ = writeln!(o, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
-        for m in Mode::ALL {
+        for m in Mode::EVERY {
             let Some(r) = ls.modes.get(m.name()) else {
                 continue;
             };
