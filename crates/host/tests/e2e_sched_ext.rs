@@ -21,7 +21,7 @@ mod support;
 const CS_HARDIRQ: u32 = 1 << 1;
 
 /// A fake VMM with one vCPU thread named like KVM's, confined to CPU 0 with
-/// everything else a test starts there, and the `[[vm]]` entry serving it.
+/// everything else a test starts there, and the config serving it.
 fn vmm(
     dir: &Path,
     name: &str,
@@ -29,22 +29,22 @@ fn vmm(
     cs: Option<u32>,
     spin: bool,
 ) -> (FakeVmm, String) {
-    let region = dir.join(format!("{name}.region"));
-    let qmp = dir.join(format!("{name}.qmp"));
-    let mut c = FakeVmmConfig::new(&region);
+    let mut c = FakeVmmConfig::new(Path::new(""));
     c.vcpus = 1;
     c.name_format = "CPU {}/KVM".into();
-    c.qmp = Some(qmp.clone());
     c.guest_fifo = fifo;
     c.guest_cs = cs;
     c.spin = spin;
     c.wrapper = vec!["taskset".into(), "-c".into(), "0".into()];
-    let vmm = FakeVmm::spawn(&c);
-    let entry = format!(
-        "[discovery]\nauto = false\n{}",
-        support::vm_entry(name, &region, &qmp)
-    );
-    (vmm, entry)
+    support::qmp_vm(dir, name, c)
+}
+
+/// Waits until the daemon has vCPU 0 boosted (by the scheduler's grant).
+fn wait_granted(d: &Daemon) {
+    wait_until(Duration::from_secs(20), Duration::from_millis(20), || {
+        d.status().vms[0].vcpus[0].params.is_rt().then_some(())
+    })
+    .unwrap_or_else(|| panic!("never boosted; log:\n{}", d.log()));
 }
 
 /// pvschedd on the sched_ext backend (it must load), `daemon` more keys.
@@ -94,10 +94,7 @@ kvm_test! {
         let ops = std::fs::read_to_string("/sys/kernel/sched_ext/root/ops").unwrap_or_default();
         assert_eq!(ops.trim(), "pvsched");
         // The guest says a FIFO task runs: boosted, by the scheduler.
-        wait_until(Duration::from_secs(20), Duration::from_millis(20), || {
-            d.status().vms[0].vcpus[0].params.is_rt().then_some(())
-        })
-        .unwrap_or_else(|| panic!("never boosted; log:\n{}", d.log()));
+        wait_granted(&d);
         assert!(!params(tid).is_rt(), "the kernel must keep the thread fair: {}", params(tid));
 
         let exit = d.signal(libc::SIGTERM);
@@ -122,10 +119,7 @@ kvm_test! {
         let tid = vmm.tids[0];
         let d = sched_ext_daemon(&dir, "", &entry);
         d.wait_serving(&name, 1);
-        wait_until(Duration::from_secs(20), Duration::from_millis(20), || {
-            d.status().vms[0].vcpus[0].params.is_rt().then_some(())
-        })
-        .unwrap_or_else(|| panic!("never boosted; log:\n{}", d.log()));
+        wait_granted(&d);
 
         std::fs::write("/proc/sys/kernel/sysrq", "1").expect("enable sysrq");
         std::fs::write("/proc/sysrq-trigger", "S").expect("sysrq-S");

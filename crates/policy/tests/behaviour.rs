@@ -2410,16 +2410,16 @@ fn with_lock_extend_running_a_running_holder_is_extended_before_any_preemption()
     assert!(any.iter().all(|d| d.vcpu != 1 || !d.params.is_rt()));
 }
 
-#[test]
-fn speculative_boosts_stop_at_the_budget_reserve_and_leave_it_to_the_guests_rt_work() {
-    // 2.5 ms bucket (250 permille of one vCPU over 10 ms), half of it the reserve; a boosted
-    // vCPU on a CPU drains it at a net 0.75 vCPU-ns per ns: the reserve is reached at 1.67 ms.
+/// One vCPU proactively boosted at a wakeup at 0 and running since, in a VM of 2.5 ms boost
+/// budget (250 permille of one vCPU over 10 ms) with `reserve` permille kept for RT work; and
+/// the decisions at the wakeup.
+fn woken_and_running(reserve: u32) -> (VmState, Vec<Decision>) {
     let limits = VmLimits {
         proactive_wake: true,
         proactive_boost_ns: 100 * MS,
         speculative_boosts_need_rt_work: false,
         boost_only_against_rivals: false,
-        speculative_reserve_permille: 500,
+        speculative_reserve_permille: reserve,
         ..debt_limits()
     };
     let mut vm = vm(limits, 1);
@@ -2434,6 +2434,14 @@ fn speculative_boosts_stop_at_the_budget_reserve_and_leave_it_to_the_guests_rt_w
         },
     );
     step(&mut vm, 0, Event::Running { vcpu: 0 });
+    (vm, woken)
+}
+
+#[test]
+fn speculative_boosts_stop_at_the_budget_reserve_and_leave_it_to_the_guests_rt_work() {
+    // A boosted vCPU on a CPU drains the bucket at a net 0.75 vCPU-ns per ns: the reserve
+    // (half of it) is reached at 1.67 ms.
+    let (mut vm, woken) = woken_and_running(500);
     let at_reserve = step(&mut vm, 2 * MS, Event::Tick);
     let rt_work = step(&mut vm, 3 * MS, upd(0, fifo(2)));
 
@@ -2457,26 +2465,7 @@ fn speculative_boosts_stop_at_the_budget_reserve_and_leave_it_to_the_guests_rt_w
 
 #[test]
 fn without_a_reserve_speculative_boosts_spend_the_whole_budget() {
-    let limits = VmLimits {
-        proactive_wake: true,
-        proactive_boost_ns: 100 * MS,
-        speculative_boosts_need_rt_work: false,
-        boost_only_against_rivals: false,
-        speculative_reserve_permille: 0,
-        ..debt_limits()
-    };
-    let mut vm = vm(limits, 1);
-    step(
-        &mut vm,
-        0,
-        Event::Woken {
-            vcpu: 0,
-            source: WakeSource::Io,
-            cpu_idle: false,
-            rivals: Rivals::Host,
-        },
-    );
-    step(&mut vm, 0, Event::Running { vcpu: 0 });
+    let (mut vm, _) = woken_and_running(0);
     let at_half = step(&mut vm, 2 * MS, Event::Tick);
 
     assert!(at_half.is_empty(), "still boosted: {at_half:?}");

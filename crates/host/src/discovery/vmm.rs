@@ -358,23 +358,7 @@ pub(super) fn mappers(
 /// Whether process `pid` maps `file` shared (read from its
 /// `/proc/<pid>/maps`: device and inode, never the path text).
 pub(super) fn maps_file(pid: i32, file: FileId) -> Result<bool, DiscoveryError> {
-    let path = PathBuf::from(format!("/proc/{pid}/maps"));
-    let maps = fs::File::open(&path).map_err(|e| DiscoveryError::Io {
-        path: path.clone(),
-        op: "open",
-        source: e,
-    })?;
-    for line in BufReader::new(maps).split(b'\n') {
-        let line = line.map_err(|e| DiscoveryError::Io {
-            path: path.clone(),
-            op: "read",
-            source: e,
-        })?;
-        if shared_mapping_file(&line) == Some(file) {
-            return Ok(true);
-        }
-    }
-    Ok(false)
+    Ok(!mappings_of(pid, file)?.is_empty())
 }
 
 /// The VMM among the processes that map `region`: the one with vCPU
