@@ -136,6 +136,26 @@ pub fn run_test(name: &str, cfg: &HostVmConfig, timeout: Duration) -> Result<Str
                 }
                 return Err(Error::TestFailed(msg));
             }
+            Err(Error::Vm(pvsched_vmtest::Error::CommandTimeout { console, .. }))
+                if console.contains(GUEST_LOST_MARKER) =>
+            {
+                // The test ended as lost, but its command did not return
+                // (something it started kept the console; CI saw it after a
+                // guest reset): run it again, on a fresh host VM, as any lost guest.
+                state.vm = None;
+                let line = console
+                    .lines()
+                    .find(|l| l.contains(GUEST_LOST_MARKER))
+                    .unwrap_or_default()
+                    .to_string();
+                notes.push(format!(
+                    "attempt {attempt}: guest lost, command stuck: {line}"
+                ));
+                eprintln!(
+                    "pvsched-hostvm: {name}: attempt {attempt}: {line}; the command did not \
+                     return: running it again on another host VM"
+                );
+            }
             Err(e) if e.is_host_vm_failure() => {
                 state.vm = None;
                 state.failures += 1;
