@@ -56,7 +56,7 @@ typedef uint64_t __u64;
 /* "PVSCHED\0" read as a little-endian 64-bit word. */
 #define PVSCHED_MAGIC		0x0044454843535650ULL
 #define PVSCHED_ABI_MAJOR	1
-#define PVSCHED_ABI_MINOR	3
+#define PVSCHED_ABI_MINOR	4
 
 #define PVSCHED_CACHELINE	64
 #define PVSCHED_HEADER_SIZE	128
@@ -246,7 +246,14 @@ struct pvsched_guest_half {
 	__u32 lock_flags;
 	__u64 lock_contended_count;
 	__u64 lock_preempted_count;
-	__u64 guest_reserved[3];
+	/*
+	 * Since minor 4 (zero otherwise): context switches to an RT or
+	 * deadline task, as of the last publish. The fields above show the
+	 * present only; a host that reads the slot while the guest idles
+	 * between two short RT runs sees from this that RT work ran.
+	 */
+	__u64 rt_switch_count;
+	__u64 guest_reserved[2];
 };
 
 struct pvsched_host_half {

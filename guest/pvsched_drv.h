@@ -39,6 +39,7 @@ struct pvsched_cpu {
 	u64 hardirq_count;
 	u64 softirq_count;
 	u64 switch_count;
+	u64 rt_switch_count;		/* switches to an RT or deadline task */
 	u64 boost_req_count;
 	u64 hints_raised;		/* pending hints set in other slots */
 	u64 hints_cleared;		/* pending hints this CPU satisfied */

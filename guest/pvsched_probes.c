@@ -81,6 +81,7 @@ static void pvsched_write(struct pvsched_cpu *pc, u32 flags, u32 cs)
 	WRITE_ONCE(g->softirq_count, pc->softirq_count);
 	WRITE_ONCE(g->nmi_count, pvsched_nmi_count());
 	WRITE_ONCE(g->switch_count, pc->switch_count);
+	WRITE_ONCE(g->rt_switch_count, pc->rt_switch_count);
 	WRITE_ONCE(g->boost_req_count, pc->boost_req_count);
 	WRITE_ONCE(g->lock_holder, pc->lock_holder);
 	WRITE_ONCE(g->lock_flags, pc->lock_flags);
@@ -297,6 +298,13 @@ static __always_inline bool pvsched_switch_unchanged(const struct pvsched_cpu *p
 	       task_nice(next) == pc->shown_nice;
 }
 
+/* After pvsched_set_task() for the next task: count a switch to RT work. */
+static __always_inline void pvsched_count_rt_switch(struct pvsched_cpu *pc)
+{
+	if (pc->rt_priority || pc->policy == PVSCHED_POLICY_DEADLINE)
+		pc->rt_switch_count++;
+}
+
 static void pvsched_probe_sched_switch(void *data, bool preempt,
 				       struct task_struct *prev,
 				       struct task_struct *next,
@@ -307,6 +315,7 @@ static void pvsched_probe_sched_switch(void *data, bool preempt,
 
 	if (likely(pvsched_switch_unchanged(pc, next))) {
 		pc->switch_count++;
+		pvsched_count_rt_switch(pc);
 		return;
 	}
 	pc = pvsched_begin(&irqfl);
@@ -317,6 +326,7 @@ static void pvsched_probe_sched_switch(void *data, bool preempt,
 	pc->flags &= ~PVSCHED_GF_BOOST_REQ;
 	pvsched_set_task(pc, next);
 	pc->switch_count++;
+	pvsched_count_rt_switch(pc);
 	/*
 	 * No hardirq or softirq handler runs across a context switch. Resetting
 	 * the depths heals a pairing the registration order could not keep.

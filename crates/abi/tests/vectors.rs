@@ -43,6 +43,7 @@ fn valid() -> OwnedRegion {
             hardirq_count: 1000,
             softirq_count: 200,
             switch_count: 55,
+            rt_switch_count: 21,
             ..Default::default()
         },
     )
@@ -166,8 +167,14 @@ fn valid_vector_decodes_to_its_documented_contents() {
     );
     assert_eq!(s0.flags, GF_ACTIVE | GF_IDLE);
     assert_eq!(
-        (s1.policy, s1.rt_priority, s1.cs_flags, s1.hardirq_count),
-        (POLICY_FIFO, 42, CS_HARDIRQ, 1000)
+        (
+            s1.policy,
+            s1.rt_priority,
+            s1.cs_flags,
+            s1.hardirq_count,
+            s1.rt_switch_count
+        ),
+        (POLICY_FIFO, 42, CS_HARDIRQ, 1000, 21)
     );
     assert_eq!((s2.flags, s2.nice), (GF_ACTIVE | GF_BOOST_REQ, 5));
     assert_eq!(s2.guest_pending, PENDING_VALID | 0x20a);

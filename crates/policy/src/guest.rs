@@ -111,6 +111,10 @@ pub struct GuestView {
     /// The guest's lock counters as of this copy (reported, never acted on).
     pub lock_contended: u64,
     pub lock_preempted: u64,
+    /// Switches to an RT or deadline task as of this copy (minor 4; 0 from older guests).
+    /// Compared between two views, it shows RT work that ran between them, which the
+    /// task fields (the present only) miss when the guest idles again before a read.
+    pub rt_switches: u64,
     /// The guest's sequence number of this copy (used to tell a fresh write from a re-read).
     pub seq: u32,
     /// How many fields had to be clamped or ignored to build this view.
@@ -134,6 +138,7 @@ impl GuestView {
             lock_flags: 0,
             lock_contended: 0,
             lock_preempted: 0,
+            rt_switches: 0,
             seq: 0,
             clamped: 0,
         }
@@ -209,6 +214,7 @@ impl GuestView {
             lock_flags: half.lock_flags & abi::LOCK_F_ALL,
             lock_contended: half.lock_contended_count,
             lock_preempted: half.lock_preempted_count,
+            rt_switches: half.rt_switch_count,
             seq: half.seq,
             clamped,
         }
@@ -231,6 +237,13 @@ impl GuestView {
             && ((!self.idle
                 && (self.policy.is_rt() || self.policy == GuestPolicy::Deadline || self.boost_req))
                 || self.pending.is_some())
+    }
+
+    /// Whether the guest ran RT work between `earlier` and this view: its RT switch count
+    /// moved (both views speaking). A guest can claim RT work this way as it can by
+    /// publishing an RT task: it earns halt boosts, within the same budget.
+    pub fn ran_rt_since(&self, earlier: &GuestView) -> bool {
+        self.speaks() && earlier.speaks() && self.rt_switches != earlier.rt_switches
     }
 
     /// Whether the guest may ask for anything: consistent and active.

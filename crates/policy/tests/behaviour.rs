@@ -878,6 +878,34 @@ fn halt_after_recent_guest_rt_work_keeps_the_vcpu_boosted_on_block_and_on_hlt_ex
 }
 
 #[test]
+fn rt_work_that_ran_between_two_idle_reads_earns_a_halt_boost_through_the_rt_switch_count() {
+    // Arrange: every read finds the guest idle (under KVM the RT task runs between the
+    // host's reads); only the second one shows the RT switch count moved.
+    let counted = |seq, n| GuestHalf {
+        rt_switch_count: n,
+        ..idle(seq)
+    };
+    let mut moved = vm(base(), 1);
+    let mut still = vm(base(), 1);
+    step(&mut moved, 10, upd(0, counted(2, 7)));
+    step(&mut still, 10, upd(0, counted(2, 7)));
+
+    // Act
+    step(&mut moved, 20, upd(0, counted(4, 9)));
+    step(&mut still, 20, upd(0, counted(4, 7)));
+    step(&mut moved, 100, halted(0));
+    step(&mut still, 100, halted(0));
+
+    // Assert: boosted across the halt, from the idle read on.
+    let (params, reason) = target(&moved, 0);
+    assert!(
+        params.is_rt() && reason == Reason::ProactiveHalt,
+        "{reason:?}"
+    );
+    assert!(!target(&still, 0).0.is_rt());
+}
+
+#[test]
 fn a_guest_going_idle_after_rt_work_keeps_a_boost_until_it_halts_instead_of_an_unboost() {
     // Arrange
     let mut vm = vm(base(), 1);

@@ -484,6 +484,8 @@ pub struct Vcpu {
     /// Published-state counter (the guest half's seq, halved).
     pub seq: u32,
     pub switches: u64,
+    /// Switches to an RT task (the guest half's `rt_switch_count`).
+    pub rt_switches: u64,
     pub hardirqs: u64,
     /// The `seq` at which the doorbell last rang (one ring per published change).
     pub rung_seq: u32,
@@ -517,6 +519,7 @@ impl Vcpu {
             switch_in_gen: 0,
             seq: 0,
             switches: 0,
+            rt_switches: 0,
             hardirqs: 0,
             rung_seq: u32::MAX,
             lock_wait: None,
@@ -673,6 +676,7 @@ impl GuestVm {
             update_ns: now,
             hardirq_count: vc.hardirqs,
             switch_count: vc.switches,
+            rt_switch_count: vc.rt_switches,
             guest_pending,
             lock_holder,
             lock_flags,

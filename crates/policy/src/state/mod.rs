@@ -555,7 +555,7 @@ impl VmState {
                     return;
                 }
                 let view = GuestView::from_read(guest, consistent);
-                if view.shows_rt_work() {
+                if view.shows_rt_work() || view.ran_rt_since(&v.guest) {
                     v.last_rt = Some(now);
                     self.last_rt = Some(now);
                 }

@@ -27,14 +27,14 @@ pub fn arb_half() -> impl Strategy<Value = GuestHalf> {
         (seq, flags, cs, arb_u32_biased(7), arb_u32_biased(120), nice),
         (any::<u64>(), any::<[u64; 4]>(), pending, any::<u64>()),
         (lock_holder, lock_flags, any::<[u64; 2]>()),
-        any::<[u64; 3]>(),
+        (any::<u64>(), any::<[u64; 2]>()),
     )
         .prop_map(
             |(
                 (seq, flags, cs_flags, policy, rt_priority, nice),
                 (update_ns, counts, guest_pending, boost_req_count),
                 (lock_holder, lock_flags, lock_counts),
-                guest_reserved,
+                (rt_switch_count, guest_reserved),
             )| GuestHalf {
                 seq,
                 flags,
@@ -53,6 +53,7 @@ pub fn arb_half() -> impl Strategy<Value = GuestHalf> {
                 lock_flags,
                 lock_contended_count: lock_counts[0],
                 lock_preempted_count: lock_counts[1],
+                rt_switch_count,
                 guest_reserved,
             },
         )

@@ -366,6 +366,9 @@ impl Sim {
                 vc.switches += 1;
                 vc.seq += 1;
                 vc.slice_used = 0;
+                if matches!(g.tasks[t as usize].class, GClass::Rt { .. }) {
+                    g.vcpus[v as usize].rt_switches += 1;
+                }
                 g.lock_wait_switch(v, Some(t));
                 let task = &mut g.tasks[t as usize];
                 if let (Some(e), Behaviour::Periodic { .. }) = (task.expiry, &task.behaviour) {
