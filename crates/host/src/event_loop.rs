@@ -21,7 +21,7 @@ use pvsched_policy::{serving, Decision, Decisions, Event, SlotReads};
 use tracing::{debug, error, info, warn};
 
 use crate::actuator;
-use crate::backend::{BackendState, SchedExt};
+use crate::backend::{BackendState, SchedExt, ScxAllowance};
 use crate::config::Resolved;
 use crate::control::{ControlServer, Served};
 use crate::discovery::{self, DiscoveryMsg, Snapshot};
@@ -591,12 +591,22 @@ impl Daemon {
         let burst = 2 * scx.options().extension_ns;
         for vm in self.vms.iter_mut() {
             crate::vm_table::find_slots(scx, vm);
-            for m in &mut vm.vcpus {
+            for (i, m) in vm.vcpus.iter_mut().enumerate() {
                 let tid = m.handle.tid as u32;
                 let Some(done) = scx.vcpu(tid) else { continue };
-                let allowed = m.ext_allowance.next(now, done.ext_ns, share, burst);
-                if let Err(e) = scx.allow_extensions(tid, allowed) {
-                    debug!(vm = %vm.name, tid, error = %e, "extension allowance");
+                // The scheduler's own boosts since the last scan, paid from the budget
+                // before the next terms are set.
+                let spent = done.kboost_ns.saturating_sub(m.kboost_charged_ns);
+                m.kboost_charged_ns = done.kboost_ns;
+                vm.policy.charge_kernel_boost(now, i as u32, spent);
+                let kernel = vm.policy.kernel_grant(i as u32);
+                let allowance = ScxAllowance {
+                    extension_ns: m.ext_allowance.next(now, done.ext_ns, share, burst),
+                    kernel_boost_ns: done.kboost_ns.saturating_add(kernel.allowance_ns),
+                    kernel,
+                };
+                if let Err(e) = scx.allow(tid, allowance) {
+                    debug!(vm = %vm.name, tid, error = %e, "allowance");
                 }
             }
         }

@@ -32,6 +32,9 @@ pub struct Managed {
     pub scx_boost: bool,
     /// Its slice-end extension allowance on the sched_ext backend.
     pub ext_allowance: ExtensionAllowance,
+    /// The scheduler's own boosted time (`pvs_scx_vcpu.kboost_ns`) charged to the
+    /// policy's budget so far.
+    pub kboost_charged_ns: u64,
     /// The address of its slot in the VMM the sched_ext scheduler was
     /// given (0: not found yet).
     pub scx_slot: u64,
@@ -54,6 +57,7 @@ impl Managed {
             kernel: original,
             scx_boost: false,
             ext_allowance: ExtensionAllowance::default(),
+            kboost_charged_ns: 0,
             scx_slot: 0,
             quiet: Quiet::NONE,
             failures: 0,

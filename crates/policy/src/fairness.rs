@@ -184,6 +184,18 @@ impl Budget {
         }
     }
 
+    /// `ns` vCPU-ns spent at once, outside the rates (boosts another decider took, reported
+    /// after the fact): from the tokens, then as overdraft; then the latch is updated.
+    pub fn spend(&mut self, p: &BudgetParams, ns: u64) {
+        let units = mul(p.cost, ns);
+        let taken = units.min(self.tokens);
+        self.tokens -= taken;
+        self.overdraft = self.overdraft.saturating_add(units - taken);
+        if self.overdraft > 0 || (self.tokens == 0 && units > 0) || p.capacity == 0 {
+            self.latched = true;
+        }
+    }
+
     /// New rates: keep the debt and the latch, cap the tokens at the new capacity (a latch
     /// whose debt the new capacity no longer exceeds clears; a capacity of 0 latches).
     pub fn rescale(&mut self, p: &BudgetParams) {

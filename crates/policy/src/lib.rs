@@ -79,4 +79,4 @@ pub use idle::{advise, DurationHistogram, IdleMeter, PollPrice, WakeHint};
 pub use limits::{AllowedPolicies, HostPolicy, LimitsError, VmLimits, MAX_CS_WINDOW_NS, MAX_VCPUS};
 pub use locks::LockLedger;
 pub use serving::{PooledHalts, SlotReads};
-pub use state::{RunStatus, VcpuStats, VmState, VmStats};
+pub use state::{KernelGrant, RunStatus, VcpuStats, VmState, VmStats};

@@ -2499,3 +2499,63 @@ fn without_a_reserve_speculative_boosts_spend_the_whole_budget() {
     assert!(at_half.is_empty(), "still boosted: {at_half:?}");
     assert!(vm.target(0).unwrap().params.is_rt());
 }
+
+#[test]
+fn a_kernel_grant_offers_the_budget_left_split_over_the_vcpus_at_the_boost_priority() {
+    let vm = vm(base(), 2);
+
+    let g = vm.kernel_grant(1);
+
+    // A full bucket: half the vCPU time of a 1 s window, 2 vCPUs.
+    let budget = vm.vm_stats().budget_ns;
+    assert_eq!(g.priority, 8);
+    assert_eq!(g.allowance_ns, budget / 2);
+    assert_eq!(g.halt_window_ns, base().halt_boost_ns);
+    assert_eq!(vm.kernel_grant(2), pvsched_policy::KernelGrant::default(), "no such vCPU");
+}
+
+#[test]
+fn kernel_boosts_spend_the_budget_and_a_spent_budget_takes_the_kernel_grant_away() {
+    // Arrange
+    let mut vm = vm(base(), 1);
+    let budget = vm.vm_stats().budget_ns;
+
+    // Act: the scheduler reports part of it, then more than is left.
+    vm.charge_kernel_boost(10 * MS, 0, budget / 2);
+    let half = vm.kernel_grant(0);
+    vm.charge_kernel_boost(20 * MS, 0, budget);
+    let spent = vm.kernel_grant(0);
+
+    // Assert
+    assert!(half.priority > 0 && half.allowance_ns < budget / 2 + 10 * MS);
+    assert_eq!((spent.priority, spent.allowance_ns), (0, 0));
+    let s = vm.vm_stats();
+    assert!(s.in_debt && s.budget_latches == 1, "{s:?}");
+    assert_eq!(s.kernel_boosted_ns_total, budget + budget / 2);
+}
+
+#[test]
+fn a_latch_from_kernel_boosts_ends_the_daemons_own_boosts_at_the_next_event() {
+    let mut vm = vm(base(), 1);
+    let rt = step(&mut vm, 10, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
+    assert!(rt[0].params.is_rt());
+    let budget = vm.vm_stats().budget_ns;
+
+    vm.charge_kernel_boost(20, 0, 2 * budget);
+    let out = step(&mut vm, 30, Event::Tick);
+
+    assert!(out.iter().any(|d| !d.params.is_rt()), "{out:?}");
+}
+
+#[test]
+fn no_kernel_boosts_where_guest_rt_is_not_honoured_or_no_rt_class_is_allowed() {
+    let quiet = vm(
+        VmLimits {
+            honor_guest_rt: false,
+            ..base()
+        },
+        1,
+    );
+    assert_eq!(quiet.kernel_grant(0).priority, 0);
+    assert_eq!(quiet.kernel_grant(0).allowance_ns, 0);
+}

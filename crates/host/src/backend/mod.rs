@@ -10,7 +10,9 @@ use tracing::{info, warn};
 
 pub mod sched_ext;
 
-pub use sched_ext::{SchedExt, SchedExtError, SchedExtOptions, ScxBoost, ScxExit, ScxTotals};
+pub use sched_ext::{
+    SchedExt, SchedExtError, SchedExtOptions, ScxAllowance, ScxBoost, ScxExit, ScxTotals,
+};
 
 /// `daemon.backend`: which backend to run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -11,6 +11,7 @@ use std::path::Path;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, OpenObject};
+use pvsched_policy::KernelGrant;
 
 use crate::events::wire::{
     pvs_scx_boost_queued, pvs_scx_grant, pvs_scx_vcpu, PVS_SCX_BOOST_GUEST, PVS_SCX_BOOST_PROACTIVE,
@@ -91,6 +92,18 @@ pub enum ScxBoost {
     Guest(u32),
     /// Proactive: holds until the daemon ends it.
     Proactive(u32),
+}
+
+/// What a thread may have from the program without the daemon: totals
+/// since it was registered, compared by the program with its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScxAllowance {
+    /// Extension time at slice ends (`grant.ext_allowed_ns`).
+    pub extension_ns: u64,
+    /// Time boosted by the program's own decisions (`grant.kboost_allowed_ns`).
+    pub kernel_boost_ns: u64,
+    /// The policy's terms for those decisions.
+    pub kernel: KernelGrant,
 }
 
 /// Why the kernel ended the scheduler (ops.exit's `scx_exit_info`).
@@ -306,13 +319,19 @@ impl SchedExt {
         self.write_grant(tid, &g)
     }
 
-    /// Sets the total extension time thread `tid` may have had.
-    pub fn allow_extensions(&self, tid: u32, allowed_ns: u64) -> Result<(), SchedExtError> {
+    /// Sets what thread `tid` may have from the program itself: its total
+    /// extension time, and the boosts it decides (`grant.kboost`); written
+    /// only when something changed.
+    pub fn allow(&self, tid: u32, allowance: ScxAllowance) -> Result<(), SchedExtError> {
         let mut g = self.grant(tid)?;
-        if g.ext_allowed_ns == allowed_ns {
+        let before = g;
+        g.ext_allowed_ns = allowance.extension_ns;
+        g.kboost = u32::from(allowance.kernel.priority);
+        g.kboost_allowed_ns = allowance.kernel_boost_ns;
+        g.halt_window_ns = allowance.kernel.halt_window_ns;
+        if as_bytes(&g) == as_bytes(&before) {
             return Ok(());
         }
-        g.ext_allowed_ns = allowed_ns;
         self.write_grant(tid, &g)
     }
 

@@ -173,6 +173,19 @@ struct pvs_scx_grant {
 	__u32 boost;
 	/* enum pvs_scx_boost_kind: what keeps the boost at an enqueue. */
 	__u32 boost_kind;
+	/*
+	 * Boosts the program decides itself, within the policy's budget:
+	 * at an enqueue, a vCPU whose slot showed guest RT work (an RT or
+	 * deadline task, a boost request, a pending RT wakeup) when it last
+	 * stopped, or one woken from a halt within halt_window_ns of guest
+	 * RT work seen, is boosted at kboost (0: none) while its total
+	 * (pvs_scx_vcpu.kboost_ns) stays below kboost_allowed_ns, which the
+	 * daemon raises from the VM's boost budget at each scan.
+	 */
+	__u32 kboost;
+	__u32 pad;
+	__u64 kboost_allowed_ns;
+	__u64 halt_window_ns;
 };
 
 /*
@@ -201,13 +214,28 @@ struct pvs_scx_vcpu {
 	/* 1: the slot showed a guest reason to boost when the vCPU last
 	 * stopped (see enum pvs_scx_boost_kind). */
 	__u32 guest_reason;
-	__u32 pad;
+	/* 1: of those, guest RT work (not only a critical section). */
+	__u32 guest_rt;
 	__u64 boost_dropped;	/* boosted enqueues the slot no longer backed */
 	/* Private to the program: when the thread was last woken or queued
 	 * (0: it runs), and whether as a boost. */
 	__u64 queued_at;
 	__u32 queued_boosted;
-	__u32 pad2;
+	/* The boost decided at the last enqueue (0: none), and whether the
+	 * program decided it (a kboost) rather than the daemon's grant. */
+	__u32 enq_boost;
+	__u32 enq_kboost;
+	/* Whether the run in progress is boosted, and a kboost. */
+	__u32 run_boosted;
+	__u32 run_kboost;
+	/* 1: stopped halted within the window of guest RT work: the wakeup
+	 * is boosted (grant.halt_window_ns). */
+	__u32 wake_boost;
+	__u64 run_start;	/* when the run in progress started */
+	__u64 last_rt_ns;	/* when the slot last showed guest RT work */
+	__u64 rt_switches;	/* the slot's rt_switch_count then */
+	__u64 kboost_ns;	/* time run under the program's own boosts */
+	__u64 kboosts;		/* enqueues the program boosted itself */
 };
 
 /*
@@ -227,6 +255,7 @@ struct pvs_scx_totals {
 	__u64 ext_refused;
 	__u64 slot_read_failed;
 	__u64 boost_moved;	/* queued vCPUs moved ahead at a grant */
+	__u64 kboosts;		/* enqueues the program boosted itself */
 	__u64 queued_to_run_boosted[PVS_SCX_LAT_BUCKETS];
 	__u64 queued_to_run_other[PVS_SCX_LAT_BUCKETS];
 };
@@ -257,7 +286,7 @@ struct pvs_scx_boost_queued {
 #define PVS_SCX_DSQ_BOOST 0
 #define PVS_SCX_DSQ_FAIR 1
 
-_Static_assert(sizeof(struct pvs_scx_grant) == 24, "pvs_scx_grant size");
-_Static_assert(sizeof(struct pvs_scx_vcpu) == 88, "pvs_scx_vcpu size");
+_Static_assert(sizeof(struct pvs_scx_grant) == 48, "pvs_scx_grant size");
+_Static_assert(sizeof(struct pvs_scx_vcpu) == 144, "pvs_scx_vcpu size");
 
 #endif /* __PVSCHED_INTF_H */

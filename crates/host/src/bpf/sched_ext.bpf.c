@@ -13,6 +13,11 @@
  *  - a boosted vCPU thread (grant.boost > 0) goes ahead of every unboosted
  *    task: on its CPU at once, preempting a weaker task, or on the shared
  *    boost queue that every CPU takes from first;
+ *  - within the policy's budget (grant.kboost, kboost_allowed_ns), the
+ *    program boosts a vCPU itself at an enqueue when the slot, read when
+ *    the vCPU last stopped, showed guest RT work, or when it wakes from a
+ *    halt shortly after such work (grant.halt_window_ns): the decision
+ *    is taken at the wakeup, with no round trip through the daemon;
  *  - at a slice end, a vCPU whose guest is in a critical section (the
  *    slot's cs_flags, read here while the vCPU thread is the current task)
  *    keeps its CPU for one extension of extension_ns, within the total
@@ -155,9 +160,18 @@ s32 BPF_STRUCT_OPS(pvs_select_cpu, struct task_struct *p, s32 prev_cpu,
 
 	cpu = scx_bpf_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
 	if (is_idle) {
+		/* An idle CPU: nothing to go ahead of, no boost decided. */
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, 0);
-		if (g)
-			mark_queued(p, g->boost != 0);
+		if (g) {
+			struct pvs_scx_vcpu *v = vcpu_of(p);
+
+			if (v) {
+				v->enq_boost = 0;
+				v->enq_kboost = 0;
+				v->wake_boost = 0;
+			}
+			mark_queued(p, false);
+		}
 	}
 	return cpu;
 }
@@ -209,15 +223,49 @@ static __always_inline bool boost_holds(struct task_struct *p,
 	return false;
 }
 
+/*
+ * The boost the program grants itself at this enqueue, 0 for none: guest RT
+ * work shown when the vCPU last stopped, or a wakeup from a halt within the
+ * window of such work; only while its own boosted time is within the
+ * allowance the daemon gives from the VM's budget.
+ */
+static __always_inline u32 kernel_boost(struct pvs_scx_grant *g,
+					struct pvs_scx_vcpu *v, u64 enq_flags)
+{
+	bool wakeup = enq_flags & SCX_ENQ_WAKEUP;
+
+	if (!g->kboost || v->kboost_ns >= g->kboost_allowed_ns)
+		return 0;
+	if (v->guest_rt || (wakeup && v->wake_boost))
+		return g->kboost;
+	return 0;
+}
+
 void BPF_STRUCT_OPS(pvs_enqueue, struct task_struct *p, u64 enq_flags)
 {
 	struct pvs_scx_grant *g = grant_of(p);
+	struct pvs_scx_vcpu *v = g ? vcpu_of(p) : NULL;
 	u64 vtime = p->scx.dsq_vtime;
+	u32 boost = 0, kb = 0;
 
 	__sync_fetch_and_add(&totals.enqueues, 1);
-	if (g && g->boost && boost_holds(p, g)) {
+	if (g && v) {
+		if (g->boost && boost_holds(p, g))
+			boost = g->boost;
+		kb = kernel_boost(g, v, enq_flags);
+		v->wake_boost = 0;
+		/* The daemon's grant, when as strong, is the one charged. */
+		v->enq_kboost = kb > boost;
+		if (kb > boost) {
+			boost = kb;
+			v->kboosts++;
+			__sync_fetch_and_add(&totals.kboosts, 1);
+		}
+		v->enq_boost = boost;
+	}
+	if (boost) {
 		mark_queued(p, true);
-		enqueue_boosted(p, g->boost, enq_flags);
+		enqueue_boosted(p, boost, enq_flags);
 		return;
 	}
 	if (g)
@@ -240,10 +288,13 @@ void BPF_STRUCT_OPS(pvs_running, struct task_struct *p)
 
 	if (vtime_before(vtime_now, p->scx.dsq_vtime))
 		vtime_now = p->scx.dsq_vtime;
-	set_boost_on(bpf_get_smp_processor_id(), g ? g->boost : 0);
+	v = g ? vcpu_of(p) : NULL;
+	set_boost_on(bpf_get_smp_processor_id(), v ? v->enq_boost : 0);
 	if (g) {
-		v = vcpu_of(p);
 		if (v) {
+			v->run_boosted = v->enq_boost != 0;
+			v->run_kboost = v->enq_kboost;
+			v->run_start = bpf_ktime_get_ns();
 			v->ext_in_slice = 0;
 			if (v->queued_at) {
 				u32 b = log2_bucket(bpf_ktime_get_ns() - v->queued_at);
@@ -268,25 +319,72 @@ _Static_assert(PVSCHED_OFFSETOF(struct pvsched_slot, guest.flags) == 4, "flags")
 _Static_assert(PVSCHED_OFFSETOF(struct pvsched_slot, guest.cs_flags) == 8, "cs_flags");
 _Static_assert(PVSCHED_OFFSETOF(struct pvsched_slot, guest.policy) == 12, "policy");
 
-static __always_inline int slot_guest_reason(u64 slot)
+#define SLOT_RT	1	/* guest RT work now */
+#define SLOT_CS	2	/* a critical section */
+
+static __always_inline int slot_guest_reason(u64 slot, u64 *rt_switches)
 {
 	struct {
 		u32 seq, flags, cs_flags, policy;
 	} g;
 	u64 pending = 0;
+	int bits = 0;
 
 	if (bpf_probe_read_user(&g, sizeof(g), (void *)slot) ||
 	    bpf_probe_read_user(&pending, sizeof(pending),
 				(void *)(slot + PVSCHED_OFFSETOF(struct pvsched_slot,
-								 guest.guest_pending))))
+								 guest.guest_pending))) ||
+	    bpf_probe_read_user(rt_switches, sizeof(*rt_switches),
+				(void *)(slot + PVSCHED_OFFSETOF(struct pvsched_slot,
+								 guest.rt_switch_count))))
 		return -1;
 	if (pending & PVSCHED_PENDING_VALID)
-		return 1;
+		bits |= SLOT_RT;
 	if (!(g.flags & PVSCHED_GF_ACTIVE) || (g.flags & PVSCHED_GF_IDLE))
-		return 0;
-	return (g.flags & PVSCHED_GF_BOOST_REQ) || (g.cs_flags & PVSCHED_CS_ALL) ||
-	       g.policy == PVSCHED_POLICY_FIFO || g.policy == PVSCHED_POLICY_RR ||
-	       g.policy == PVSCHED_POLICY_DEADLINE;
+		return bits;
+	if ((g.flags & PVSCHED_GF_BOOST_REQ) || g.policy == PVSCHED_POLICY_FIFO ||
+	    g.policy == PVSCHED_POLICY_RR || g.policy == PVSCHED_POLICY_DEADLINE)
+		bits |= SLOT_RT;
+	if (g.cs_flags & PVSCHED_CS_ALL)
+		bits |= SLOT_CS;
+	return bits;
+}
+
+/*
+ * The vCPU thread stops (the current task still): read its slot for what
+ * the next enqueue decides, account a boosted run.
+ */
+static __always_inline void vcpu_stopping(struct task_struct *p,
+					  struct pvs_scx_vcpu *v, bool runnable)
+{
+	struct pvs_scx_grant *g = grant_of(p);
+	u64 now = bpf_ktime_get_ns(), rt_switches = 0;
+	int reason;
+
+	if (v->run_kboost && now > v->run_start)
+		v->kboost_ns += now - v->run_start;
+	v->run_kboost = 0;
+	if (!g || !g->slot_addr)
+		return;
+	reason = slot_guest_reason(g->slot_addr, &rt_switches);
+	if (reason < 0) {
+		v->slot_read_failed++;
+		__sync_fetch_and_add(&totals.slot_read_failed, 1);
+		/* A failed read keeps a daemon boost and starts none here. */
+		v->guest_reason = 1;
+		v->guest_rt = 0;
+		v->wake_boost = 0;
+		return;
+	}
+	v->guest_reason = reason != 0;
+	v->guest_rt = (reason & SLOT_RT) != 0;
+	/* RT work shown now, or run since the last look (its count moved). */
+	if (v->guest_rt || rt_switches != v->rt_switches) {
+		v->last_rt_ns = now;
+		v->rt_switches = rt_switches;
+	}
+	v->wake_boost = !runnable && g->halt_window_ns && v->last_rt_ns &&
+			now - v->last_rt_ns <= g->halt_window_ns;
 }
 
 void BPF_STRUCT_OPS(pvs_stopping, struct task_struct *p, bool runnable)
@@ -294,24 +392,22 @@ void BPF_STRUCT_OPS(pvs_stopping, struct task_struct *p, bool runnable)
 	u64 left = p->scx.slice, used = left < slice_ns ? slice_ns - left : 0;
 	struct pvs_scx_vcpu *v = vcpu_of(p);
 	u32 weight = p->scx.weight;
-	struct pvs_scx_grant *g;
-	int reason;
+	bool boosted = false;
 
 	if (v) {
 		used += v->ext_in_slice;
 		v->ext_in_slice = 0;
-		g = grant_of(p);
-		if (g && g->slot_addr) {
-			reason = slot_guest_reason(g->slot_addr);
-			if (reason < 0) {
-				v->slot_read_failed++;
-				__sync_fetch_and_add(&totals.slot_read_failed, 1);
-			}
-			/* A failed read keeps the boost: the daemon decides. */
-			v->guest_reason = reason != 0;
-		}
+		boosted = v->run_boosted;
+		v->run_boosted = 0;
+		vcpu_stopping(p, v, runnable);
 	}
-	p->scx.dsq_vtime += used * 100 / (weight ? weight : 100);
+	/*
+	 * Time run boosted is paid from the boost budget, as the RT class's
+	 * is on the rt backend, not again in vtime: a vCPU whose boost ends
+	 * is not put behind every task for what the budget already charged.
+	 */
+	if (!boosted)
+		p->scx.dsq_vtime += used * 100 / (weight ? weight : 100);
 	set_boost_on(bpf_get_smp_processor_id(), 0);
 }
 
@@ -399,9 +495,13 @@ int pvs_boost_queued(struct pvs_scx_boost_queued *ctx)
 							 SCX_ENQ_PREEMPT);
 			else
 				moved = scx_bpf_dsq_move(&it, p, PVS_SCX_DSQ_BOOST, 0);
-			/* Its wait so far counts as a boosted one's. */
-			if (moved && v && v->queued_at)
-				v->queued_boosted = 1;
+			if (moved && v) {
+				/* Its wait so far counts as a boosted one's. */
+				if (v->queued_at)
+					v->queued_boosted = 1;
+				v->enq_boost = g->boost;
+				v->enq_kboost = 0;
+			}
 		}
 		break;
 	}

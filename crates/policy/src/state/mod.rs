@@ -13,10 +13,12 @@ use crate::limits::{HostPolicy, LimitsError, VmLimits, MAX_VCPUS};
 use crate::locks::{self, Extension, LockLedger};
 
 mod evaluate;
+mod kernel;
 mod lock_waits;
 mod stats;
 
 use evaluate::*;
+pub use kernel::KernelGrant;
 pub use stats::{RunStatus, VcpuStats, VmStats};
 
 /// A running proactive boost.

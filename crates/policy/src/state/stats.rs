@@ -67,6 +67,9 @@ pub struct VcpuStats {
     /// `boosted_ns` split by the reason of the boost in force, by [`Reason::index`]
     /// (where the boost budget goes).
     pub boosted_ns_by_reason: [u64; Reason::COUNT],
+    /// Of `boosted_ns`, time the host scheduler boosted by its own decisions
+    /// ([`VmState::charge_kernel_boost`]), ns.
+    pub kernel_boosted_ns: u64,
     /// Of `boosted_ns`, the time demoted (charged `demoted_charge` times), ns.
     pub demoted_ns: u64,
 }
@@ -107,6 +110,8 @@ pub struct VmStats {
     pub over_budget_total: u64,
     /// `boosted_ns_total` split by the reason of the boost in force, by [`Reason::index`].
     pub boosted_ns_by_reason: [u64; Reason::COUNT],
+    /// Of `boosted_ns_total`, the host scheduler's own boosts, ns, all vCPUs.
+    pub kernel_boosted_ns_total: u64,
     /// Of `boosted_ns_total`, the time of demoted vCPUs, ns, all vCPUs.
     pub demoted_ns_total: u64,
     /// Times the boost budget latched, and the time it stayed latched, ns (up to the last
