@@ -175,6 +175,10 @@ pub struct BackendStatus {
     /// moved ahead at once.
     #[serde(default)]
     pub boost_moved: u64,
+    /// Enqueues the scheduler boosted by its own decision (guest RT work
+    /// shown, or a wakeup within the halt window), within the policy's terms.
+    #[serde(default)]
+    pub kernel_boosts: u64,
     /// The scheduling decision's own latency on the sched_ext backend: vCPU
     /// threads queued (woken or enqueued) to running, boosted and not, from
     /// the program's timestamps: how many, and the median and 99th
@@ -338,6 +342,12 @@ pub struct VcpuStatus {
     /// sched_ext backend: boosted enqueues that preempted a task.
     #[serde(default)]
     pub scx_boost_preempts: u64,
+    /// sched_ext backend: enqueues the scheduler boosted by its own
+    /// decision, and the boosted time they took (charged to the budget).
+    #[serde(default)]
+    pub scx_kernel_boosts: u64,
+    #[serde(default)]
+    pub kernel_boosted_ms: f64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -102,12 +102,13 @@ pub fn render(s: &Status) -> String {
         if b.active == "sched_ext" {
             let _ = write!(
                 out,
-                "  enqueues {}  boosted: preempting {}, queued {}, moved ahead {}  extensions {} \
-                 (refused {})",
+                "  enqueues {}  boosted: preempting {}, queued {}, moved ahead {}, by the \
+                 scheduler itself {}  extensions {} (refused {})",
                 b.enqueues,
                 b.boost_preempts,
                 b.boost_queued,
                 b.boost_moved,
+                b.kernel_boosts,
                 b.extensions,
                 b.extensions_refused
             );
@@ -275,6 +276,8 @@ mod tests {
                 scx_extended_ms: 0.0,
                 scx_extensions_refused: 0,
                 scx_boost_preempts: 0,
+                scx_kernel_boosts: 0,
+                kernel_boosted_ms: 0.0,
             }],
             latency_path: vec![],
         }

@@ -578,6 +578,8 @@ impl Daemon {
             self.backend.fell_back(exit.to_string());
             self.scx = None;
             for vm in self.vms.iter_mut() {
+                // The policy decides the guest's RT work again, through the RT class.
+                vm.policy.set_kernel_decides_rt(false);
                 for m in vm.vcpus.iter_mut().chain(vm.latency_path.iter_mut()) {
                     if let Err(e) = m.move_to_kernel() {
                         warn!(vm = %vm.name, tid = m.handle.tid, error = %e, "boost to the RT class");
@@ -591,6 +593,9 @@ impl Daemon {
         let burst = 2 * scx.options().extension_ns;
         for vm in self.vms.iter_mut() {
             crate::vm_table::find_slots(scx, vm);
+            // The scheduler decides the guest's RT work where it can read every slot.
+            let readable = vm.vcpus.iter().all(|m| m.scx_slot != 0);
+            vm.policy.set_kernel_decides_rt(readable);
             for (i, m) in vm.vcpus.iter_mut().enumerate() {
                 let tid = m.handle.tid as u32;
                 let Some(done) = scx.vcpu(tid) else { continue };

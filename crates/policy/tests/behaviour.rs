@@ -2511,7 +2511,11 @@ fn a_kernel_grant_offers_the_budget_left_split_over_the_vcpus_at_the_boost_prior
     assert_eq!(g.priority, 8);
     assert_eq!(g.allowance_ns, budget / 2);
     assert_eq!(g.halt_window_ns, base().halt_boost_ns);
-    assert_eq!(vm.kernel_grant(2), pvsched_policy::KernelGrant::default(), "no such vCPU");
+    assert_eq!(
+        vm.kernel_grant(2),
+        pvsched_policy::KernelGrant::default(),
+        "no such vCPU"
+    );
 }
 
 #[test]
@@ -2558,4 +2562,46 @@ fn no_kernel_boosts_where_guest_rt_is_not_honoured_or_no_rt_class_is_allowed() {
     );
     assert_eq!(quiet.kernel_grant(0).priority, 0);
     assert_eq!(quiet.kernel_grant(0).allowance_ns, 0);
+}
+
+#[test]
+fn where_the_kernel_decides_rt_work_the_policy_leaves_guest_rt_and_halt_boosts_to_it() {
+    // Arrange
+    let mut vm = vm(base(), 1);
+    vm.set_kernel_decides_rt(true);
+
+    // Act
+    let rt = step(&mut vm, 10, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
+    step(&mut vm, 20, upd(0, idle(4)));
+    step(&mut vm, 30, halted(0));
+    let halted_target = target(&vm, 0);
+    let pending = step(
+        &mut vm,
+        40,
+        upd(
+            0,
+            GuestHalf {
+                guest_pending: pending(abi::POLICY_FIFO, 7),
+                ..idle(6)
+            },
+        ),
+    );
+
+    // Assert: no boost of its own for the RT task nor the halt; a pending hint (raised by
+    // another vCPU while this one waits) is still the policy's.
+    assert!(rt.iter().all(|d| !d.params.is_rt()), "{rt:?}");
+    assert!(!halted_target.0.is_rt(), "{halted_target:?}");
+    assert_eq!(pending[0].reason, Reason::PendingHint);
+}
+
+#[test]
+fn when_the_kernel_stops_deciding_the_policy_boosts_the_guests_rt_work_again() {
+    let mut vm = vm(base(), 1);
+    vm.set_kernel_decides_rt(true);
+    step(&mut vm, 10, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
+
+    vm.set_kernel_decides_rt(false);
+    let out = step(&mut vm, 20, Event::Tick);
+
+    assert!(out[0].params.is_rt(), "{out:?}");
 }

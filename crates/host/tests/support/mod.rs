@@ -316,6 +316,8 @@ pub struct FakeVmmConfig {
     pub guest_fifo: Option<u32>,
     /// The guest half claims these PVSCHED_CS_* flags all the time.
     pub guest_cs: Option<u32>,
+    /// `--guest-rt-bursts`: an idle guest whose RT switch count moves each period.
+    pub guest_rt_bursts: bool,
     pub spin: bool,
     /// Carry the region path in argv only, without mapping it.
     pub no_map: bool,
@@ -336,6 +338,7 @@ impl FakeVmmConfig {
             name_format: "CPU {}/TCG".into(),
             guest_fifo: None,
             guest_cs: None,
+            guest_rt_bursts: false,
             spin: false,
             no_map: false,
             qmp: None,
@@ -450,6 +453,9 @@ impl FakeVmm {
         }
         if let Some(f) = cfg.guest_cs {
             cmd.arg("--guest-cs").arg(f.to_string());
+        }
+        if cfg.guest_rt_bursts {
+            cmd.arg("--guest-rt-bursts");
         }
         if cfg.spin {
             cmd.arg("--spin");

@@ -16,6 +16,7 @@ impl VmState {
         let lock_debt = self.locks.in_debt();
         let cs = self.cs_rates;
         let vm_rt = recent(limits, self.last_rt, now);
+        let kernel_rt = self.kernel_rt;
         let v = &mut self.vcpus[i];
 
         if v.proactive.is_some_and(|p| now >= p.until) {
@@ -37,7 +38,7 @@ impl VmState {
         let mut boost = if v.throttled_until.is_some() {
             None
         } else {
-            best_boost(limits, v, vm_rt, true, true)
+            best_boost(limits, v, vm_rt, kernel_rt, true, true)
         };
         // Budgets: a latched boost budget refuses every boost; a latched critical-section
         // budget refuses the critical section, and the next-strongest reason may stand.
@@ -47,13 +48,13 @@ impl VmState {
                 boost = None;
                 over_budget = true;
             } else if matches!(reason, Reason::CriticalSection(_)) && v.cs.latched() {
-                boost = best_boost(limits, v, vm_rt, false, true);
+                boost = best_boost(limits, v, vm_rt, kernel_rt, false, true);
                 over_budget = boost.is_none();
             }
         }
         // Below the reserve, only the guest's RT work may draw on the budget.
         if reserve_held && boost.as_ref().is_some_and(|(_, r)| speculative(*r)) {
-            boost = best_boost(limits, v, vm_rt, false, false);
+            boost = best_boost(limits, v, vm_rt, kernel_rt, false, false);
             over_budget = boost.is_none();
         }
         if boost.is_some() && v.boost_start.is_some() && v.burst_ns >= limits.max_boost_ns {
@@ -371,6 +372,7 @@ pub(super) fn best_boost(
     limits: &VmLimits,
     v: &Vcpu,
     vm_rt: bool,
+    kernel_rt: bool,
     cs_ok: bool,
     speculative_ok: bool,
 ) -> Option<Candidate> {
@@ -384,6 +386,23 @@ pub(super) fn best_boost(
     let allow_cs = cs_ok
         && (kept || (v.status != RunStatus::Running && speculation_allowed(limits, v, vm_rt)));
     let mut best = best_guest(limits, &v.guest, allow_cs);
+    // The host scheduler decides these itself (VmState::set_kernel_decides_rt).
+    if kernel_rt
+        && best.as_ref().is_some_and(|(_, r)| {
+            matches!(
+                r,
+                Reason::GuestRt { .. } | Reason::GuestDeadline | Reason::BoostRequest
+            )
+        })
+    {
+        let without_rt = GuestView {
+            policy: GuestPolicy::Normal,
+            rt_priority: 0,
+            boost_req: false,
+            ..v.guest
+        };
+        best = best_guest(limits, &without_rt, allow_cs);
+    }
     if speculative_ok && limits.honor_lock_holders && v.lock_ext.is_some() {
         let params = rt_params(limits, limits.boost_policy, limits.boost_priority);
         offer(&mut best, params, Reason::LockHolder);
@@ -392,7 +411,7 @@ pub(super) fn best_boost(
         let enabled = match p.reason {
             Reason::ProactiveWake => speculative_ok && limits.proactive_wake,
             Reason::ProactiveIrq => speculative_ok && limits.proactive_irq,
-            Reason::ProactiveHalt => limits.proactive_halt,
+            Reason::ProactiveHalt => limits.proactive_halt && !kernel_rt,
             _ => false,
         };
         if enabled {

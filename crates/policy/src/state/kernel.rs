@@ -16,6 +16,23 @@ pub struct KernelGrant {
 }
 
 impl VmState {
+    /// Whether the host scheduler decides the boosts for the guest's RT work (an RT or
+    /// deadline task, a boost request) and halt boosts itself, within [`KernelGrant`]s:
+    /// then this policy leaves those reasons to it and decides the rest (pending hints,
+    /// critical sections, proactive wakeups and interrupts, lock holders), still charging
+    /// every boost to one budget. Changing it re-evaluates every vCPU at the next event.
+    pub fn set_kernel_decides_rt(&mut self, on: bool) {
+        if self.kernel_rt != on {
+            self.kernel_rt = on;
+            self.reeval_all = true;
+        }
+    }
+
+    /// See [`VmState::set_kernel_decides_rt`].
+    pub fn kernel_decides_rt(&self) -> bool {
+        self.kernel_rt
+    }
+
     /// The terms for vCPU `vcpu` now. These boosts are for the guest's RT work (what the
     /// speculative reserve keeps budget for), so only a latched budget, a throttle, guest
     /// RT not honoured or no RT class allowed take them away; a demoted vCPU gets priority
@@ -28,9 +45,7 @@ impl VmState {
         };
         let priority = match rt_params(l, l.boost_policy, l.boost_priority) {
             Some(p)
-                if l.honor_guest_rt
-                    && !self.budget.latched()
-                    && v.throttled_until.is_none() =>
+                if l.honor_guest_rt && !self.budget.latched() && v.throttled_until.is_none() =>
             {
                 if v.demoted {
                     1

@@ -167,6 +167,9 @@ pub struct VmState {
     now: u64,
     /// Every vCPU must be re-evaluated at the next event (new limits, new state).
     reeval_all: bool,
+    /// The host scheduler decides the guest's RT work and halt boosts itself
+    /// ([`VmState::set_kernel_decides_rt`]).
+    kernel_rt: bool,
     overloaded: bool,
     /// Lock debt and extension counters.
     locks: LockLedger,
@@ -209,6 +212,7 @@ impl VmState {
             charge_units: 0,
             now: 0,
             reeval_all: true,
+            kernel_rt: false,
             overloaded: false,
             locks: LockLedger::default(),
             lock_named: vec![0; nr_vcpus as usize],

@@ -6,7 +6,8 @@
 //!
 //! ```text
 //! pvsched-fake-vmm --region PATH [--vcpus N] [--name-format "CPU {}/TCG"]
-//!                  [--guest-fifo PRIO] [--guest-cs FLAGS] [--spin] [--no-map] [--qmp PATH]
+//!                  [--guest-fifo PRIO] [--guest-cs FLAGS] [--guest-rt-bursts] [--spin]
+//!                  [--no-map] [--qmp PATH]
 //!                  [--qmp-tids TID,TID,...] [--seconds S]
 //! ```
 //!
@@ -23,7 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use pvsched_abi::{GuestHalf, GF_ACTIVE, POLICY_FIFO};
+use pvsched_abi::{GuestHalf, GF_ACTIVE, GF_IDLE, POLICY_FIFO};
 use pvsched_base::region_file::RegionFile;
 use pvsched_base::thread::gettid;
 
@@ -34,6 +35,9 @@ struct Args {
     guest_fifo: Option<u32>,
     /// The guest half claims these PVSCHED_CS_* flags all the time.
     guest_cs: Option<u32>,
+    /// The guest half always shows an idle guest whose RT switch count moves each
+    /// period: RT work that runs between the host's reads, as under KVM.
+    guest_rt_bursts: bool,
     spin: bool,
     no_map: bool,
     qmp: Option<PathBuf>,
@@ -53,6 +57,7 @@ fn parse_args() -> Args {
         name_format: "CPU {}/TCG".into(),
         guest_fifo: None,
         guest_cs: None,
+        guest_rt_bursts: false,
         spin: false,
         no_map: false,
         qmp: None,
@@ -81,6 +86,7 @@ fn parse_args() -> Args {
             "--guest-fifo" => {
                 a.guest_fifo = Some(value().parse().unwrap_or_else(|_| usage("--guest-fifo P")))
             }
+            "--guest-rt-bursts" => a.guest_rt_bursts = true,
             "--spin" => a.spin = true,
             "--no-map" => a.no_map = true,
             "--qmp" => a.qmp = Some(PathBuf::from(value())),
@@ -167,17 +173,22 @@ fn main() {
         let name = args.name_format.replace("{}", &i.to_string());
         let (tx, region, stop) = (tx.clone(), region.clone(), stop.clone());
         let (fifo, cs, spin) = (args.guest_fifo, args.guest_cs, args.spin);
+        let bursts = args.guest_rt_bursts;
+        let mut rt_switches = 0u64;
         let h = std::thread::Builder::new()
             .name(name)
             .spawn(move || {
                 let _ = tx.send((i, gettid()));
                 while !stop.load(Ordering::Relaxed) {
-                    if let Some(r) = region.get().filter(|_| fifo.is_some() || cs.is_some()) {
+                    let says = fifo.is_some() || cs.is_some() || bursts;
+                    if let Some(r) = region.get().filter(|_| says) {
+                        rt_switches += u64::from(bursts);
                         let g = GuestHalf {
-                            flags: GF_ACTIVE,
+                            flags: GF_ACTIVE | if bursts { GF_IDLE } else { 0 },
                             policy: if fifo.is_some() { POLICY_FIFO } else { 0 },
                             rt_priority: fifo.unwrap_or(0),
                             cs_flags: cs.unwrap_or(0),
+                            rt_switch_count: rt_switches,
                             ..GuestHalf::default()
                         };
                         let _ = r.region().write_guest(i, &g);
