@@ -650,6 +650,8 @@ mod tests {
             scx_extended_ms: 0.0,
             scx_extensions_refused: 0,
             scx_boost_preempts: 0,
+            scx_kernel_boosts: 0,
+            kernel_boosted_ms: 0.0,
         };
         Status {
             pid: 1,

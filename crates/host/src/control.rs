@@ -365,7 +365,7 @@ impl ControlServer {
             uptime_s: self.started.elapsed().as_secs_f64(),
             event_source: d.source.name().to_string(),
             dropped_events: d.source.dropped_events(),
-            backend: d.backend.status.clone(),
+            backend: d.backend.status_now(d.scx),
             vms,
         }
     }

@@ -514,7 +514,13 @@ impl Daemon {
             self.next_recheck = u64::MAX;
         }
         if scan {
-            self.next_scan = now + self.cfg.config.daemon.scan_interval_us * 1000;
+            let d = &self.cfg.config.daemon;
+            let interval_us = if self.scx.is_some() {
+                d.scx_scan_interval_us
+            } else {
+                d.scan_interval_us
+            };
+            self.next_scan = now + interval_us * 1000;
             // A map read (syscall): once per scan, not per drain.
             self.metrics
                 .dropped_events
@@ -602,9 +608,12 @@ impl Daemon {
                 // The scheduler's own boosts since the last scan, paid from the budget
                 // before the next terms are set.
                 let spent = done.kboost_ns.saturating_sub(m.kboost_charged_ns);
+                let spent_cs = done.kboost_cs_ns.saturating_sub(m.kboost_cs_charged_ns);
                 m.kboost_charged_ns = done.kboost_ns;
-                vm.policy.charge_kernel_boost(now, i as u32, spent);
-                let kernel = vm.policy.kernel_grant(i as u32);
+                m.kboost_cs_charged_ns = done.kboost_cs_ns;
+                vm.policy
+                    .charge_kernel_boost(now, i as u32, spent, spent_cs);
+                let kernel = vm.policy.kernel_grant(i as u32, now);
                 let allowance = ScxAllowance {
                     extension_ns: m.ext_allowance.next(now, done.ext_ns, share, burst),
                     kernel_boost_ns: done.kboost_ns.saturating_add(kernel.allowance_ns),

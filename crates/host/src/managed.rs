@@ -35,6 +35,8 @@ pub struct Managed {
     /// The scheduler's own boosted time (`pvs_scx_vcpu.kboost_ns`) charged to the
     /// policy's budget so far.
     pub kboost_charged_ns: u64,
+    /// Of it, for critical sections (`kboost_cs_ns`).
+    pub kboost_cs_charged_ns: u64,
     /// The address of its slot in the VMM the sched_ext scheduler was
     /// given (0: not found yet).
     pub scx_slot: u64,
@@ -58,6 +60,7 @@ impl Managed {
             scx_boost: false,
             ext_allowance: ExtensionAllowance::default(),
             kboost_charged_ns: 0,
+            kboost_cs_charged_ns: 0,
             scx_slot: 0,
             quiet: Quiet::NONE,
             failures: 0,

@@ -261,13 +261,22 @@ impl ServedVm {
         let boosted = self.vcpus.get(v as usize).is_some_and(Managed::boosted);
         let shows_preempted = self.policy.lock_guest()
             && self.policy.status(v) == Some(pvsched_policy::RunStatus::Preempted);
-        Quiet::for_vcpu(
+        let limits = self.policy.limits();
+        let waited_on = self.policy.lock_waited_on(v);
+        let quiet = Quiet::for_vcpu(
             boosted,
-            self.policy.limits(),
-            self.policy.lock_waited_on(v),
+            limits,
+            waited_on,
             shows_preempted,
             quiet_without_rivals && !self.policy.rt_work_recent(now),
-        )
+        );
+        if self.policy.kernel_decides_rt() {
+            let pending_hints = self.policy.nr_vcpus() > 1 && limits.honor_pending_hint;
+            let waited_on = waited_on && limits.honor_lock_holders;
+            quiet.kernel_decides(pending_hints, waited_on, shows_preempted)
+        } else {
+            quiet
+        }
     }
 
     /// Whether this VM keeps the recheck timer running ([`serving::recheck_wanted`]);

@@ -272,13 +272,20 @@ kvm_test! {
 
 kvm_test! {
     /// A boost the daemon grants while the vCPU thread waits in the vtime
-    /// queue (a spinning vCPU beside three hogs on one CPU, its guest's
-    /// critical-section claim boosted at each preemption and refused in turns
-    /// by its budget) moves it ahead at once, instead of at its turn by vtime.
+    /// queue (a spinning vCPU beside three hogs on one CPU, a pending RT
+    /// wakeup in its slot, as another vCPU raises one for a vCPU that waits:
+    /// the daemon's to act on, boosted and refused in turns by the budget)
+    /// moves it ahead at once, instead of at its turn by vtime.
     fn sched_ext_a_boost_granted_to_a_queued_vcpu_moves_it_ahead() {
         let dir = tempdir("scx-queued");
         let name = vm_name("scx-queued");
-        let (_vmm, entry) = vmm(&dir, &name, None, Some(CS_HARDIRQ), true);
+        let mut c = FakeVmmConfig::new(Path::new(""));
+        c.vcpus = 1;
+        c.name_format = "CPU {}/KVM".into();
+        c.guest_pending = Some(10);
+        c.spin = true;
+        c.wrapper = vec!["taskset".into(), "-c".into(), "0".into()];
+        let (_vmm, entry) = support::qmp_vm(&dir, &name, c);
         let d = sched_ext_daemon(&dir, "", &entry);
         d.wait_serving(&name, 1);
         let _hogs = [Hog::on_cpu0(), Hog::on_cpu0(), Hog::on_cpu0()];

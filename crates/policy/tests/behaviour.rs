@@ -2504,7 +2504,7 @@ fn without_a_reserve_speculative_boosts_spend_the_whole_budget() {
 fn a_kernel_grant_offers_the_budget_left_split_over_the_vcpus_at_the_boost_priority() {
     let vm = vm(base(), 2);
 
-    let g = vm.kernel_grant(1);
+    let g = vm.kernel_grant(1, 0);
 
     // A full bucket: half the vCPU time of a 1 s window, 2 vCPUs.
     let budget = vm.vm_stats().budget_ns;
@@ -2512,7 +2512,7 @@ fn a_kernel_grant_offers_the_budget_left_split_over_the_vcpus_at_the_boost_prior
     assert_eq!(g.allowance_ns, budget / 2);
     assert_eq!(g.halt_window_ns, base().halt_boost_ns);
     assert_eq!(
-        vm.kernel_grant(2),
+        vm.kernel_grant(2, 0),
         pvsched_policy::KernelGrant::default(),
         "no such vCPU"
     );
@@ -2525,10 +2525,10 @@ fn kernel_boosts_spend_the_budget_and_a_spent_budget_takes_the_kernel_grant_away
     let budget = vm.vm_stats().budget_ns;
 
     // Act: the scheduler reports part of it, then more than is left.
-    vm.charge_kernel_boost(10 * MS, 0, budget / 2);
-    let half = vm.kernel_grant(0);
-    vm.charge_kernel_boost(20 * MS, 0, budget);
-    let spent = vm.kernel_grant(0);
+    vm.charge_kernel_boost(10 * MS, 0, budget / 2, 0);
+    let half = vm.kernel_grant(0, 10 * MS);
+    vm.charge_kernel_boost(20 * MS, 0, budget, 0);
+    let spent = vm.kernel_grant(0, 20 * MS);
 
     // Assert
     assert!(half.priority > 0 && half.allowance_ns < budget / 2 + 10 * MS);
@@ -2545,7 +2545,7 @@ fn a_latch_from_kernel_boosts_ends_the_daemons_own_boosts_at_the_next_event() {
     assert!(rt[0].params.is_rt());
     let budget = vm.vm_stats().budget_ns;
 
-    vm.charge_kernel_boost(20, 0, 2 * budget);
+    vm.charge_kernel_boost(20, 0, 2 * budget, 0);
     let out = step(&mut vm, 30, Event::Tick);
 
     assert!(out.iter().any(|d| !d.params.is_rt()), "{out:?}");
@@ -2560,8 +2560,8 @@ fn no_kernel_boosts_where_guest_rt_is_not_honoured_or_no_rt_class_is_allowed() {
         },
         1,
     );
-    assert_eq!(quiet.kernel_grant(0).priority, 0);
-    assert_eq!(quiet.kernel_grant(0).allowance_ns, 0);
+    assert_eq!(quiet.kernel_grant(0, 0).priority, 0);
+    assert_eq!(quiet.kernel_grant(0, 0).allowance_ns, 0);
 }
 
 #[test]
@@ -2604,4 +2604,63 @@ fn when_the_kernel_stops_deciding_the_policy_boosts_the_guests_rt_work_again() {
     let out = step(&mut vm, 20, Event::Tick);
 
     assert!(out[0].params.is_rt(), "{out:?}");
+}
+
+#[test]
+fn a_kernel_grant_allows_the_speculative_reasons_only_above_the_budgets_reserve() {
+    // Arrange: rivals seen (a host task preempted the vCPU), a full budget.
+    let mut vm = vm(base(), 1);
+    step(&mut vm, 10, was_preempted(0));
+    let full = vm.kernel_grant(0, 10);
+    let budget = vm.vm_stats().budget_ns;
+
+    // Act: the scheduler spends past the reserve (half the bucket by default).
+    vm.charge_kernel_boost(20, 0, budget * 6 / 10, 0);
+    let low = vm.kernel_grant(0, 20);
+
+    // Assert: RT work still has the rest; the guesses do not.
+    assert!(full.critical_sections && full.wakeups, "{full:?}");
+    assert!(
+        low.priority > 0 && !low.critical_sections && !low.wakeups,
+        "{low:?}"
+    );
+}
+
+#[test]
+fn kernel_critical_section_time_spends_the_vcpus_critical_section_budget() {
+    let mut vm = vm(base(), 1);
+    step(&mut vm, 10, was_preempted(0));
+    let cs_budget = vm.vcpu_stats(0).unwrap().cs_budget_ns;
+
+    vm.charge_kernel_boost(20, 0, cs_budget + 1, cs_budget + 1);
+
+    assert!(vm.vcpu_stats(0).unwrap().cs_latched);
+    assert!(!vm.kernel_grant(0, 20).critical_sections);
+}
+
+#[test]
+fn where_the_kernel_decides_the_policy_leaves_critical_sections_and_wakeups_to_it() {
+    let mut vm = vm(base(), 1);
+    vm.set_kernel_decides_rt(true);
+
+    let preempted_in_cs = {
+        step(&mut vm, 10, upd(0, cs(2, abi::CS_HARDIRQ)));
+        step(&mut vm, 20, was_preempted(0))
+    };
+    let woken = step(
+        &mut vm,
+        30,
+        Event::Woken {
+            vcpu: 0,
+            source: WakeSource::Unknown,
+            cpu_idle: false,
+            rivals: Rivals::Host,
+        },
+    );
+
+    assert!(
+        preempted_in_cs.iter().all(|d| !d.params.is_rt()),
+        "{preempted_in_cs:?}"
+    );
+    assert!(woken.iter().all(|d| !d.params.is_rt()), "{woken:?}");
 }

@@ -102,6 +102,16 @@ impl BackendState {
         self.status.fallbacks += 1;
     }
 
+    /// The status with the scheduler's counters as of now (`scx`: it is
+    /// loaded), for a status request between two scans.
+    pub fn status_now(&self, scx: Option<&SchedExt>) -> pvsched_control::BackendStatus {
+        let mut now = self.clone();
+        if let Some(scx) = scx {
+            now.record(scx.totals());
+        }
+        now.status
+    }
+
     /// The scheduler's counters as of now.
     pub fn record(&mut self, t: ScxTotals) {
         let s = &mut self.status;

@@ -14,7 +14,8 @@ use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, OpenObject};
 use pvsched_policy::KernelGrant;
 
 use crate::events::wire::{
-    pvs_scx_boost_queued, pvs_scx_grant, pvs_scx_vcpu, PVS_SCX_BOOST_GUEST, PVS_SCX_BOOST_PROACTIVE,
+    pvs_scx_boost_queued, pvs_scx_grant, pvs_scx_vcpu, PVS_SCX_BOOST_GUEST,
+    PVS_SCX_BOOST_PROACTIVE, PVS_SCX_K_CS, PVS_SCX_K_WAKE,
 };
 
 #[allow(
@@ -326,9 +327,13 @@ impl SchedExt {
         let mut g = self.grant(tid)?;
         let before = g;
         g.ext_allowed_ns = allowance.extension_ns;
-        g.kboost = u32::from(allowance.kernel.priority);
+        let k = allowance.kernel;
+        g.kboost = u32::from(k.priority);
         g.kboost_allowed_ns = allowance.kernel_boost_ns;
-        g.halt_window_ns = allowance.kernel.halt_window_ns;
+        g.halt_window_ns = k.halt_window_ns;
+        g.kflags = if k.critical_sections { PVS_SCX_K_CS } else { 0 }
+            | if k.wakeups { PVS_SCX_K_WAKE } else { 0 };
+        g.wake_boost_ns = k.wake_boost_ns;
         if as_bytes(&g) == as_bytes(&before) {
             return Ok(());
         }

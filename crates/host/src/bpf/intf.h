@@ -176,16 +176,33 @@ struct pvs_scx_grant {
 	/*
 	 * Boosts the program decides itself, within the policy's budget:
 	 * at an enqueue, a vCPU whose slot showed guest RT work (an RT or
-	 * deadline task, a boost request, a pending RT wakeup) when it last
-	 * stopped, or one woken from a halt within halt_window_ns of guest
-	 * RT work seen, is boosted at kboost (0: none) while its total
-	 * (pvs_scx_vcpu.kboost_ns) stays below kboost_allowed_ns, which the
-	 * daemon raises from the VM's boost budget at each scan.
+	 * deadline task, a boost request) when it last stopped, one woken
+	 * from a halt within halt_window_ns of guest RT work seen, and, as
+	 * kflags allow, one preempted in a critical section or one woken onto
+	 * a busy CPU (for wake_boost_ns), is boosted at kboost (0: none) while
+	 * its total (pvs_scx_vcpu.kboost_ns) stays below kboost_allowed_ns,
+	 * which the daemon raises from the VM's boost budget at each scan.
 	 */
 	__u32 kboost;
-	__u32 pad;
+	__u32 kflags;		/* enum pvs_scx_kflags */
 	__u64 kboost_allowed_ns;
 	__u64 halt_window_ns;
+	__u64 wake_boost_ns;
+};
+
+/* struct pvs_scx_grant.kflags: the policy's speculative reasons the
+ * program may act on (each refused below the budget's reserve). */
+enum pvs_scx_kflags {
+	PVS_SCX_K_CS = 1u << 0,		/* preempted in a critical section */
+	PVS_SCX_K_WAKE = 1u << 1,	/* woken onto a busy CPU */
+};
+
+/* Why the program boosted a vCPU itself (pvs_scx_vcpu.enq_kreason). */
+enum pvs_scx_kreason {
+	PVS_SCX_KR_NONE = 0,
+	PVS_SCX_KR_RT = 1,		/* guest RT work, or a halt after it */
+	PVS_SCX_KR_CS = 2,		/* preempted in a critical section */
+	PVS_SCX_KR_WAKE = 3,		/* woken onto a busy CPU */
 };
 
 /*
@@ -221,20 +238,24 @@ struct pvs_scx_vcpu {
 	 * (0: it runs), and whether as a boost. */
 	__u64 queued_at;
 	__u32 queued_boosted;
-	/* The boost decided at the last enqueue (0: none), and whether the
-	 * program decided it (a kboost) rather than the daemon's grant. */
+	/* The boost decided at the last enqueue (0: none), and why the
+	 * program decided it (enum pvs_scx_kreason; NONE: the daemon's). */
 	__u32 enq_boost;
-	__u32 enq_kboost;
-	/* Whether the run in progress is boosted, and a kboost. */
+	__u32 enq_kreason;
+	/* Whether the run in progress is boosted, and why (as above). */
 	__u32 run_boosted;
-	__u32 run_kboost;
+	__u32 run_kreason;
 	/* 1: stopped halted within the window of guest RT work: the wakeup
 	 * is boosted (grant.halt_window_ns). */
 	__u32 wake_boost;
+	/* 1: stopped preempted with the slot showing a critical section. */
+	__u32 cs_preempted;
+	__u32 pad3;
 	__u64 run_start;	/* when the run in progress started */
 	__u64 last_rt_ns;	/* when the slot last showed guest RT work */
 	__u64 rt_switches;	/* the slot's rt_switch_count then */
 	__u64 kboost_ns;	/* time run under the program's own boosts */
+	__u64 kboost_cs_ns;	/* of it, for a critical section */
 	__u64 kboosts;		/* enqueues the program boosted itself */
 };
 
@@ -286,7 +307,7 @@ struct pvs_scx_boost_queued {
 #define PVS_SCX_DSQ_BOOST 0
 #define PVS_SCX_DSQ_FAIR 1
 
-_Static_assert(sizeof(struct pvs_scx_grant) == 48, "pvs_scx_grant size");
-_Static_assert(sizeof(struct pvs_scx_vcpu) == 144, "pvs_scx_vcpu size");
+_Static_assert(sizeof(struct pvs_scx_grant) == 56, "pvs_scx_grant size");
+_Static_assert(sizeof(struct pvs_scx_vcpu) == 160, "pvs_scx_vcpu size");
 
 #endif /* __PVSCHED_INTF_H */

@@ -15,9 +15,11 @@
  *    boost queue that every CPU takes from first;
  *  - within the policy's budget (grant.kboost, kboost_allowed_ns), the
  *    program boosts a vCPU itself at an enqueue when the slot, read when
- *    the vCPU last stopped, showed guest RT work, or when it wakes from a
- *    halt shortly after such work (grant.halt_window_ns): the decision
- *    is taken at the wakeup, with no round trip through the daemon;
+ *    the vCPU last stopped, showed guest RT work, when it wakes from a
+ *    halt shortly after such work (grant.halt_window_ns), and as the
+ *    policy allows (grant.kflags) when it was preempted in a critical
+ *    section or wakes onto a busy CPU: the decision is taken at the
+ *    enqueue, with no round trip through the daemon;
  *  - at a slice end, a vCPU whose guest is in a critical section (the
  *    slot's cs_flags, read here while the vCPU thread is the current task)
  *    keeps its CPU for one extension of extension_ns, within the total
@@ -167,8 +169,9 @@ s32 BPF_STRUCT_OPS(pvs_select_cpu, struct task_struct *p, s32 prev_cpu,
 
 			if (v) {
 				v->enq_boost = 0;
-				v->enq_kboost = 0;
+				v->enq_kreason = PVS_SCX_KR_NONE;
 				v->wake_boost = 0;
+				v->cs_preempted = 0;
 			}
 			mark_queued(p, false);
 		}
@@ -182,21 +185,21 @@ s32 BPF_STRUCT_OPS(pvs_select_cpu, struct task_struct *p, s32 prev_cpu,
  * runs an unboosted task told to pick again.
  */
 static __always_inline void enqueue_boosted(struct task_struct *p, u32 boost,
-					    u64 enq_flags)
+					    u64 slice, u64 enq_flags)
 {
 	struct pvs_scx_vcpu *v = vcpu_of(p);
 	s32 cpu = scx_bpf_task_cpu(p);
 	u32 i;
 
 	if (boost_on(cpu) < boost) {
-		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns,
+		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice,
 				   enq_flags | SCX_ENQ_PREEMPT);
 		__sync_fetch_and_add(&totals.boost_preempts, 1);
 		if (v)
 			__sync_fetch_and_add(&v->boost_preempts, 1);
 		return;
 	}
-	scx_bpf_dsq_insert(p, PVS_SCX_DSQ_BOOST, slice_ns, enq_flags);
+	scx_bpf_dsq_insert(p, PVS_SCX_DSQ_BOOST, slice, enq_flags);
 	__sync_fetch_and_add(&totals.boost_queued, 1);
 	if (v)
 		__sync_fetch_and_add(&v->boost_queued, 1);
@@ -224,10 +227,12 @@ static __always_inline bool boost_holds(struct task_struct *p,
 }
 
 /*
- * The boost the program grants itself at this enqueue, 0 for none: guest RT
- * work shown when the vCPU last stopped, or a wakeup from a halt within the
- * window of such work; only while its own boosted time is within the
- * allowance the daemon gives from the VM's budget.
+ * Why the program boosts the vCPU itself at this enqueue (enum
+ * pvs_scx_kreason), NONE for not: guest RT work shown when it last stopped,
+ * or a wakeup from a halt within the window of such work; as the policy
+ * allows, a preemption in a critical section, or a wakeup onto a busy CPU
+ * (an enqueue after select_cpu found no idle one). Only while its own
+ * boosted time is within the allowance the daemon gives from the budget.
  */
 static __always_inline u32 kernel_boost(struct pvs_scx_grant *g,
 					struct pvs_scx_vcpu *v, u64 enq_flags)
@@ -235,37 +240,48 @@ static __always_inline u32 kernel_boost(struct pvs_scx_grant *g,
 	bool wakeup = enq_flags & SCX_ENQ_WAKEUP;
 
 	if (!g->kboost || v->kboost_ns >= g->kboost_allowed_ns)
-		return 0;
+		return PVS_SCX_KR_NONE;
 	if (v->guest_rt || (wakeup && v->wake_boost))
-		return g->kboost;
-	return 0;
+		return PVS_SCX_KR_RT;
+	if (!wakeup && v->cs_preempted && (g->kflags & PVS_SCX_K_CS))
+		return PVS_SCX_KR_CS;
+	if (wakeup && (g->kflags & PVS_SCX_K_WAKE) && g->wake_boost_ns)
+		return PVS_SCX_KR_WAKE;
+	return PVS_SCX_KR_NONE;
 }
 
 void BPF_STRUCT_OPS(pvs_enqueue, struct task_struct *p, u64 enq_flags)
 {
 	struct pvs_scx_grant *g = grant_of(p);
 	struct pvs_scx_vcpu *v = g ? vcpu_of(p) : NULL;
-	u64 vtime = p->scx.dsq_vtime;
-	u32 boost = 0, kb = 0;
+	u64 vtime = p->scx.dsq_vtime, slice = slice_ns;
+	u32 boost = 0, why;
 
 	__sync_fetch_and_add(&totals.enqueues, 1);
 	if (g && v) {
 		if (g->boost && boost_holds(p, g))
 			boost = g->boost;
-		kb = kernel_boost(g, v, enq_flags);
+		why = kernel_boost(g, v, enq_flags);
 		v->wake_boost = 0;
+		v->cs_preempted = 0;
 		/* The daemon's grant, when as strong, is the one charged. */
-		v->enq_kboost = kb > boost;
-		if (kb > boost) {
-			boost = kb;
+		if (why != PVS_SCX_KR_NONE && g->kboost > boost) {
+			boost = g->kboost;
 			v->kboosts++;
 			__sync_fetch_and_add(&totals.kboosts, 1);
+			/* A wakeup's boost lasts one short slice: then the
+			 * vCPU is queued again by what its slot says. */
+			if (why == PVS_SCX_KR_WAKE)
+				slice = g->wake_boost_ns;
+		} else {
+			why = PVS_SCX_KR_NONE;
 		}
+		v->enq_kreason = why;
 		v->enq_boost = boost;
 	}
 	if (boost) {
 		mark_queued(p, true);
-		enqueue_boosted(p, boost, enq_flags);
+		enqueue_boosted(p, boost, slice, enq_flags);
 		return;
 	}
 	if (g)
@@ -293,7 +309,7 @@ void BPF_STRUCT_OPS(pvs_running, struct task_struct *p)
 	if (g) {
 		if (v) {
 			v->run_boosted = v->enq_boost != 0;
-			v->run_kboost = v->enq_kboost;
+			v->run_kreason = v->enq_kreason;
 			v->run_start = bpf_ktime_get_ns();
 			v->ext_in_slice = 0;
 			if (v->queued_at) {
@@ -319,8 +335,9 @@ _Static_assert(PVSCHED_OFFSETOF(struct pvsched_slot, guest.flags) == 4, "flags")
 _Static_assert(PVSCHED_OFFSETOF(struct pvsched_slot, guest.cs_flags) == 8, "cs_flags");
 _Static_assert(PVSCHED_OFFSETOF(struct pvsched_slot, guest.policy) == 12, "policy");
 
-#define SLOT_RT	1	/* guest RT work now */
-#define SLOT_CS	2	/* a critical section */
+#define SLOT_RT		1	/* guest RT work now */
+#define SLOT_CS		2	/* a critical section */
+#define SLOT_PENDING	4	/* an RT wakeup pending (the daemon's to act on) */
 
 static __always_inline int slot_guest_reason(u64 slot, u64 *rt_switches)
 {
@@ -339,7 +356,7 @@ static __always_inline int slot_guest_reason(u64 slot, u64 *rt_switches)
 								 guest.rt_switch_count))))
 		return -1;
 	if (pending & PVSCHED_PENDING_VALID)
-		bits |= SLOT_RT;
+		bits |= SLOT_PENDING;
 	if (!(g.flags & PVSCHED_GF_ACTIVE) || (g.flags & PVSCHED_GF_IDLE))
 		return bits;
 	if ((g.flags & PVSCHED_GF_BOOST_REQ) || g.policy == PVSCHED_POLICY_FIFO ||
@@ -361,9 +378,12 @@ static __always_inline void vcpu_stopping(struct task_struct *p,
 	u64 now = bpf_ktime_get_ns(), rt_switches = 0;
 	int reason;
 
-	if (v->run_kboost && now > v->run_start)
+	if (v->run_kreason != PVS_SCX_KR_NONE && now > v->run_start) {
 		v->kboost_ns += now - v->run_start;
-	v->run_kboost = 0;
+		if (v->run_kreason == PVS_SCX_KR_CS)
+			v->kboost_cs_ns += now - v->run_start;
+	}
+	v->run_kreason = PVS_SCX_KR_NONE;
 	if (!g || !g->slot_addr)
 		return;
 	reason = slot_guest_reason(g->slot_addr, &rt_switches);
@@ -374,10 +394,12 @@ static __always_inline void vcpu_stopping(struct task_struct *p,
 		v->guest_reason = 1;
 		v->guest_rt = 0;
 		v->wake_boost = 0;
+		v->cs_preempted = 0;
 		return;
 	}
 	v->guest_reason = reason != 0;
 	v->guest_rt = (reason & SLOT_RT) != 0;
+	v->cs_preempted = runnable && (reason & SLOT_CS);
 	/* RT work shown now, or run since the last look (its count moved). */
 	if (v->guest_rt || rt_switches != v->rt_switches) {
 		v->last_rt_ns = now;
@@ -500,7 +522,7 @@ int pvs_boost_queued(struct pvs_scx_boost_queued *ctx)
 				if (v->queued_at)
 					v->queued_boosted = 1;
 				v->enq_boost = g->boost;
-				v->enq_kboost = 0;
+				v->enq_kreason = PVS_SCX_KR_NONE;
 			}
 		}
 		break;

@@ -143,6 +143,11 @@ pub struct DaemonConfig {
     /// sched_ext backend: extensions may take at most this share of a vCPU's
     /// time, permille, plus a burst of two extensions.
     pub scx_extension_share_permille: u32,
+    /// sched_ext backend: the scan interval, µs, in place of
+    /// `scan_interval_us`. The scheduler decides boosts itself there; the
+    /// scan charges what it spent and renews its allowance, so a VM may
+    /// overdraw its budget by at most this much per vCPU.
+    pub scx_scan_interval_us: u64,
 }
 
 impl DaemonConfig {
@@ -204,6 +209,7 @@ impl Default for DaemonConfig {
             scx_slice_us: 5000,
             scx_extension_us: 4000,
             scx_extension_share_permille: 50,
+            scx_scan_interval_us: 50_000,
         }
     }
 }
@@ -464,6 +470,7 @@ impl Config {
             ("daemon.poll_interval_us", d.poll_interval_us),
             ("daemon.recheck_boosted_us", d.recheck_boosted_us),
             ("daemon.scan_interval_us", d.scan_interval_us),
+            ("daemon.scx_scan_interval_us", d.scx_scan_interval_us),
             ("daemon.doorbell_interval_us", d.doorbell_interval_us),
             ("daemon.discovery_interval_ms", d.discovery_interval_ms),
         ] {

@@ -15,11 +15,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use pvsched_policy::VmLimits;
 
-#[cfg(test)]
-use super::wire::PVS_LAZY_KVM_EXIT;
 use super::wire::{
-    PVS_LAZY_ALL, PVS_LAZY_BLOCKED, PVS_LAZY_KVM_WAKEUP, PVS_LAZY_NO_HOST_RIVAL, PVS_LAZY_NO_RIVAL,
-    PVS_LAZY_PREEMPTED, PVS_LAZY_SWITCH_IN, PVS_LAZY_WAKING,
+    PVS_LAZY_ALL, PVS_LAZY_BLOCKED, PVS_LAZY_KVM_EXIT, PVS_LAZY_KVM_WAKEUP, PVS_LAZY_NO_HOST_RIVAL,
+    PVS_LAZY_NO_RIVAL, PVS_LAZY_PREEMPTED, PVS_LAZY_SWITCH_IN, PVS_LAZY_WAKING,
 };
 use super::EventSourceError;
 #[cfg(test)]
@@ -95,6 +93,34 @@ impl Quiet {
         }
         if quiet_without_rt_work && limits.speculative_boosts_need_rt_work {
             bits |= PVS_LAZY_PREEMPTED | PVS_LAZY_WAKING;
+        }
+        Quiet(bits)
+    }
+
+    /// The rule where the sched_ext scheduler decides the VM's boosts itself
+    /// (`VmState::set_kernel_decides_rt`): a halt, a preemption and a wakeup
+    /// start no boost the daemon decides (the scheduler took it at the
+    /// enqueue), so those records are read at the next scan; except a
+    /// wakeup, while `pending_hints` (a VM of several vCPUs whose pending
+    /// hints the policy honours: another vCPU may have raised one for this
+    /// one while it waited, which only the daemon reads in time), and
+    /// whatever a lock wait needs (`waited_on`, `shows_preempted`, as in
+    /// [`Quiet::for_vcpu`]).
+    pub fn kernel_decides(
+        self,
+        pending_hints: bool,
+        waited_on: bool,
+        shows_preempted: bool,
+    ) -> Quiet {
+        if waited_on {
+            return self;
+        }
+        let mut bits = self.0 | PVS_LAZY_KVM_EXIT | PVS_LAZY_PREEMPTED | PVS_LAZY_BLOCKED;
+        if !shows_preempted {
+            bits |= PVS_LAZY_SWITCH_IN;
+        }
+        if !pending_hints {
+            bits |= PVS_LAZY_WAKING;
         }
         Quiet(bits)
     }

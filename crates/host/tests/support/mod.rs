@@ -316,6 +316,8 @@ pub struct FakeVmmConfig {
     pub guest_fifo: Option<u32>,
     /// The guest half claims these PVSCHED_CS_* flags all the time.
     pub guest_cs: Option<u32>,
+    /// `--guest-pending PRIO`: a pending hint for a FIFO task of that priority, always.
+    pub guest_pending: Option<u32>,
     /// `--guest-rt-bursts`: an idle guest whose RT switch count moves each period.
     pub guest_rt_bursts: bool,
     pub spin: bool,
@@ -338,6 +340,7 @@ impl FakeVmmConfig {
             name_format: "CPU {}/TCG".into(),
             guest_fifo: None,
             guest_cs: None,
+            guest_pending: None,
             guest_rt_bursts: false,
             spin: false,
             no_map: false,
@@ -453,6 +456,9 @@ impl FakeVmm {
         }
         if let Some(f) = cfg.guest_cs {
             cmd.arg("--guest-cs").arg(f.to_string());
+        }
+        if let Some(p) = cfg.guest_pending {
+            cmd.args(["--guest-pending", &p.to_string()]);
         }
         if cfg.guest_rt_bursts {
             cmd.arg("--guest-rt-bursts");

@@ -383,7 +383,9 @@ pub(super) fn best_boost(
     // RT work, while nothing outside the VM competes (`boost_only_against_rivals`). A boost it already has is kept while the
     // flags stay set.
     let kept = matches!(v.target.reason, Reason::CriticalSection(_));
+    // The host scheduler decides critical sections itself (VmState::set_kernel_decides_rt).
     let allow_cs = cs_ok
+        && !kernel_rt
         && (kept || (v.status != RunStatus::Running && speculation_allowed(limits, v, vm_rt)));
     let mut best = best_guest(limits, &v.guest, allow_cs);
     // The host scheduler decides these itself (VmState::set_kernel_decides_rt).
@@ -409,7 +411,7 @@ pub(super) fn best_boost(
     }
     if let Some(p) = v.proactive {
         let enabled = match p.reason {
-            Reason::ProactiveWake => speculative_ok && limits.proactive_wake,
+            Reason::ProactiveWake => speculative_ok && limits.proactive_wake && !kernel_rt,
             Reason::ProactiveIrq => speculative_ok && limits.proactive_irq,
             Reason::ProactiveHalt => limits.proactive_halt && !kernel_rt,
             _ => false,

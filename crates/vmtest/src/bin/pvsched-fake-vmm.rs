@@ -6,7 +6,8 @@
 //!
 //! ```text
 //! pvsched-fake-vmm --region PATH [--vcpus N] [--name-format "CPU {}/TCG"]
-//!                  [--guest-fifo PRIO] [--guest-cs FLAGS] [--guest-rt-bursts] [--spin]
+//!                  [--guest-fifo PRIO] [--guest-cs FLAGS] [--guest-pending PRIO]
+//!                  [--guest-rt-bursts] [--spin]
 //!                  [--no-map] [--qmp PATH]
 //!                  [--qmp-tids TID,TID,...] [--seconds S]
 //! ```
@@ -24,7 +25,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use pvsched_abi::{GuestHalf, GF_ACTIVE, GF_IDLE, POLICY_FIFO};
+use pvsched_abi::{
+    GuestHalf, GF_ACTIVE, GF_IDLE, PENDING_POLICY_SHIFT, PENDING_VALID, POLICY_FIFO,
+};
 use pvsched_base::region_file::RegionFile;
 use pvsched_base::thread::gettid;
 
@@ -35,6 +38,9 @@ struct Args {
     guest_fifo: Option<u32>,
     /// The guest half claims these PVSCHED_CS_* flags all the time.
     guest_cs: Option<u32>,
+    /// The guest half always holds a pending hint: a FIFO task of this priority woken
+    /// onto the vCPU (by another vCPU) and not running yet.
+    guest_pending: Option<u32>,
     /// The guest half always shows an idle guest whose RT switch count moves each
     /// period: RT work that runs between the host's reads, as under KVM.
     guest_rt_bursts: bool,
@@ -57,6 +63,7 @@ fn parse_args() -> Args {
         name_format: "CPU {}/TCG".into(),
         guest_fifo: None,
         guest_cs: None,
+        guest_pending: None,
         guest_rt_bursts: false,
         spin: false,
         no_map: false,
@@ -85,6 +92,13 @@ fn parse_args() -> Args {
             }
             "--guest-fifo" => {
                 a.guest_fifo = Some(value().parse().unwrap_or_else(|_| usage("--guest-fifo P")))
+            }
+            "--guest-pending" => {
+                a.guest_pending = Some(
+                    value()
+                        .parse()
+                        .unwrap_or_else(|_| usage("--guest-pending PRIO")),
+                )
             }
             "--guest-rt-bursts" => a.guest_rt_bursts = true,
             "--spin" => a.spin = true,
@@ -174,13 +188,16 @@ fn main() {
         let (tx, region, stop) = (tx.clone(), region.clone(), stop.clone());
         let (fifo, cs, spin) = (args.guest_fifo, args.guest_cs, args.spin);
         let bursts = args.guest_rt_bursts;
+        let pending = args.guest_pending.map_or(0, |p| {
+            PENDING_VALID | (u64::from(POLICY_FIFO) << PENDING_POLICY_SHIFT) | u64::from(p)
+        });
         let mut rt_switches = 0u64;
         let h = std::thread::Builder::new()
             .name(name)
             .spawn(move || {
                 let _ = tx.send((i, gettid()));
                 while !stop.load(Ordering::Relaxed) {
-                    let says = fifo.is_some() || cs.is_some() || bursts;
+                    let says = fifo.is_some() || cs.is_some() || bursts || pending != 0;
                     if let Some(r) = region.get().filter(|_| says) {
                         rt_switches += u64::from(bursts);
                         let g = GuestHalf {
@@ -189,6 +206,7 @@ fn main() {
                             rt_priority: fifo.unwrap_or(0),
                             cs_flags: cs.unwrap_or(0),
                             rt_switch_count: rt_switches,
+                            guest_pending: pending,
                             ..GuestHalf::default()
                         };
                         let _ = r.region().write_guest(i, &g);
