@@ -222,7 +222,16 @@ kvm_test! {
 
 /// CPU time (utime + stime) of process `pid`, in clock ticks.
 fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    stat_ticks(&format!("/proc/{pid}/stat"))
+}
+
+/// utime + stime of thread `tid` of process `pid`, clock ticks.
+fn thread_ticks(pid: u32, tid: i32) -> u64 {
+    stat_ticks(&format!("/proc/{pid}/task/{tid}/stat"))
+}
+
+fn stat_ticks(path: &str) -> u64 {
+    let stat = std::fs::read_to_string(path).expect("stat");
     let after = &stat[stat.rfind(')').expect("comm") + 2..];
     let f: Vec<&str> = after.split_whitespace().collect();
     f[11].parse::<u64>().unwrap_or(0) + f[12].parse::<u64>().unwrap_or(0)
@@ -230,13 +239,15 @@ fn cpu_ticks(pid: u32) -> u64 {
 
 kvm_test! {
     /// A guest that asks for RT all the time, its vCPU spinning beside a
-    /// host hog on one CPU: the scheduler dispatches it first only while the
-    /// policy's budget grants it (10 % of its time here), so the hog keeps
-    /// the fair half of the CPU for most of the time, and the latch shows.
+    /// host hog on one CPU: the scheduler boosts it only while the policy's
+    /// budget grants it (10 % of its time here), so the hog keeps the fair
+    /// half of the CPU for most of the time, the latch shows, and the time
+    /// charged as boosted is within the budget and within the time the
+    /// vCPU thread ran.
     fn sched_ext_holds_a_guest_that_always_asks_to_its_boost_budget() {
         let dir = tempdir("scx-greedy");
         let name = vm_name("scx-greedy");
-        let (_vmm, entry) = vmm(&dir, &name, Some(10), None, true);
+        let (vmm, entry) = vmm(&dir, &name, Some(10), None, true);
         let d = sched_ext_daemon(
             &dir,
             "",
@@ -247,16 +258,32 @@ kvm_test! {
         d.wait_serving(&name, 1);
         let hog = Hog::on_cpu0();
         let pid = hog.0.id();
+        let (vmm_pid, tid) = (vmm.pid as u32, vmm.tids[0]);
 
-        let (t0, c0) = (Instant::now(), cpu_ticks(pid));
+        let (t0, c0, b0) = (Instant::now(), cpu_ticks(pid), d.status().vms[0].boosted_s);
+        let v0 = thread_ticks(vmm_pid, tid);
         let mut latched = false;
         while t0.elapsed() < Duration::from_secs(4) {
             latched |= d.status().vms[0].in_debt;
             std::thread::sleep(Duration::from_millis(20));
         }
+        let boosted = d.status().vms[0].boosted_s - b0;
+        let secs = t0.elapsed().as_secs_f64();
         // SAFETY: sysconf has no preconditions.
         let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-        let hog_share = (cpu_ticks(pid) - c0) as f64 / hz / t0.elapsed().as_secs_f64();
+        let hog_share = (cpu_ticks(pid) - c0) as f64 / hz / secs;
+        let ran = (thread_ticks(vmm_pid, tid) - v0) as f64 / hz;
+        // 10 % of the time, the bank of one window (0.1 s) and an overdraw of
+        // a scan interval or two per latch; a clock tick of /proc's rounding.
+        assert!(
+            boosted <= 0.1 * secs + 0.1 + 0.25,
+            "boosted {boosted:.3} s of {secs:.1} s at a 10 % budget; status {:?}",
+            d.status().vms[0]
+        );
+        assert!(
+            boosted <= ran + 2.0 / hz,
+            "boosted {boosted:.3} s but the vCPU thread ran {ran:.3} s"
+        );
 
         assert!(latched, "the budget never latched; log:\n{}", d.log());
         // Unbounded, the boosted vCPU would take all of CPU 0; at a 10 % budget the two
