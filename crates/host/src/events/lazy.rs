@@ -296,6 +296,44 @@ mod tests {
     }
 
     #[test]
+    fn where_the_scheduler_decides_only_a_wakeup_that_may_carry_a_pending_hint_wakes_the_daemon() {
+        let base = Quiet::for_vcpu(false, &VmLimits::default(), false, false, false);
+        let one_vcpu = base.kernel_decides(false, false, false);
+        let several = base.kernel_decides(true, false, false);
+        let halt = EventKind::KvmExit {
+            reason: super::super::KvmExitReason::Hlt,
+        };
+
+        for kind in [
+            EventKind::SwitchOut { runnable: true },
+            EventKind::SwitchOut { runnable: false },
+            EventKind::SwitchIn { cpu: 0 },
+            halt,
+        ] {
+            assert!(
+                one_vcpu.covers(&ev(kind)) && several.covers(&ev(kind)),
+                "{kind:?}"
+            );
+        }
+        assert!(one_vcpu.covers(&ev(waking_on_busy_cpu())));
+        assert!(!several.covers(&ev(waking_on_busy_cpu())));
+        assert!(
+            !one_vcpu.covers(&ev(EventKind::KvmIrq)),
+            "its target is not current"
+        );
+    }
+
+    #[test]
+    fn where_the_scheduler_decides_a_lock_wait_keeps_its_wakeups() {
+        let base = Quiet::for_vcpu(false, &VmLimits::default(), true, false, false);
+
+        assert_eq!(base.kernel_decides(false, true, false), base);
+        let shown = Quiet::for_vcpu(false, &VmLimits::default(), false, true, false)
+            .kernel_decides(false, false, true);
+        assert!(!shown.covers(&ev(EventKind::SwitchIn { cpu: 0 })));
+    }
+
+    #[test]
     fn a_boosted_vcpu_wakes_the_daemon_for_nothing() {
         let q = Quiet::for_vcpu(true, &VmLimits::default(), false, false, false);
 
