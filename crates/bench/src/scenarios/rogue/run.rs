@@ -20,6 +20,9 @@ use crate::host::Machine;
 use crate::progress::Progress;
 use crate::{guest as gp, plot};
 
+/// Guests lost mid-session a run survives (each time both are booted again).
+const MAX_GUESTS_LOST: usize = 6;
+
 /// Runs the scenario; returns the report and whether every phase worked.
 pub fn run(s: &RogueSettings) -> Result<(RogueReport, bool)> {
     let b = &s.base;
@@ -45,6 +48,19 @@ pub fn run(s: &RogueSettings) -> Result<(RogueReport, bool)> {
         &start.out,
     );
     in_private_tmp(|| run_in(s, start, daemon))
+}
+
+/// A short run of each guest's workload before anything is measured.
+fn warm_up(neighbour: &Guest, rogue: &Guest, priority: u32) {
+    eprintln!("pvsched-bench: warm-up (3 s neighbour cyclictest, 1 s rogue spin; not counted)");
+    let _ = neighbour.vm.exec(
+        &gp::cyclictest_cmd(1000, 3, neighbour.cpus as usize, 1000),
+        Duration::from_secs(60),
+    );
+    let _ = rogue.vm.exec(
+        &format!("rtspin -c 0 -P fifo -p {priority} -t 1 -s 0"),
+        Duration::from_secs(60),
+    );
 }
 
 /// The rogue scenario once its folders are there: boots the guests, runs
@@ -88,15 +104,7 @@ fn run_in(
             g.module
         );
     }
-    eprintln!("pvsched-bench: warm-up (3 s neighbour cyclictest, 1 s rogue spin; not counted)");
-    let _ = neighbour.vm.exec(
-        &gp::cyclictest_cmd(1000, 3, neighbour.cpus as usize, 1000),
-        Duration::from_secs(60),
-    );
-    let _ = rogue.vm.exec(
-        &format!("rtspin -c 0 -P fifo -p {} -t 1 -s 0", s.priority),
-        Duration::from_secs(60),
-    );
+    warm_up(&neighbour, &rogue, s.priority);
 
     let mut bench = Bench {
         s,
@@ -118,17 +126,55 @@ fn run_in(
             bench.neighbour.cpus, machine.cpus
         ));
     }
+    let mut guests_lost = 0;
     'outer: for rep in 1..=b.repeat {
         for (li, &load) in b.loads.iter().enumerate() {
             for case in mode_order(&s.cases, rep - 1, li) {
-                let errors = bench.journal.errors;
-                bench.session(rep, load, case);
-                if bench.journal.errors > errors && !bench.vms_alive() {
-                    bench.error("a guest stopped answering: run aborted".into());
-                    break 'outer;
+                loop {
+                    let (errors, notes) = (bench.journal.errors, bench.journal.notes.len());
+                    let (phases, sessions) = (bench.phases.len(), bench.sessions.len());
+                    bench.session(rep, load, case);
+                    if bench.journal.errors == errors || bench.vms_alive() {
+                        break;
+                    }
+                    // A guest died mid-session (the emulation loses guests now
+                    // and then under KVM in the host VM): what the session
+                    // measured is dropped, and it runs again on two new guests.
+                    bench.phases.truncate(phases);
+                    bench.sessions.truncate(sessions);
+                    bench.journal.errors = errors;
+                    guests_lost += 1;
+                    let what: Vec<String> = bench
+                        .journal
+                        .notes
+                        .drain(notes.min(bench.journal.notes.len())..)
+                        .map(|n| first_line(&n).to_string())
+                        .collect();
+                    bench.note(format!(
+                        "guest lost during rep{rep}-{load}-{case} (its measurements dropped; \
+                         measured again on new guests): {}",
+                        what.join(" / ")
+                    ));
+                    if guests_lost > MAX_GUESTS_LOST {
+                        bench.error(format!(
+                            "a guest stopped answering {guests_lost} times: run aborted"
+                        ));
+                        break 'outer;
+                    }
+                    if let Err(e) = bench.boot_again(b, pvsched) {
+                        bench.error(format!("booting the guests again: {e}: run aborted"));
+                        break 'outer;
+                    }
+                    warm_up(&bench.neighbour, &bench.rogue, s.priority);
                 }
             }
         }
+    }
+    if guests_lost > 0 {
+        bench.note(format!(
+            "{guests_lost} time(s) a guest was lost mid-session; both guests were booted again \
+             and that session measured again in full (Notes above: `guest lost`)"
+        ));
     }
     loops_notes(&mut bench);
 

@@ -46,6 +46,18 @@ impl Journaled for Bench<'_> {
 }
 
 impl Bench<'_> {
+    /// Boots both guests again (after one was lost), as the first pair was.
+    pub(super) fn boot_again(
+        &mut self,
+        b: &crate::harness::settings::Settings,
+        pvsched: bool,
+    ) -> Result<()> {
+        let (nvm, rvm, _, _) = crate::harness::vm::boot_pair(b, NEIGHBOUR, ROGUE)?;
+        self.neighbour = Guest::new(nvm, pvsched)?;
+        self.rogue = Guest::new(rvm, pvsched)?;
+        Ok(())
+    }
+
     fn verify_restored(&mut self, after: &str) {
         let mut msgs = crate::harness::vm::restore_threads(&self.neighbour.baseline, after);
         msgs.extend(crate::harness::vm::restore_threads(
