@@ -29,14 +29,20 @@ fn vmm(
     cs: Option<u32>,
     spin: bool,
 ) -> (FakeVmm, String) {
-    let mut c = FakeVmmConfig::new(Path::new(""));
-    c.vcpus = 1;
-    c.name_format = "CPU {}/KVM".into();
+    let mut c = one_vcpu_on_cpu0();
     c.guest_fifo = fifo;
     c.guest_cs = cs;
     c.spin = spin;
-    c.wrapper = vec!["taskset".into(), "-c".into(), "0".into()];
     support::qmp_vm(dir, name, c)
+}
+
+/// A fake VMM config: one vCPU thread named like KVM's, confined to CPU 0.
+fn one_vcpu_on_cpu0() -> FakeVmmConfig {
+    let mut c = FakeVmmConfig::new(Path::new(""));
+    c.vcpus = 1;
+    c.name_format = "CPU {}/KVM".into();
+    c.wrapper = vec!["taskset".into(), "-c".into(), "0".into()];
+    c
 }
 
 /// Waits until the scheduler has boosted vCPU 0 by its own decision (the
@@ -307,12 +313,9 @@ kvm_test! {
     fn sched_ext_a_boost_granted_to_a_queued_vcpu_moves_it_ahead() {
         let dir = tempdir("scx-queued");
         let name = vm_name("scx-queued");
-        let mut c = FakeVmmConfig::new(Path::new(""));
-        c.vcpus = 1;
-        c.name_format = "CPU {}/KVM".into();
+        let mut c = one_vcpu_on_cpu0();
         c.guest_pending = Some(10);
         c.spin = true;
-        c.wrapper = vec!["taskset".into(), "-c".into(), "0".into()];
         let (_vmm, entry) = support::qmp_vm(&dir, &name, c);
         let d = sched_ext_daemon(&dir, "", &entry);
         d.wait_serving(&name, 1);
@@ -343,11 +346,8 @@ kvm_test! {
     fn sched_ext_boosts_a_wakeup_after_guest_rt_work_itself() {
         let dir = tempdir("scx-kboost");
         let name = vm_name("scx-kboost");
-        let mut c = FakeVmmConfig::new(Path::new(""));
-        c.vcpus = 1;
-        c.name_format = "CPU {}/KVM".into();
+        let mut c = one_vcpu_on_cpu0();
         c.guest_rt_bursts = true;
-        c.wrapper = vec!["taskset".into(), "-c".into(), "0".into()];
         let (_vmm, entry) = support::qmp_vm(&dir, &name, c);
         let d = sched_ext_daemon(&dir, "", &entry);
         d.wait_serving(&name, 1);
@@ -377,11 +377,8 @@ kvm_test! {
     fn sched_ext_boosts_nothing_itself_without_budget() {
         let dir = tempdir("scx-kboost-none");
         let name = vm_name("scx-kboost-none");
-        let mut c = FakeVmmConfig::new(Path::new(""));
-        c.vcpus = 1;
-        c.name_format = "CPU {}/KVM".into();
+        let mut c = one_vcpu_on_cpu0();
         c.guest_rt_bursts = true;
-        c.wrapper = vec!["taskset".into(), "-c".into(), "0".into()];
         let (_vmm, entry) = support::qmp_vm(&dir, &name, c);
         let d = sched_ext_daemon(
             &dir,
