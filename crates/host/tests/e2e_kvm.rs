@@ -113,6 +113,17 @@ fn guest_run(vm: &Vm, cmd: &str, timeout: Duration) {
     );
 }
 
+/// Ends a task spawned in the guest. A guest that no longer answers was
+/// lost to the emulation (its halts and interrupts stopped with it): the test
+/// is run again rather than failed on what a dead guest did not do.
+fn guest_kill(vm: &Vm, pid: u32) {
+    guest_answers(
+        vm,
+        vm.exec(&format!("kill {pid}"), Duration::from_secs(20)),
+        "kill the guest task",
+    );
+}
+
 kvm_test! {
     /// `kvm_exit` with the HLT reason: a guest that ran RT work and halts
     /// keeps its vCPU thread boosted while halted (`proactive_halt`), and the
@@ -138,9 +149,13 @@ kvm_test! {
         });
         let exits = exits();
         let by_reason = d.status().vms[0].boosted_ms_by_reason.clone();
-        let _ = vm.exec(&format!("kill {}", task.pid), Duration::from_secs(10));
+        guest_kill(&vm, task.pid);
 
-        assert!(exits > 0.0, "no kvm_exit event handled; log:\n{}", d.log());
+        assert!(
+            exits > 0.0,
+            "no kvm_exit event handled; boosted by reason: {by_reason:?}; log:\n{}",
+            d.log()
+        );
         assert!(
             seen,
             "the halted RT vCPU was never seen boosted for proactive_halt; by reason: \
@@ -303,7 +318,7 @@ kvm_test! {
             params(tid).is_rt().then_some(())
         });
         let status = d.status();
-        let _ = vm.exec(&format!("kill {}", task.pid), Duration::from_secs(20));
+        guest_kill(&vm, task.pid);
 
         assert_eq!(status.vms[0].accel, "kvm");
         assert!(

@@ -226,6 +226,41 @@ fn find(hay: &[u8], needle: &[u8], from: usize) -> Option<usize> {
         .map(|p| p + from)
 }
 
+/// Finds a command's end line in a console buffer that grows between calls,
+/// without searching the whole buffer again each time.
+struct EndLineScan<'a> {
+    marker: &'a [u8],
+    /// Where the next search starts, less an overlap for a marker cut in two.
+    scanned: usize,
+}
+
+impl<'a> EndLineScan<'a> {
+    fn new(marker: &'a [u8]) -> Self {
+        EndLineScan { marker, scanned: 0 }
+    }
+
+    /// The marker's offset and the offset of the newline ending its line,
+    /// once both are in `data`.
+    fn poll(&mut self, data: &[u8]) -> Option<(usize, usize)> {
+        let from = self.scanned.saturating_sub(self.marker.len() + 8);
+        match find(data, self.marker, from) {
+            Some(at) => match find(data, b"\n", at + self.marker.len()) {
+                Some(nl) => Some((at, nl)),
+                None => {
+                    // The line came in part: search again from the marker,
+                    // as the rest may be longer than the overlap.
+                    self.scanned = at;
+                    None
+                }
+            },
+            None => {
+                self.scanned = data.len();
+                None
+            }
+        }
+    }
+}
+
 /// The last `bytes` (or fewer) of `text`, cut at a character boundary.
 fn tail_of(text: &str, bytes: usize) -> &str {
     let mut start = text.len().saturating_sub(bytes);
@@ -683,55 +718,50 @@ impl Vm {
         }
         let deadline = start + Duration::from_secs(secs) + GRACE;
         let mut buf = self.console.buf.lock().unwrap_or_else(|e| e.into_inner());
-        let mut scanned = 0usize;
+        let mut scan = EndLineScan::new(end.as_bytes());
         let (mut seen_len, mut seen_at) = (buf.data.len(), Instant::now());
         loop {
-            let from = scanned.saturating_sub(end.len() + 8);
-            if let Some(e) = find(&buf.data, end.as_bytes(), from) {
-                if let Some(nl) = find(&buf.data, b"\n", e + end.len()) {
-                    // Begin line: "<marker> <uptime>"; end line: "<marker> <rc> <uptime>".
-                    let text = |a: usize, b: usize| {
-                        String::from_utf8_lossy(&buf.data[a..b]).replace('\r', "")
-                    };
-                    let end_fields = text(e + end.len(), nl);
-                    let mut end_fields = end_fields.split_whitespace();
-                    let rc_text = end_fields.next().unwrap_or("").to_string();
-                    let end_up = end_fields.next().unwrap_or("?").to_string();
-                    let (out_start, begin_up) = match find(&buf.data[..e], begin.as_bytes(), 0) {
-                        Some(b) => {
-                            let line_end = find(&buf.data[..e + 1], b"\n", b).unwrap_or(e);
-                            (
-                                line_end + 1,
-                                text(b + begin.len(), line_end).trim().to_string(),
-                            )
-                        }
-                        None => (0, "?".to_string()),
-                    };
-                    let output = text(out_start.min(e), e);
-                    buf.data.drain(..=nl);
-                    drop(buf);
-                    let rc: i32 = rc_text.parse().map_err(|_| {
-                        Error::Other(format!(
-                            "VM {}: bad exit status {rc_text:?} for {cmd}",
-                            self.name
-                        ))
-                    })?;
-                    if rc == 137 && start.elapsed() >= Duration::from_secs(secs) {
-                        return Err(Error::CommandTimeout {
-                            vm: self.name.clone(),
-                            command: cmd.to_string(),
-                            timeout,
-                            console: format!(
-                                "{output}[killed in the guest; guest uptime {begin_up} -> {end_up}, \
-                                 host wait {:?}]",
-                                start.elapsed()
-                            ),
-                        });
+            if let Some((e, nl)) = scan.poll(&buf.data) {
+                // Begin line: "<marker> <uptime>"; end line: "<marker> <rc> <uptime>".
+                let text =
+                    |a: usize, b: usize| String::from_utf8_lossy(&buf.data[a..b]).replace('\r', "");
+                let end_fields = text(e + end.len(), nl);
+                let mut end_fields = end_fields.split_whitespace();
+                let rc_text = end_fields.next().unwrap_or("").to_string();
+                let end_up = end_fields.next().unwrap_or("?").to_string();
+                let (out_start, begin_up) = match find(&buf.data[..e], begin.as_bytes(), 0) {
+                    Some(b) => {
+                        let line_end = find(&buf.data[..e + 1], b"\n", b).unwrap_or(e);
+                        (
+                            line_end + 1,
+                            text(b + begin.len(), line_end).trim().to_string(),
+                        )
                     }
-                    return Ok((rc, output));
+                    None => (0, "?".to_string()),
+                };
+                let output = text(out_start.min(e), e);
+                buf.data.drain(..=nl);
+                drop(buf);
+                let rc: i32 = rc_text.parse().map_err(|_| {
+                    Error::Other(format!(
+                        "VM {}: bad exit status {rc_text:?} for {cmd}",
+                        self.name
+                    ))
+                })?;
+                if rc == 137 && start.elapsed() >= Duration::from_secs(secs) {
+                    return Err(Error::CommandTimeout {
+                        vm: self.name.clone(),
+                        command: cmd.to_string(),
+                        timeout,
+                        console: format!(
+                            "{output}[killed in the guest; guest uptime {begin_up} -> {end_up}, \
+                             host wait {:?}]",
+                            start.elapsed()
+                        ),
+                    });
                 }
+                return Ok((rc, output));
             }
-            scanned = buf.data.len();
             if buf.eof {
                 drop(buf);
                 return Err(self.exited_error());
@@ -1079,6 +1109,30 @@ mod tests {
     fn vm_can_be_shared_between_threads() {
         fn assert_send_sync<T: Send + Sync>() {}
         assert_send_sync::<Vm>();
+    }
+
+    #[test]
+    fn an_end_line_that_arrives_in_pieces_is_found() {
+        let marker = b"\n__PVS_END_4__ ";
+        let mut scan = EndLineScan::new(marker);
+        let mut data = b"__PVS_BEGIN_4__ 44.12\r\noutput".to_vec();
+        assert_eq!(scan.poll(&data), None);
+        // The marker and more than the overlap of its line, no newline yet.
+        data.extend_from_slice(b"\r\n__PVS_END_4__ 101 152.43");
+        assert_eq!(scan.poll(&data), None);
+        data.extend_from_slice(b"\r\n");
+        let at = find(&data, marker, 0).expect("marker");
+        assert_eq!(scan.poll(&data), Some((at, data.len() - 1)));
+    }
+
+    #[test]
+    fn an_end_marker_cut_in_two_is_found() {
+        let marker = b"\n__PVS_END_7__ ";
+        let mut scan = EndLineScan::new(marker);
+        let mut data = b"out\r\n__PVS_EN".to_vec();
+        assert_eq!(scan.poll(&data), None);
+        data.extend_from_slice(b"D_7__ 0 3.5\n");
+        assert_eq!(scan.poll(&data), Some((4, data.len() - 1)));
     }
 
     #[test]
