@@ -55,10 +55,20 @@ pub fn key(cause: &str, sender: &str) -> String {
     format!("{cause} | {sender}")
 }
 
-/// Counts per [`key`] in a tracefs `trace` text, and the events the buffer
+/// What a tracefs `trace` text holds: counts per [`key`], the callsites of
+/// the IPIs whose cause is "other" (by function), and the events the buffer
 /// lost (entries written but not in the buffer).
-pub fn parse(text: &str) -> (BTreeMap<String, u64>, u64) {
+#[derive(Debug, Default)]
+pub struct Parsed {
+    pub counts: BTreeMap<String, u64>,
+    pub other_callsites: BTreeMap<String, u64>,
+    pub lost: u64,
+}
+
+/// See [`Parsed`].
+pub fn parse(text: &str) -> Parsed {
     let mut counts = BTreeMap::new();
+    let mut other_callsites = BTreeMap::new();
     let mut lost = 0;
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("# entries-in-buffer/entries-written: ") {
@@ -93,9 +103,17 @@ pub fn parse(text: &str) -> (BTreeMap<String, u64>, u64) {
             continue;
         };
         let func = cs.split('+').next().unwrap_or(cs);
-        *counts.entry(key(cause(func), sender(comm))).or_insert(0) += 1;
+        let why = cause(func);
+        if why == "other" {
+            *other_callsites.entry(func.to_string()).or_insert(0) += 1;
+        }
+        *counts.entry(key(why, sender(comm))).or_insert(0) += 1;
     }
-    (counts, lost)
+    Parsed {
+        counts,
+        other_callsites,
+        lost,
+    }
 }
 
 /// IPIs per second by [`key`] over one phase, and how many the buffer lost.
@@ -103,6 +121,10 @@ pub fn parse(text: &str) -> (BTreeMap<String, u64>, u64) {
 pub struct Sources {
     pub per_s: BTreeMap<String, f64>,
     pub lost: u64,
+    /// The "other" IPIs per second by the function that sent them (runs
+    /// recorded before it was kept have none).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub other_callsites: BTreeMap<String, f64>,
 }
 
 impl Sources {
@@ -137,6 +159,9 @@ pub fn mean(runs: &[&Sources]) -> Option<Sources> {
     for r in runs {
         for (k, v) in &r.per_s {
             *out.per_s.entry(k.clone()).or_insert(0.0) += v / n;
+        }
+        for (k, v) in &r.other_callsites {
+            *out.other_callsites.entry(k.clone()).or_insert(0.0) += v / n;
         }
         out.lost += r.lost;
     }
@@ -198,13 +223,16 @@ impl Trace {
         let seconds = self.started.elapsed().as_secs_f64();
         write(&self.dir, "tracing_on", "0").ok()?;
         let text = std::fs::read_to_string(self.dir.join("trace")).ok()?;
-        let (counts, lost) = parse(&text);
-        (seconds > 0.0).then(|| Sources {
-            per_s: counts
-                .into_iter()
+        let parsed = parse(&text);
+        let rates = |m: BTreeMap<String, u64>| {
+            m.into_iter()
                 .map(|(k, v)| (k, v as f64 / seconds))
-                .collect(),
-            lost,
+                .collect()
+        };
+        (seconds > 0.0).then(|| Sources {
+            per_s: rates(parsed.counts),
+            lost: parsed.lost,
+            other_callsites: rates(parsed.other_callsites),
         })
     }
 }
@@ -236,7 +264,11 @@ mod tests {
 
     #[test]
     fn each_ipi_is_counted_by_its_callsite_and_the_task_that_sent_it() {
-        let (c, lost) = parse(TRACE);
+        let Parsed {
+            counts: c,
+            other_callsites,
+            lost,
+        } = parse(TRACE);
         assert_eq!(lost, 2);
         assert_eq!(c[&key("wakeup preempts", "stress-ng")], 1);
         assert_eq!(c[&key("wakeup preempts", "QEMU main loop")], 1);
@@ -246,12 +278,17 @@ mod tests {
         // The ipi_send_cpumask line (the sync after text patching).
         assert_eq!(c[&key("other", "other")], 1);
         assert_eq!(c.values().sum::<u64>(), 6);
+        // Of the "other" ones, the sending function is kept.
+        assert_eq!(
+            other_callsites.into_iter().collect::<Vec<_>>(),
+            vec![("on_each_cpu_cond_mask".to_string(), 1)]
+        );
     }
 
     #[test]
     fn ipi_send_cpumask_lines_are_counted_too() {
         let text = "  <idle>-0 [000] d.h2. 1.0: ipi_send_cpumask: cpumask=0-1 callsite=smp_call_function_many_cond+0x1/0x2 callback=x\n";
-        let (c, _) = parse(text);
+        let c = parse(text).counts;
         assert_eq!(c[&key("other", "other")], 1);
     }
 
@@ -260,11 +297,15 @@ mod tests {
         let a = Sources {
             per_s: [(key("RT push", "pvschedd"), 10.0)].into_iter().collect(),
             lost: 1,
+            other_callsites: [("kick_cpus_irq_workfn".to_string(), 4.0)]
+                .into_iter()
+                .collect(),
         };
         let b = Sources::default();
         let m = mean(&[&a, &b]).unwrap();
         assert_eq!(m.get("RT push", "pvschedd"), 5.0);
         assert_eq!(m.cause_total("RT push"), 5.0);
         assert_eq!(m.lost, 1);
+        assert_eq!(m.other_callsites["kick_cpus_irq_workfn"], 2.0);
     }
 }

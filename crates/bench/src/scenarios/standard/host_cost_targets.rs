@@ -361,7 +361,7 @@ mod tests {
     fn sources(pairs: &[(&str, &str, f64)]) -> Sources {
         Sources {
             per_s: pairs.iter().map(|(c, s, v)| (key(c, s), *v)).collect(),
-            lost: 0,
+            ..Sources::default()
         }
     }
 

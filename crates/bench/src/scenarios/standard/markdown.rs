@@ -186,7 +186,7 @@ fn ipi_sources_markdown(o: &mut String, r: &Report) {
          RT push: by host cyclictest / pvschedd / rest | remote wakeups | sched_setattr | other | lost |"
     );
     let _ = writeln!(o, "|---|---|---|--:|---|---|--:|--:|--:|--:|");
-    for (s, mode, i) in rows {
+    for &(s, mode, i) in &rows {
         let split = |cause: &str, a: &str, b: &str| {
             let (x, y) = (i.get(cause, a), i.get(cause, b));
             format!(
@@ -206,6 +206,28 @@ fn ipi_sources_markdown(o: &mut String, r: &Report) {
             i.cause_total("sched_setattr"),
             i.cause_total("other"),
             i.lost
+        );
+    }
+    // The "other" column by the function that sent each IPI, where recorded.
+    let others: Vec<String> = rows
+        .iter()
+        .filter(|(_, _, i)| !i.other_callsites.is_empty())
+        .map(|(s, mode, i)| {
+            let mut by: Vec<(&String, &f64)> = i.other_callsites.iter().collect();
+            by.sort_by(|a, b| b.1.total_cmp(a.1).then(a.0.cmp(b.0)));
+            let top: Vec<String> = by
+                .iter()
+                .take(4)
+                .map(|(f, v)| format!("`{f}` {v:.1}"))
+                .collect();
+            format!("{} {} µs {mode}: {}", s.load, s.interval_us, top.join(", "))
+        })
+        .collect();
+    if !others.is_empty() {
+        let _ = writeln!(
+            o,
+            "\n\"Other\" IPIs per second by the kernel function that sent them (the first four): {}.",
+            others.join("; ")
         );
     }
 }
