@@ -2,7 +2,9 @@
 //! as double scheduling needs it: the RT classes, and a fair class that is either 6.1's CFS (as
 //! Debian 12's host kernel has it) or 6.18's EEVDF (`HostParams::fair`, the default; see
 //! `eevdf.rs`). No I/O, clocks or randomness: time (`now`, ns) is passed in and never goes
-//! backwards.
+//! backwards. With `HostParams::scx` set, pvsched's sched_ext scheduler replaces the fair class
+//! (`scx.rs`, whose module docs replace the fair rules below: placement, balance, idle pull,
+//! slices, vruntime); the RT rules hold as written.
 //!
 //! # The model
 //!
