@@ -13,14 +13,35 @@
 //! are read as the policy has them at that moment (the daemon publishes them at its 10 ms
 //! scan and at each decision, and a status change at once for a vCPU unboosted or waited
 //! on: a lock waiter may see a boosted vCPU's status up to 10 ms later than here).
+//!
+//! On the sched_ext backend ([`Daemon::scx_backend`], mode `pvsched-scx`) the host's
+//! scheduler decides the guest's RT work itself (`VmState::set_kernel_decides_rt`: every
+//! slot is readable here); the policy's own boosts become grants (the engine applies them
+//! as the boost of the thread's grant, `proactive` for a proactive or lock-holder reason, as
+//! pvschedd's actuator says); no recheck timer runs (pvschedd runs none on that backend: the
+//! scheduler checks the slot at each enqueue); and every [`SCX_SCAN_INTERVAL_NS`] the scan
+//! charges what the scheduler boosted itself and renews each vCPU's terms
+//! ([`Daemon::scx_scan`], pvschedd's `check_backend`), then reads every slot.
 
 use pvsched_abi::{GuestHalf, HostHalf};
 use pvsched_policy::serving::{self, PooledHalts, SlotReads};
 use pvsched_policy::{
-    Decisions, Event, HostPolicy, PollPrice, SchedParams, VmLimits, VmState, VmStats,
+    Decisions, Event, ExtensionAllowance, HostPolicy, PollPrice, Reason, SchedParams, VmLimits,
+    VmState, VmStats,
 };
 
-use crate::host::Class;
+use crate::host::{Class, ScxAllowance, ScxParams, ScxStats};
+
+/// pvschedd's scan interval on the sched_ext backend (`daemon.scx_scan_interval_us`'s
+/// default, `crates/host/src/config`).
+pub const SCX_SCAN_INTERVAL_NS: u64 = 50_000_000;
+
+/// The share of a vCPU's time its extensions may take, permille, plus a burst of two
+/// (`daemon.scx_extension_share_permille`'s default).
+pub const SCX_EXTENSION_SHARE_PERMILLE: u64 = 50;
+
+/// A decision to take effect: (at, vcpu or u32::MAX for the main loop, class, proactive).
+pub type Apply = (u64, u32, Class, bool);
 
 /// Whether pvschedd, at its default threshold, would call the host overloaded at CPU
 /// pressure `some_share` (PSI cpu `some avg10`, 0..=1).
@@ -39,18 +60,30 @@ pub struct Daemon {
     recheck_ns: u64,
     /// The guests ring a doorbell when a boost's reason clears: no recheck timer.
     doorbell: bool,
+    /// The sched_ext backend: no recheck timer either.
+    scx: bool,
 }
 
 struct DaemonVm {
     state: VmState,
     /// Whether each vCPU's target is an RT boost, and its class.
     boosted: Vec<Option<Class>>,
-    /// Decisions to take effect: (at, vcpu or u32::MAX for the main loop, class).
-    pending: Vec<(u64, u32, Class)>,
+    /// Decisions to take effect.
+    pending: Vec<Apply>,
     /// The main loop's class last asked for.
     main_loop: Class,
     /// When the next tick is due (the one queued).
     tick_at: Option<u64>,
+    /// Per vCPU on the sched_ext backend: what was charged so far and its extension terms.
+    scx: Vec<ScxCharged>,
+}
+
+/// What pvschedd keeps per vCPU thread for the sched_ext backend (`Managed`'s fields).
+#[derive(Clone, Debug, Default)]
+struct ScxCharged {
+    kboost_ns: u64,
+    kboost_cs_ns: u64,
+    ext: ExtensionAllowance,
 }
 
 /// The host class of a policy decision.
@@ -94,6 +127,7 @@ impl Daemon {
                 pending: Vec::new(),
                 main_loop: Class::Fair { nice: 0 },
                 tick_at: None,
+                scx: vec![ScxCharged::default(); n as usize],
             })
             .collect();
         Daemon {
@@ -103,6 +137,45 @@ impl Daemon {
             reaction_ns,
             recheck_ns,
             doorbell,
+            scx: false,
+        }
+    }
+
+    /// Serves every VM on the sched_ext backend: the scheduler decides the guest's RT work
+    /// (every slot is readable), no recheck timer.
+    pub fn scx_backend(&mut self) {
+        self.scx = true;
+        for dv in &mut self.vms {
+            dv.state.set_kernel_decides_rt(true);
+        }
+    }
+
+    /// pvschedd's `check_backend` for `vcpu` of `vm` at `now`, given what the scheduler did
+    /// for its thread so far (`done`): the kernel boosts since the last scan charged to the
+    /// budget, then its new terms: the policy's [`pvsched_policy::KernelGrant`] with an
+    /// allowance of what it took so far plus the grant's, and its extension allowance.
+    pub fn scx_scan(&mut self, vm: u32, vcpu: u32, now: u64, done: ScxStats) -> ScxAllowance {
+        let dv = &mut self.vms[vm as usize];
+        let Some(c) = dv.scx.get_mut(vcpu as usize) else {
+            return ScxAllowance::default();
+        };
+        let spent = done.kboost_ns.saturating_sub(c.kboost_ns);
+        let spent_cs = done.kboost_cs_ns.saturating_sub(c.kboost_cs_ns);
+        c.kboost_ns = done.kboost_ns;
+        c.kboost_cs_ns = done.kboost_cs_ns;
+        dv.state.charge_kernel_boost(now, vcpu, spent, spent_cs);
+        let k = dv.state.kernel_grant(vcpu, now);
+        let burst = 2 * ScxParams::default().extension_ns;
+        ScxAllowance {
+            extension_ns: c
+                .ext
+                .next(now, done.ext_ns, SCX_EXTENSION_SHARE_PERMILLE, burst),
+            kboost: k.priority,
+            kboost_allowed_ns: done.kboost_ns.saturating_add(k.allowance_ns),
+            halt_window_ns: k.halt_window_ns,
+            critical_sections: k.critical_sections,
+            wakeups: k.wakeups,
+            wake_boost_ns: k.wake_boost_ns,
         }
     }
 
@@ -138,7 +211,7 @@ impl Daemon {
     pub fn recheck_reads(&self, vm: u32, vcpu: u32) -> bool {
         let dv = &self.vms[vm as usize];
         let boosted = dv.boosted.get(vcpu as usize).is_some_and(Option::is_some);
-        serving::recheck_reads(self.doorbell, boosted, dv.state.status(vcpu))
+        serving::recheck_reads(self.doorbell || self.scx, boosted, dv.state.status(vcpu))
     }
 
     /// Whether `vcpu` of `vm` is preempted as its host half shows it (`HS_PREEMPTED`): the
@@ -181,13 +254,10 @@ impl Daemon {
 
     /// Moves the decisions of `vm` to apply into `applies` (with the main loop's, when it
     /// follows the VM's strongest boost); returns its next tick, if a new one must be queued.
-    pub fn drain(
-        &mut self,
-        vm: u32,
-        now: u64,
-        applies: &mut Vec<(u64, u32, Class)>,
-    ) -> Option<u64> {
-        let (latency_path, recheck, doorbell) = (self.latency_path, self.recheck_ns, self.doorbell);
+    pub fn drain(&mut self, vm: u32, now: u64, applies: &mut Vec<Apply>) -> Option<u64> {
+        let (latency_path, recheck) = (self.latency_path, self.recheck_ns);
+        // No recheck timer with a doorbell, nor on the sched_ext backend.
+        let doorbell = self.doorbell || self.scx;
         let dv = &mut self.vms[vm as usize];
         applies.clear();
         applies.append(&mut dv.pending);
@@ -202,7 +272,8 @@ impl Daemon {
             if want != dv.main_loop {
                 dv.main_loop = want;
                 let at = applies.last().map_or(now, |a| a.0);
-                applies.push((at, u32::MAX, want));
+                // The latency path's boost is proactive (pvschedd's actuator).
+                applies.push((at, u32::MAX, want, true));
             }
         }
         let mut next = dv.state.next_deadline().map(|t| t.max(now));
@@ -259,12 +330,21 @@ impl Daemon {
     }
 }
 
+/// A boost for this reason holds on the sched_ext backend until the daemon ends it, whatever
+/// the guest's slot says (pvschedd's `actuator::proactive`).
+fn proactive(reason: Reason) -> bool {
+    matches!(
+        reason,
+        Reason::ProactiveWake | Reason::ProactiveIrq | Reason::ProactiveHalt | Reason::LockHolder
+    )
+}
+
 impl DaemonVm {
     fn take(&mut self, out: &Decisions, at: u64) {
         for d in out.iter() {
             let class = class_of(d.params);
             self.boosted[d.vcpu as usize] = d.params.is_rt().then_some(class);
-            self.pending.push((at, d.vcpu, class));
+            self.pending.push((at, d.vcpu, class, proactive(d.reason)));
         }
     }
 }

@@ -348,6 +348,7 @@ pub const MODES: &[&str] = &[
     "pvsched",
     "pvsched-doorbell",
     "pvsched-locks",
+    "pvsched-scx",
 ];
 
 impl Scenario {

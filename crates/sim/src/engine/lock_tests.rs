@@ -94,7 +94,9 @@ fn applies(s: &Sim, v: u32) -> Vec<(u64, Class)> {
         .queue
         .iter()
         .filter_map(|q| match q.ev {
-            Ev::Apply { vm: 0, vcpu, class } if vcpu == v => Some((q.at, class)),
+            Ev::Apply {
+                vm: 0, vcpu, class, ..
+            } if vcpu == v => Some((q.at, class)),
             _ => None,
         })
         .collect();

@@ -52,6 +52,10 @@ pub enum Mode {
     /// vCPU or "any other vCPU" for a spinlock while one is preempted), which the policy
     /// answers with lock-holder extensions and lock debt.
     PvschedLocks,
+    /// pvschedd on its sched_ext backend: the host's fair class is pvsched's own sched_ext
+    /// scheduler (`host/scx.rs`), which decides the guest's RT work itself within the
+    /// policy's terms; the policy's own boosts are grants; no doorbell, no lock waits.
+    PvschedScx,
 }
 
 impl Mode {
@@ -62,6 +66,7 @@ impl Mode {
             "pvsched" => Some(Mode::Pvsched),
             "pvsched-doorbell" => Some(Mode::PvschedDoorbell),
             "pvsched-locks" => Some(Mode::PvschedLocks),
+            "pvsched-scx" => Some(Mode::PvschedScx),
             _ => None,
         }
     }
@@ -73,6 +78,7 @@ impl Mode {
             Mode::Pvsched => "pvsched",
             Mode::PvschedDoorbell => "pvsched-doorbell",
             Mode::PvschedLocks => "pvsched-locks",
+            Mode::PvschedScx => "pvsched-scx",
         }
     }
 }
@@ -92,12 +98,16 @@ enum Ev {
         task: TaskId,
         gen: u32,
     },
-    /// A daemon decision takes effect (`vcpu == u32::MAX`: the VM's main loop).
+    /// A daemon decision takes effect (`vcpu == u32::MAX`: the VM's main loop; `proactive`:
+    /// on the sched_ext backend, a boost that holds until the daemon ends it).
     Apply {
         vm: u32,
         vcpu: u32,
         class: Class,
+        proactive: bool,
     },
+    /// pvschedd's scan on the sched_ext backend: charges and renews the scheduler's terms.
+    ScxScan,
     DaemonTick {
         vm: u32,
     },
@@ -193,7 +203,7 @@ pub struct Sim {
     end: u64,
     events: u64,
     /// Scratch for the daemon's decisions.
-    applies: Vec<(u64, u32, Class)>,
+    applies: Vec<crate::daemon::Apply>,
     /// Scratch for the slots the daemon reads for one event.
     reads: Vec<(u32, pvsched_abi::GuestHalf)>,
     /// The policy's counters when the measured window opened (pvsched modes).
@@ -202,6 +212,8 @@ pub struct Sim {
     doorbell: bool,
     /// The guests' idle driver.
     guest_idle: GuestIdle,
+    /// The host's fair class is pvsched's sched_ext scheduler (`pvsched-scx`).
+    scx: bool,
     /// The host's CPU pressure at the last discovery round, when tracked.
     cpu_pressure: Option<f64>,
     progress: Option<(u64, std::time::Instant)>,
@@ -254,9 +266,11 @@ impl Sim {
             ..limits
         };
         let mut rng = Rng::new(seed);
+        let scx = mode == Mode::PvschedScx;
         let host = Host::new(HostParams {
             cpus: sc.host.cpus,
             fair: sc.host.fair,
+            scx: scx.then(crate::host::ScxParams::default),
             ..HostParams::default()
         });
         let warmup = secs(sc.warmup_s);
@@ -283,6 +297,7 @@ impl Sim {
             policy_at_start: None,
             doorbell: matches!(mode, Mode::PvschedDoorbell | Mode::PvschedLocks),
             guest_idle: sc.guest_idle_for(variant),
+            scx,
             cpu_pressure: None,
             progress: progress.then(|| (0, std::time::Instant::now())),
         };
@@ -365,9 +380,16 @@ impl Sim {
                 let vm_idx = sim.vms.len() as u32;
                 let main_loop = sim.host.spawn(Class::Fair { nice: 0 }, None);
                 sim.add_thread(Owner::MainLoop(vm_idx));
+                if scx {
+                    // pvschedd registers the latency path (no slot) and the vCPUs.
+                    sim.host.scx_register(main_loop, false);
+                }
                 let mut vcpus = Vec::new();
                 for v in 0..spec.vcpus {
                     let tid = sim.host.spawn(vcpu_class, None);
+                    if scx {
+                        sim.host.scx_register(tid, true);
+                    }
                     sim.add_thread(Owner::Vcpu {
                         vm: vm_idx,
                         vcpu: v,
@@ -391,17 +413,23 @@ impl Sim {
 
         if matches!(
             mode,
-            Mode::Pvsched | Mode::PvschedDoorbell | Mode::PvschedLocks
+            Mode::Pvsched | Mode::PvschedDoorbell | Mode::PvschedLocks | Mode::PvschedScx
         ) {
             let nr: Vec<u32> = sim.vms.iter().map(|v| v.vcpus.len() as u32).collect();
-            sim.daemon = Some(Daemon::new(
+            let mut daemon = Daemon::new(
                 &nr,
                 limits,
                 sc.pvsched.boost_latency_path,
                 sim.costs.daemon_reaction_ns,
                 sim.costs.daemon_recheck_ns,
                 sim.doorbell,
-            ));
+            );
+            if scx {
+                daemon.scx_backend();
+                // The daemon serves the VMs from the start: its first scan sets the terms.
+                sim.push(0, Ev::ScxScan);
+            }
+            sim.daemon = Some(daemon);
             // The overload flag has a reader only in the hinted driver: other runs keep
             // their events (and figures) as they were.
             if sim.guest_idle == GuestIdle::Hinted {
@@ -530,6 +558,7 @@ impl Sim {
                 if self.host.next_timer().is_none_or(|t| t > now) {
                     return false;
                 }
+                self.scx_sync();
                 self.host.on_timer(now, &mut self.sw);
                 self.flush();
             }
@@ -545,18 +574,26 @@ impl Sim {
             }
             Ev::HostTask { task } => self.host_task_timer(task),
             Ev::GuestTimer { vm, task, gen } => return self.guest_timer(vm, task, gen),
-            Ev::Apply { vm, vcpu, class } => {
+            Ev::Apply {
+                vm,
+                vcpu,
+                class,
+                proactive,
+            } => {
                 let tid = if vcpu == u32::MAX {
                     self.vms[vm as usize].main_loop
                 } else {
                     self.vms[vm as usize].vcpus[vcpu as usize].tid
                 };
-                if self.host.class(tid) != class {
+                if self.scx {
+                    self.scx_apply(tid, class, proactive);
+                } else if self.host.class(tid) != class {
                     self.host.set_class(now, tid, class, &mut self.sw);
                     self.flush();
                 }
             }
             Ev::DaemonTick { vm } => return self.daemon_tick(vm),
+            Ev::ScxScan => self.scx_scan(),
             Ev::Discovery => self.discovery_round(),
             Ev::SwitchIn { vm, vcpu, gen } => {
                 let vc = &mut self.vms[vm as usize].vcpus[vcpu as usize];
@@ -777,6 +814,7 @@ impl Sim {
                 let running = matches!(self.host.state(tid), ThreadState::Running(_));
                 if self.vms[vm as usize].main_loop_queue.is_empty() {
                     if running {
+                        self.scx_sync();
                         self.host.block(self.now, tid, &mut self.sw);
                         self.flush();
                     }
@@ -811,6 +849,7 @@ impl Sim {
             }
             HostKind::Hog => return,
         }
+        self.scx_sync();
         self.host.wake(now, tid, None, &mut self.sw);
         self.flush();
     }
@@ -836,6 +875,7 @@ impl Sim {
             }
         };
         self.push(wake_at, Ev::HostTask { task: i });
+        self.scx_sync();
         self.host.block(now, tid, &mut self.sw);
         self.flush();
     }

@@ -233,3 +233,68 @@ fn under_kvm_the_idle_meter_takes_kvm_halt_reports_and_counts_polled_ones() {
     assert!(halts_off > 1000, "{halts_off} halts");
     assert_eq!(polled_off, 0);
 }
+
+/// hostvm-busy's loaded host and VM (one vCPU, a 1 ms RT cyclictest), 3 s, in `costs`.
+const LOADED_HOST: &str = r#"
+name = "loaded-host"
+duration_s = 3.0
+warmup_s = 0.0
+costs = "COSTS"
+modes = ["pvsched-scx"]
+
+[host]
+cpus = 2
+tasks = [
+    { kind = "hog", count = 3 },
+    { kind = "bursty", count = 1, run_us = 300, sleep_us = 700 },
+    { kind = "bursty", count = 1, run_us = 150, sleep_us = 150 },
+    { kind = "periodic", count = 2, interval_us = 1000, work_us = 5, policy = "rr", prio = 8 },
+]
+
+[[vms]]
+name = "vm"
+vcpus = 1
+tasks = [{ kind = "periodic", interval_us = 1000, work_us = 5, policy = "rr", prio = 8 }]
+"#;
+
+#[test]
+fn on_the_sched_ext_backend_the_schedulers_own_boosts_are_charged_within_the_budget() {
+    // KVM in the host VM: the vCPU wants about 45 % of a CPU, more than its budget's 30 %.
+    let text = LOADED_HOST.replace("COSTS", "kvm-hostvm");
+    let sc = Scenario::parse(&text, "test").expect("the test scenario parses");
+    let limits = sc.limits_for(None).expect("valid limits");
+    let (share, window) = (limits.boost_share_permille, limits.fairness_window_ns);
+    let mut s = Sim::build(
+        &sc,
+        None,
+        Mode::PvschedScx,
+        sc.costs_for(None),
+        limits,
+        1,
+        false,
+    );
+    let end = 3_000 * MS;
+    s.run_until(end);
+
+    let stats = s.daemon.as_ref().expect("a pvsched mode").stats()[0];
+    let tid = s.vms[0].vcpus[0].tid;
+    let done = s.host.scx_stats(tid).unwrap_or_default();
+    assert!(stats.kernel_boosted_ns_total > 100 * MS, "{stats:?}");
+    assert!(done.kboosts > 100, "{done:?}");
+    // What the scans charged is what the scheduler took, up to its last scan (50 ms).
+    assert!(done.kboost_ns >= stats.kernel_boosted_ns_total, "{done:?}");
+    assert!(done.kboost_ns - stats.kernel_boosted_ns_total <= 50 * MS);
+    // Within the budget: its share of the time, its capacity (a window's share), and at
+    // most one scan interval's overdraft.
+    let earned = u64::from(share) * end / 1000;
+    let capacity = u64::from(share) * window / 1000;
+    assert!(
+        stats.boosted_ns_total <= earned + capacity + 50 * MS,
+        "{} ns boosted, budget {earned} + {capacity}",
+        stats.boosted_ns_total
+    );
+    // The scans' allowances kept it under the budget, not a latch: the budget was spent
+    // (about its share each scan) without ever running dry.
+    assert_eq!(stats.budget_latches, 0, "{stats:?}");
+    assert!(stats.budget_ns < capacity / 10, "{stats:?}");
+}

@@ -52,6 +52,7 @@ impl Sim {
                 match self.host.state(ml) {
                     ThreadState::Blocked => {
                         self.threads[ml as usize].remaining = work;
+                        self.scx_sync();
                         self.host.wake(now, ml, None, &mut self.sw);
                         self.flush();
                     }
@@ -116,6 +117,7 @@ impl Sim {
                         rivals,
                     },
                 );
+                self.scx_sync();
                 self.host.wake(now, tid, waker_cpu, &mut self.sw);
                 self.flush();
             }
@@ -157,6 +159,7 @@ impl Sim {
                     rivals,
                 },
             );
+            self.scx_sync();
             self.host.wake(self.now, tid, waker_cpu, &mut self.sw);
             self.flush();
         } else if vc.work.interruptible() && matches!(self.host.state(tid), ThreadState::Running(_))
@@ -406,6 +409,7 @@ impl Sim {
                     self.schedule_step(tid);
                 } else {
                     vc.work = VWork::Halted;
+                    self.scx_sync();
                     self.host.block(now, tid, &mut self.sw);
                     self.flush();
                 }
@@ -415,6 +419,7 @@ impl Sim {
                 let vc = &mut self.vms[vm as usize].vcpus[v as usize];
                 vc.work = VWork::Halted;
                 let tid = vc.tid;
+                self.scx_sync();
                 self.host.block(now, tid, &mut self.sw);
                 self.flush();
                 return;

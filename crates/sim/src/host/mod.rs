@@ -2,7 +2,9 @@
 //! as double scheduling needs it: the RT classes, and a fair class that is either 6.1's CFS (as
 //! Debian 12's host kernel has it) or 6.18's EEVDF (`HostParams::fair`, the default; see
 //! `eevdf.rs`). No I/O, clocks or randomness: time (`now`, ns) is passed in and never goes
-//! backwards.
+//! backwards. With `HostParams::scx` set, pvsched's sched_ext scheduler replaces the fair class
+//! (`scx.rs`, whose module docs replace the fair rules below: placement, balance, idle pull,
+//! slices, vruntime); the RT rules hold as written.
 //!
 //! # The model
 //!
@@ -99,12 +101,17 @@ mod eevdf;
 mod psi;
 mod rq;
 mod sched;
+mod scx;
 mod timer;
 
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_eevdf;
+#[cfg(test)]
+mod tests_scx;
+
+pub use scx::{ScxAllowance, ScxGuestView, ScxParams, ScxStats};
 
 use rq::{bit, Rq, Thread};
 use std::cmp::Reverse;
@@ -165,6 +172,9 @@ pub struct HostParams {
     pub rt_runtime_ns: u64,
     pub rt_period_ns: u64,
     pub balance_interval_ns: u64,
+    /// pvsched's sched_ext scheduler in place of the fair class (`scx.rs`; `fair` and the
+    /// fair tunables are then unused); None: the fair class.
+    pub scx: Option<ScxParams>,
 }
 
 impl Default for HostParams {
@@ -180,6 +190,7 @@ impl Default for HostParams {
             rt_runtime_ns: 950_000_000,
             rt_period_ns: 1_000_000_000,
             balance_interval_ns: 4_000_000,
+            scx: None,
         }
     }
 }
@@ -271,6 +282,8 @@ pub struct Host {
     next_balance: u64,
     /// CPU pressure, when tracked (`psi.rs`).
     psi: Option<psi::Psi>,
+    /// The sched_ext scheduler, when it replaces the fair class (`scx.rs`).
+    scx: scx::Scx,
 }
 
 impl Host {
@@ -298,7 +311,7 @@ impl Host {
             min_gran,
             wakeup_gran: p.wakeup_granularity_ns * factor,
             nr_latency: (latency / min_gran).max(1),
-            eevdf: p.fair == FairModel::Eevdf,
+            eevdf: p.fair == FairModel::Eevdf && p.scx.is_none(),
             slice: p.base_slice_ns * factor,
             throttling: p.rt_runtime_ns < p.rt_period_ns,
             threads: Vec::new(),
@@ -323,6 +336,7 @@ impl Host {
             next_period: p.rt_period_ns,
             next_balance: p.balance_interval_ns,
             psi: None,
+            scx: scx::Scx::new(p.scx, p.cpus),
             p,
         }
     }
@@ -346,6 +360,7 @@ impl Host {
             mask,
             self.p.rr_timeslice_ns,
         ));
+        self.scx_spawned();
         tid
     }
 
@@ -377,7 +392,12 @@ impl Host {
         check_class(class);
         self.begin(now, out);
         if self.threads[tid as usize].class != class {
-            self.do_set_class(tid, class, out);
+            let old = self.threads[tid as usize].class;
+            if self.scx.on && (old.rt_prio().is_none() || class.rt_prio().is_none()) {
+                self.scx_set_class(tid, class, out);
+            } else {
+                self.do_set_class(tid, class, out);
+            }
         }
         self.finish(now, out);
     }
@@ -429,7 +449,12 @@ impl Host {
     /// Number of runnable threads (running + queued) on `cpu`.
     pub fn nr_running(&self, cpu: Cpu) -> usize {
         let rq = &self.rqs[cpu as usize];
-        usize::from(rq.curr.is_some()) + rq.tree.len() + rq.rt_nr as usize
+        let local = if self.scx.on {
+            self.scx_local_len(cpu)
+        } else {
+            0
+        };
+        usize::from(rq.curr.is_some()) + rq.tree.len() + rq.rt_nr as usize + local
     }
 
     /// Whether `cpu`'s RT runqueue is throttled now.

@@ -49,7 +49,11 @@ impl Host {
 
     /// Accounts the time up to `to` (the host's state has held since the last accounting).
     pub(super) fn account_pressure(&mut self, to: u64) {
-        let waiting = self.fair_queued | self.rt_queued;
+        if self.psi.is_none() {
+            return;
+        }
+        let scx = if self.scx.on { self.scx_waiting() } else { 0 };
+        let waiting = self.fair_queued | self.rt_queued | scx;
         let busy = self.fair_curr | self.rt_curr | waiting;
         let Some(p) = self.psi.as_mut() else {
             return;

@@ -340,6 +340,10 @@ impl Host {
         }
         let th = &mut self.threads[t as usize];
         th.sum_exec += delta;
+        if self.scx.on && th.class.rt_prio().is_none() {
+            self.scx_charge(t, delta);
+            return;
+        }
         match th.class {
             Class::Fair { .. } => {
                 let num = u128::from(delta) * 1024 + u128::from(th.vr_rem);

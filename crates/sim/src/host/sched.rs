@@ -11,6 +11,10 @@ impl Host {
             self.ev_wake_delayed(t, out);
             return;
         }
+        if self.on_scx(t) {
+            self.scx_wake(t, out);
+            return;
+        }
         let th = &self.threads[t as usize];
         let prev = th.cpu;
         let c = match th.class.rt_prio() {
@@ -40,6 +44,9 @@ impl Host {
     pub(super) fn do_block(&mut self, c: Cpu, t: Tid, out: &mut Vec<Switch>) {
         self.update_curr(c);
         let rt = self.is_rt(t);
+        if self.scx.on && !rt {
+            self.scx_stopping(c, t, false);
+        }
         let delay = self.eevdf && !rt && self.ev_sleep(c, t);
         self.rqs[c as usize].curr = None;
         self.threads[t as usize].state = ThreadState::Blocked;
@@ -180,12 +187,21 @@ impl Host {
             return;
         };
         let rt = self.is_rt(t);
-        self.put_prev(c, rt);
+        if self.scx.on && !rt {
+            self.rqs[c as usize].curr = None;
+            self.scx_preempted_by_rt(c, t, out);
+        } else {
+            self.put_prev(c, rt);
+        }
         self.schedule(c, Some((t, SwitchOut::Preempted)), rt, out);
     }
 
     /// After `t` was queued on `c`: preempts `c`'s running thread if `t` should run instead.
     pub(super) fn check_preempt(&mut self, c: Cpu, t: Tid, out: &mut Vec<Switch>) {
+        if self.on_scx(t) {
+            // The sched_ext model decides its own preemptions.
+            return;
+        }
         let rq = &self.rqs[c as usize];
         let th = &self.threads[t as usize];
         let Some(cur) = rq.curr else {
@@ -229,7 +245,8 @@ impl Host {
         let rq = &self.rqs[c as usize];
         if !rq.throttled && self.rt_queued & !bit(c) != 0 {
             let local = rq.rt_highest();
-            let going_idle = local.is_none() && rq.tree.is_empty();
+            let going_idle =
+                local.is_none() && rq.tree.is_empty() && !(self.scx.on && self.scx_has_work(c));
             if going_idle || prev_rt {
                 self.pull_rt(c, local.unwrap_or(0));
             }
@@ -241,16 +258,26 @@ impl Host {
             .and_then(|p| rq.rt_q[p as usize].front().copied());
         let fair_next = if rt_next.is_some() {
             None
+        } else if self.scx.on {
+            // Off its queue already.
+            self.scx_take(c)
         } else if self.eevdf {
             self.ev_pick_settled(c)
         } else {
             rq.tree.first().map(|&(_, _, t)| t)
         };
-        let next = rt_next.or(fair_next).or_else(|| self.pull_fair(c));
-        if let Some(n) = next {
+        let next = if self.scx.on {
+            rt_next.or(fair_next)
+        } else {
+            rt_next.or(fair_next).or_else(|| self.pull_fair(c))
+        };
+        if let Some(n) = next.filter(|&n| !self.on_scx(n)) {
             self.dequeue(c, n);
         }
         self.set_curr(c, next);
+        if let Some(n) = next.filter(|&n| self.on_scx(n)) {
+            self.scx_running(c, n);
+        }
         if let Some(n) = next.filter(|&n| self.eevdf && !self.is_rt(n)) {
             if prev.map(|p| p.0) != Some(n) {
                 // set_next_entity's RUN_TO_PARITY protection; a re-pick keeps the old one.

@@ -127,6 +127,7 @@ impl Host {
         let th = &self.threads[t as usize];
         let pending = self.now - rq.curr_start;
         match th.class {
+            Class::Fair { .. } if self.scx.on => self.scx_deadline(c, t),
             Class::Fair { .. } if self.eevdf => self.ev_deadline(c, t),
             Class::Fair { .. } => {
                 if rq.tree.is_empty() {
@@ -155,6 +156,10 @@ impl Host {
         let Some(t) = self.rqs[c as usize].curr else {
             return;
         };
+        if self.on_scx(t) {
+            self.scx_slice_end(c, t, out);
+            return;
+        }
         if self.eevdf && !self.is_rt(t) {
             self.ev_cpu_deadline(c, out);
             return;
@@ -357,6 +362,7 @@ impl Host {
                 );
             }
         }
+        self.check_scx();
         assert_eq!(self.dirty, 0);
         assert!(
             self.next_timer().is_none_or(|t| t > self.now),

@@ -1,0 +1,470 @@
+//! Behaviour tests of the sched_ext model (`scx.rs`): boosts, queues, slices, the kernel-boost
+//! rule, and invariants over random calls.
+
+use super::tests::{run_until, FAIR, MS, S};
+use super::*;
+
+fn scx_host(cpus: u32) -> Host {
+    Host::new(HostParams {
+        cpus,
+        scx: Some(ScxParams::default()),
+        ..HostParams::default()
+    })
+}
+
+/// A registered vCPU thread (with a slot), blocked, allowed `allow`.
+fn vcpu(h: &mut Host, allow: ScxAllowance) -> Tid {
+    let t = h.spawn(FAIR, None);
+    h.scx_register(t, true);
+    h.scx_allow(t, allow);
+    t
+}
+
+/// Kernel boosts at priority 2 with a second of allowance, halts within 100 ms boosted.
+const KBOOST: ScxAllowance = ScxAllowance {
+    extension_ns: 0,
+    kboost: 2,
+    kboost_allowed_ns: S,
+    halt_window_ns: 100 * MS,
+    critical_sections: true,
+    wakeups: false,
+    wake_boost_ns: 0,
+};
+
+const RT_WORK: ScxGuestView = ScxGuestView {
+    idle: false,
+    rt: true,
+    cs: false,
+    pending: false,
+    rt_switches: 0,
+};
+
+fn sw(at: u64, cpu: Cpu, prev: Tid, how: SwitchOut, next: Tid) -> Switch {
+    Switch {
+        at,
+        cpu,
+        prev: Some((prev, how)),
+        next: Some(next),
+    }
+}
+
+/// A fair hog spawned and woken at 0 (it gets an idle CPU).
+fn hog(h: &mut Host, out: &mut Vec<Switch>) -> Tid {
+    let t = h.spawn(FAIR, None);
+    h.wake(0, t, None, out);
+    h.check_invariants();
+    t
+}
+
+#[test]
+fn a_boosted_wakeup_preempts_a_running_fair_hog_on_its_cpu() {
+    let (mut h, mut out) = (scx_host(1), Vec::new());
+    let hog = hog(&mut h, &mut out);
+    let v = vcpu(&mut h, ScxAllowance::default());
+    h.scx_set_boost(0, v, 2, true, &mut out);
+    out.clear();
+
+    h.wake(MS, v, None, &mut out);
+    h.check_invariants();
+
+    assert_eq!(out, vec![sw(MS, 0, hog, SwitchOut::Preempted, v)]);
+    assert_eq!(h.scx_queue_of(hog), "fair");
+    assert_eq!(h.scx_stats(v).map(|s| s.boost_preempts), Some(1));
+}
+
+#[test]
+fn an_unboosted_wakeup_waits_for_the_slice_end() {
+    let (mut h, mut out) = (scx_host(1), Vec::new());
+    let hog = hog(&mut h, &mut out);
+    let w = h.spawn(FAIR, None);
+    out.clear();
+
+    h.wake(MS, w, None, &mut out);
+    h.check_invariants();
+    assert!(out.is_empty(), "{out:?}");
+    assert_eq!(h.scx_queue_of(w), "fair");
+
+    run_until(&mut h, 6 * MS, &mut out);
+    // The slice (5 ms) ends; the CPU picks before the hog is put back.
+    assert_eq!(out, vec![sw(5 * MS, 0, hog, SwitchOut::Preempted, w)]);
+}
+
+#[test]
+fn a_lone_task_keeps_its_cpu_past_its_slice() {
+    let (mut h, mut out) = (scx_host(1), Vec::new());
+    let hog = hog(&mut h, &mut out);
+    out.clear();
+    run_until(&mut h, S, &mut out);
+    assert!(out.is_empty(), "{out:?}");
+    assert_eq!(h.cpu_time(hog, S), S);
+}
+
+#[test]
+fn a_boosted_task_queued_while_every_cpu_runs_a_boosted_one_waits_in_boost_before_fair() {
+    let (mut h, mut out) = (scx_host(2), Vec::new());
+    let hogs: Vec<Tid> = (0..2).map(|_| hog(&mut h, &mut out)).collect();
+    let vs: Vec<Tid> = (0..3)
+        .map(|_| {
+            let v = vcpu(&mut h, ScxAllowance::default());
+            h.scx_set_boost(0, v, 2, true, &mut out);
+            v
+        })
+        .collect();
+    // Two boosted vCPUs take both CPUs (the second through BOOST and a kick).
+    h.wake(MS, vs[0], None, &mut out);
+    h.wake(MS, vs[1], None, &mut out);
+    h.check_invariants();
+    assert_eq!(h.state(vs[0]), ThreadState::Running(0));
+    assert_eq!(h.state(vs[1]), ThreadState::Running(1));
+    // An unboosted thread waits in FAIR with a smaller vtime than the hogs'.
+    let fair = h.spawn(FAIR, None);
+    h.wake(2 * MS, fair, None, &mut out);
+    h.wake(2 * MS, vs[2], None, &mut out);
+    h.check_invariants();
+    assert_eq!(h.scx_queue_of(vs[2]), "boost");
+    assert_eq!(h.scx_queue_of(fair), "fair");
+    assert!(h.scx_vtime(fair) <= h.scx_vtime(hogs[0]));
+    out.clear();
+
+    h.block(3 * MS, vs[0], &mut out);
+    h.check_invariants();
+
+    assert_eq!(out, vec![sw(3 * MS, 0, vs[0], SwitchOut::Blocked, vs[2])]);
+}
+
+#[test]
+fn a_thread_preempted_by_rt_resumes_first_with_its_slice_left() {
+    let (mut h, mut out) = (scx_host(1), Vec::new());
+    let hog = hog(&mut h, &mut out);
+    let waiter = h.spawn(FAIR, None);
+    h.wake(0, waiter, None, &mut out);
+    let rt = h.spawn(Class::Fifo { prio: 10 }, None);
+    out.clear();
+
+    h.wake(2 * MS, rt, None, &mut out);
+    h.check_invariants();
+    assert_eq!(h.scx_queue_of(hog), "local");
+    assert_eq!(h.scx_slice(hog), 3 * MS);
+    h.block(2 * MS + 100_000, rt, &mut out);
+    run_until(&mut h, 6 * MS, &mut out);
+
+    let back = 2 * MS + 100_000;
+    assert_eq!(
+        out,
+        vec![
+            sw(2 * MS, 0, hog, SwitchOut::Preempted, rt),
+            sw(back, 0, rt, SwitchOut::Blocked, hog),
+            sw(back + 3 * MS, 0, hog, SwitchOut::Preempted, waiter),
+        ]
+    );
+}
+
+#[test]
+fn a_boosted_run_is_not_charged_in_vtime() {
+    for boosted in [true, false] {
+        let (mut h, mut out) = (scx_host(1), Vec::new());
+        hog(&mut h, &mut out);
+        let v = vcpu(&mut h, ScxAllowance::default());
+        if boosted {
+            h.scx_set_boost(0, v, 2, true, &mut out);
+        }
+        h.wake(MS, v, None, &mut out);
+        let before = h.scx_vtime(v);
+        // Boosted it runs at once, else at the hog's slice end (5 ms); 2 ms either way.
+        let start = if boosted { MS } else { 5 * MS };
+        run_until(&mut h, start, &mut out);
+        assert_eq!(h.state(v), ThreadState::Running(0), "boosted {boosted}");
+        h.block(start + 2 * MS, v, &mut out);
+        h.check_invariants();
+
+        let charged = h.scx_vtime(v) - before;
+        assert_eq!(charged, if boosted { 0 } else { 2 * MS as i64 });
+    }
+}
+
+/// One CPU: `v` (registered, `allow`) runs from 0 showing `view`, a hog and another fair
+/// thread wait in FAIR; at `v`'s slice end (5 ms) the hog runs and `v` is put back.
+fn preempted_showing(allow: ScxAllowance, view: ScxGuestView) -> (Host, Tid, Tid, Tid) {
+    let (mut h, mut out) = (scx_host(1), Vec::new());
+    let v = vcpu(&mut h, allow);
+    h.wake(0, v, None, &mut out);
+    let (a, b) = (h.spawn(FAIR, None), h.spawn(FAIR, None));
+    h.wake(0, a, None, &mut out);
+    h.wake(0, b, None, &mut out);
+    h.scx_set_view(v, view);
+    run_until(&mut h, 5 * MS, &mut out);
+    assert_eq!(h.state(a), ThreadState::Running(0));
+    (h, v, a, b)
+}
+
+#[test]
+fn guest_rt_work_shown_at_a_stop_boosts_the_next_enqueue() {
+    let (mut h, v, a, b) = preempted_showing(KBOOST, RT_WORK);
+    let mut out = Vec::new();
+
+    assert_eq!(h.scx_queue_of(v), "local");
+    assert_eq!(h.scx_stats(v).map(|s| s.kboosts), Some(1));
+    // Next after the hog's slice, ahead of `b` (which waited longer, at a smaller vtime).
+    run_until(&mut h, 10 * MS, &mut out);
+    assert_eq!(out, vec![sw(10 * MS, 0, a, SwitchOut::Preempted, v)]);
+    assert_eq!(h.scx_queue_of(b), "fair");
+    h.block(12 * MS, v, &mut out);
+    assert_eq!(h.scx_stats(v).map(|s| s.kboost_ns), Some(2 * MS));
+}
+
+#[test]
+fn no_kernel_boost_at_priority_0_or_with_the_allowance_spent() {
+    let none = ScxAllowance {
+        kboost: 0,
+        ..KBOOST
+    };
+    let spent = ScxAllowance {
+        kboost_allowed_ns: 0,
+        ..KBOOST
+    };
+    for allow in [none, spent] {
+        let (h, v, _, _) = preempted_showing(allow, RT_WORK);
+        assert_eq!(h.scx_queue_of(v), "fair", "{allow:?}");
+        assert_eq!(h.scx_stats(v).map(|s| s.kboosts), Some(0));
+    }
+}
+
+#[test]
+fn a_critical_section_at_a_preemption_is_boosted_only_if_the_grant_allows_it() {
+    let cs = ScxGuestView {
+        cs: true,
+        ..ScxGuestView::default()
+    };
+    let no_cs = ScxAllowance {
+        critical_sections: false,
+        ..KBOOST
+    };
+    let (h, v, _, _) = preempted_showing(KBOOST, cs);
+    assert_eq!(h.scx_queue_of(v), "local");
+    let (h, v, _, _) = preempted_showing(no_cs, cs);
+    assert_eq!(h.scx_queue_of(v), "fair");
+}
+
+/// One CPU, a hog running: `v` (`allow`, boosted by the daemon) runs from 1 ms, its guest
+/// having switched to an RT task once (`rt_switches` 1); with `earlier_stop` it stops at 2 ms
+/// and runs again from 3 ms. It halts (its guest idle) at 2 ms or 4 ms, the daemon's boost
+/// ends, and it wakes 1 ms later: the switches of that wakeup.
+fn halt_then_wake(allow: ScxAllowance, earlier_stop: bool) -> (Vec<Switch>, Tid, Tid) {
+    let (mut h, mut out) = (scx_host(1), Vec::new());
+    let hog = hog(&mut h, &mut out);
+    let v = vcpu(&mut h, allow);
+    h.scx_set_boost(0, v, 2, true, &mut out);
+    h.wake(MS, v, None, &mut out);
+    let rt_ran = ScxGuestView {
+        rt_switches: 1,
+        ..ScxGuestView::default()
+    };
+    h.scx_set_view(v, rt_ran);
+    let halt_at = if earlier_stop {
+        // This stop sees the RT work; the halt, 2 ms later, sees nothing new.
+        h.block(2 * MS, v, &mut out);
+        h.wake(3 * MS, v, None, &mut out);
+        4 * MS
+    } else {
+        2 * MS
+    };
+    assert_eq!(h.state(v), ThreadState::Running(0));
+    let idle = ScxGuestView {
+        idle: true,
+        ..rt_ran
+    };
+    h.scx_set_view(v, idle);
+    h.block(halt_at, v, &mut out);
+    // The daemon's boost ends while it halts: only the scheduler's own can help now.
+    h.scx_set_boost(halt_at, v, 0, false, &mut out);
+    out.clear();
+    h.wake(halt_at + MS, v, None, &mut out);
+    h.check_invariants();
+    assert_eq!(h.scx_stats(v).map(|s| s.boost_preempts > 0), Some(true));
+    (out, v, hog)
+}
+
+#[test]
+fn a_halt_within_the_window_of_guest_rt_work_boosts_the_wakeup() {
+    let (out, v, hog) = halt_then_wake(KBOOST, false);
+    assert_eq!(out, vec![sw(3 * MS, 0, hog, SwitchOut::Preempted, v)]);
+
+    // No window, or the RT work seen longer ago than the window: it waits.
+    let no_window = ScxAllowance {
+        halt_window_ns: 0,
+        ..KBOOST
+    };
+    let short = ScxAllowance {
+        halt_window_ns: MS / 2,
+        ..KBOOST
+    };
+    assert_eq!(halt_then_wake(no_window, false).0, vec![]);
+    assert_eq!(halt_then_wake(short, true).0, vec![]);
+    assert_eq!(halt_then_wake(short, false).0.len(), 1);
+}
+
+#[test]
+fn a_guest_boost_the_slot_no_longer_backs_is_dropped_at_the_enqueue() {
+    for proactive in [false, true] {
+        let (mut h, mut out) = (scx_host(1), Vec::new());
+        let v = vcpu(&mut h, ScxAllowance::default());
+        h.wake(0, v, None, &mut out);
+        h.scx_set_boost(0, v, 2, proactive, &mut out);
+        let other = h.spawn(FAIR, None);
+        h.wake(0, other, None, &mut out);
+        // The slot shows nothing when the slice ends.
+        run_until(&mut h, 5 * MS, &mut out);
+        let want = if proactive { "local" } else { "fair" };
+        assert_eq!(h.scx_queue_of(v), want);
+        let dropped = h.scx_stats(v).map(|s| s.boost_dropped);
+        assert_eq!(dropped, Some(u64::from(!proactive)));
+    }
+}
+
+#[test]
+fn a_grant_to_a_thread_waiting_in_fair_moves_it_ahead_at_once() {
+    let (mut h, mut out) = (scx_host(1), Vec::new());
+    let hog = hog(&mut h, &mut out);
+    let v = vcpu(&mut h, ScxAllowance::default());
+    h.wake(MS, v, None, &mut out);
+    assert_eq!(h.scx_queue_of(v), "fair");
+    out.clear();
+
+    h.scx_set_boost(2 * MS, v, 2, false, &mut out);
+    h.check_invariants();
+
+    assert_eq!(out, vec![sw(2 * MS, 0, hog, SwitchOut::Preempted, v)]);
+}
+
+#[test]
+fn a_critical_section_at_the_slice_end_gets_one_extension_within_its_allowance() {
+    for allowed in [0, 8 * MS] {
+        let (mut h, mut out) = (scx_host(1), Vec::new());
+        let allow = ScxAllowance {
+            extension_ns: allowed,
+            ..ScxAllowance::default()
+        };
+        let v = vcpu(&mut h, allow);
+        h.wake(0, v, None, &mut out);
+        let other = h.spawn(FAIR, None);
+        h.wake(0, other, None, &mut out);
+        let cs = ScxGuestView {
+            cs: true,
+            ..ScxGuestView::default()
+        };
+        h.scx_set_view(v, cs);
+        out.clear();
+        run_until(&mut h, 9 * MS + MS / 2, &mut out);
+
+        let ends = if allowed > 0 { 9 * MS } else { 5 * MS };
+        assert_eq!(out, vec![sw(ends, 0, v, SwitchOut::Preempted, other)]);
+        let stats = h.scx_stats(v).unwrap_or_default();
+        assert_eq!(
+            (stats.ext_count, stats.ext_refused),
+            (u64::from(allowed > 0), u64::from(allowed == 0))
+        );
+    }
+}
+
+/// A small deterministic generator.
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+/// Random wakes, blocks, class changes, grants, allowances and guest views on the sched_ext
+/// model; checks the invariants and that the switches say what the host does.
+fn random_run(cpus: u32, threads: u32, calls: u64, seed: u64) -> Vec<Switch> {
+    let mut h = scx_host(cpus);
+    let mut rng = Lcg(seed);
+    let class = |r: u64| match r % 10 {
+        0 => Class::Fifo {
+            prio: 1 + (r % 7) as u8,
+        },
+        1 => Class::Rr {
+            prio: 1 + (r % 5) as u8,
+        },
+        _ => Class::Fair {
+            nice: (r % 11) as i8 - 5,
+        },
+    };
+    for _ in 0..threads {
+        let r = rng.next(1 << 20);
+        let aff = (r % 5 == 0).then(|| vec![(r / 8) as u32 % cpus, (r / 64) as u32 % cpus]);
+        let t = h.spawn(class(r), aff);
+        if r % 3 != 0 {
+            h.scx_register(t, r % 7 != 0);
+        }
+    }
+    let mut running: Vec<Option<Tid>> = vec![None; cpus as usize];
+    let (mut out, mut all, mut now, mut n) = (Vec::new(), Vec::new(), 0u64, 0u64);
+    while n < calls {
+        now += rng.next(2_000_000);
+        while let Some(t) = h.next_timer().filter(|&t| t <= now) {
+            h.on_timer(t, &mut out);
+            n += 1;
+        }
+        let t = rng.next(u64::from(threads)) as Tid;
+        let r = rng.next(1 << 20);
+        match r % 16 {
+            0 => h.scx_set_boost(now, t, (r % 4) as u8, r % 3 == 0, &mut out),
+            1 => h.scx_allow(
+                t,
+                ScxAllowance {
+                    extension_ns: r % 3 * 4 * MS,
+                    kboost: (r % 3) as u8,
+                    kboost_allowed_ns: r % 5 * 10 * MS,
+                    halt_window_ns: r % 2 * 100 * MS,
+                    critical_sections: r % 4 != 0,
+                    wakeups: r % 5 != 0,
+                    wake_boost_ns: MS,
+                },
+            ),
+            2 | 3 => h.scx_set_view(
+                t,
+                ScxGuestView {
+                    idle: r % 3 == 0,
+                    rt: r % 4 == 0,
+                    cs: r % 5 == 0,
+                    pending: r % 6 == 0,
+                    rt_switches: r % 3,
+                },
+            ),
+            _ => match h.state(t) {
+                ThreadState::Blocked => h.wake(now, t, Some(r as u32 % cpus), &mut out),
+                ThreadState::Running(_) if r % 4 != 0 => h.block(now, t, &mut out),
+                _ => h.set_class(now, t, class(r), &mut out),
+            },
+        }
+        n += 1;
+        h.check_invariants();
+        for s in out.drain(..) {
+            let c = s.cpu as usize;
+            assert_eq!(running[c], s.prev.map(|p| p.0), "{s:?}");
+            if let Some(next) = s.next {
+                assert!(!running.contains(&Some(next)), "{next} on two CPUs: {s:?}");
+            }
+            running[c] = s.next;
+            all.push(s);
+        }
+        for c in 0..cpus {
+            assert_eq!(running[c as usize], h.current(c), "CPU {c} at {now}");
+        }
+    }
+    all
+}
+
+#[test]
+fn random_calls_keep_the_invariants_and_the_same_calls_give_the_same_switches() {
+    let a = random_run(4, 30, 20_000, 5);
+    let b = random_run(4, 30, 20_000, 5);
+    assert!(a.len() > 1000, "{}", a.len());
+    assert_eq!(a, b);
+    random_run(16, 120, 20_000, 9);
+}
