@@ -80,6 +80,21 @@ struct {
 	__type(value, struct pvs_scx_vcpu);
 } scx_vcpus SEC(".maps");
 
+/* Every task: its run time when it last started running, so that a
+ * stop charges the time it ran since (a slice resumed after an RT
+ * preemption, or refilled by the kernel while the task ran alone, is not
+ * what it ran). */
+struct pvs_task_run {
+	u64 exec_at_run;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct pvs_task_run);
+} task_run SEC(".maps");
+
 /* Per CPU: the boost of the task running there, 0 for none. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -300,7 +315,12 @@ void BPF_STRUCT_OPS(pvs_dispatch, s32 cpu, struct task_struct *prev)
 void BPF_STRUCT_OPS(pvs_running, struct task_struct *p)
 {
 	struct pvs_scx_grant *g = grant_of(p);
+	struct pvs_task_run *r;
 	struct pvs_scx_vcpu *v;
+
+	r = bpf_task_storage_get(&task_run, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (r)
+		r->exec_at_run = p->se.sum_exec_runtime;
 
 	if (vtime_before(vtime_now, p->scx.dsq_vtime))
 		vtime_now = p->scx.dsq_vtime;
@@ -411,13 +431,23 @@ static __always_inline void vcpu_stopping(struct task_struct *p,
 
 void BPF_STRUCT_OPS(pvs_stopping, struct task_struct *p, bool runnable)
 {
-	u64 left = p->scx.slice, used = left < slice_ns ? slice_ns - left : 0;
+	struct pvs_task_run *r = bpf_task_storage_get(&task_run, p, 0, 0);
+	u64 exec = p->se.sum_exec_runtime, used;
 	struct pvs_scx_vcpu *v = vcpu_of(p);
 	u32 weight = p->scx.weight;
 	bool boosted = false;
 
+	if (r) {
+		used = exec > r->exec_at_run ? exec - r->exec_at_run : 0;
+		r->exec_at_run = exec;
+	} else {
+		/* No record of its start (the scheduler attached while it ran):
+		 * what the slice says. */
+		u64 left = p->scx.slice;
+
+		used = left < slice_ns ? slice_ns - left : 0;
+	}
 	if (v) {
-		used += v->ext_in_slice;
 		v->ext_in_slice = 0;
 		boosted = v->run_boosted;
 		v->run_boosted = 0;

@@ -28,9 +28,16 @@ struct sched_ext_entity {
 	u64 dsq_vtime;
 } __attribute__((preserve_access_index));
 
+/* The fair class's accounting, which the kernel keeps for sched_ext tasks
+ * too (update_curr_scx, before ops.stopping). */
+struct sched_entity {
+	u64 sum_exec_runtime;
+} __attribute__((preserve_access_index));
+
 struct task_struct {
 	int pid;
 	int tgid;
+	struct sched_entity se;
 	struct sched_ext_entity scx;
 } __attribute__((preserve_access_index));
 

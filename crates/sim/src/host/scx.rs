@@ -44,13 +44,13 @@
 //! **Running and stopping** (`pvs_running`, `pvs_stopping`). Running: `vtime_now = max(
 //! vtime_now, vtime)`, `cpu_boost` = the boost decided at its last enqueue, a registered
 //! thread's run starts (boosted or not, and the kernel reason). Stopping (it blocks, is
-//! preempted, or its slice ended and another task takes the CPU): `used = slice_ns - slice
-//! left` (0 if the slice left is larger) plus the extension in this slice; an unboosted run
-//! is charged `vtime += used * 1024 / weight` (the BPF's `* 100 / weight` with its weight 100
-//! at nice 0; the model's nice weights), a boosted one nothing; a run under a kernel boost
-//! adds its time to `kboost_ns` (and `kboost_cs_ns` for CS). As the BPF computes it, `used`
-//! counts from the slice's start: a run resumed after an RT preemption is charged for the
-//! part before the preemption again. Then, for a thread with a slot, what the next enqueue
+//! preempted, or its slice ended and another task takes the CPU): `used` = the time it ran
+//! since it started running (the BPF's `se.sum_exec_runtime` difference, so a slice resumed
+//! after an RT preemption or refilled while it ran alone counts what it ran); an unboosted
+//! run is charged `vtime += used * 1024 / weight` (the BPF's `* 100 / weight` with its
+//! weight 100 at nice 0; the model's nice weights), a boosted one nothing; a run under a
+//! kernel boost adds its time to `kboost_ns` (and `kboost_cs_ns` for CS). Then, for a
+//! thread with a slot, what the next enqueue
 //! decides (`vcpu_stopping`), from the engine's [`ScxGuestView`] of its guest at that
 //! instant: `guest_reason` (RT work, a critical section or a pending RT wakeup shown),
 //! `guest_rt` (RT work: the current guest task FIFO/RR/DEADLINE or a boost request, the vCPU
@@ -206,6 +206,8 @@ struct Task {
     vtime: i64,
     /// `p->scx.slice`: what is left, as of its CPU's last accounting while it runs.
     slice: u64,
+    /// Its run time (`sum_exec`) when it last started running.
+    exec_at_run: u64,
     seq: u64,
     at: Where,
     reg: Option<Box<Reg>>,
@@ -255,6 +257,7 @@ impl Host {
             self.scx.tasks.push(Task {
                 vtime,
                 slice: self.scx.p.slice_ns,
+                exec_at_run: 0,
                 seq: 0,
                 at: Where::No,
                 reg: None,
@@ -591,8 +594,10 @@ impl Host {
     /// `pvs_running`: `t` starts running on `c`.
     pub(super) fn scx_running(&mut self, c: Cpu, t: Tid) {
         let now = self.now;
+        let exec = self.threads[t as usize].sum_exec;
         let s = &mut self.scx;
         let task = &mut s.tasks[t as usize];
+        task.exec_at_run = exec;
         s.vtime_now = s.vtime_now.max(task.vtime);
         s.cpu_boost[c as usize] = match task.reg.as_deref_mut() {
             Some(r) => {
@@ -609,13 +614,15 @@ impl Host {
     /// `pvs_stopping`: `t` (accounted) leaves `c`, `runnable` (preempted) or blocked.
     pub(super) fn scx_stopping(&mut self, c: Cpu, t: Tid, runnable: bool) {
         let now = self.now;
-        let slice_ns = self.scx.p.slice_ns;
-        let weight = self.threads[t as usize].weight;
+        let (weight, exec) = (
+            self.threads[t as usize].weight,
+            self.threads[t as usize].sum_exec,
+        );
         let task = &mut self.scx.tasks[t as usize];
-        let mut used = slice_ns.saturating_sub(task.slice);
+        let used = exec.saturating_sub(task.exec_at_run);
+        task.exec_at_run = exec;
         let mut boosted = false;
         if let Some(r) = task.reg.as_deref_mut() {
-            used += r.ext_in_slice;
             r.ext_in_slice = 0;
             boosted = r.run_boosted;
             r.run_boosted = false;

@@ -160,6 +160,23 @@ fn a_thread_preempted_by_rt_resumes_first_with_its_slice_left() {
 }
 
 #[test]
+fn a_run_split_by_an_rt_preemption_is_charged_only_what_it_ran() {
+    let (mut h, mut out) = (scx_host(1), Vec::new());
+    let hog = hog(&mut h, &mut out);
+    let rt = h.spawn(Class::Fifo { prio: 10 }, None);
+    let before = h.scx_vtime(hog);
+    // 2 ms, preempted for 0.1 ms, then the 3 ms left of its slice; blocks at its end.
+    h.wake(2 * MS, rt, None, &mut out);
+    h.block(2 * MS + 100_000, rt, &mut out);
+    run_until(&mut h, 5 * MS + 100_000, &mut out);
+    h.block(5 * MS + 100_000, hog, &mut out);
+    h.check_invariants();
+
+    // 5 ms in all: the 2 ms before the preemption count once.
+    assert_eq!(h.scx_vtime(hog) - before, 5 * MS as i64);
+}
+
+#[test]
 fn a_boosted_run_is_not_charged_in_vtime() {
     for boosted in [true, false] {
         let (mut h, mut out) = (scx_host(1), Vec::new());
