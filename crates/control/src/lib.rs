@@ -179,6 +179,10 @@ pub struct BackendStatus {
     /// shown, or a wakeup within the halt window), within the policy's terms.
     #[serde(default)]
     pub kernel_boosts: u64,
+    /// Woken fair-class tasks that preempted a task running with a later
+    /// virtual time (`scx_wakeup_preempt_us`).
+    #[serde(default)]
+    pub wakeup_preempts: u64,
     /// The scheduling decision's own latency on the sched_ext backend: vCPU
     /// threads queued (woken or enqueued) to running, boosted and not, from
     /// the program's timestamps: how many, and the median and 99th

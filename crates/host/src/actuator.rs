@@ -115,15 +115,6 @@ pub struct ApplyContext<'a> {
     pub scx: Option<&'a SchedExt>,
 }
 
-/// A boost for this reason holds on the sched_ext backend until the daemon
-/// ends it, whatever the guest's slot says (`pvs_scx_boost_kind`).
-fn proactive(reason: Reason) -> bool {
-    matches!(
-        reason,
-        Reason::ProactiveWake | Reason::ProactiveIrq | Reason::ProactiveHalt | Reason::LockHolder
-    )
-}
-
 /// Puts `decisions` (in order; the last for a vCPU wins) into force on
 /// `vm`'s threads, publishes each vCPU's host half, and marks the VM gone
 /// if a thread has exited.
@@ -155,7 +146,7 @@ pub fn apply_decisions(vm: &mut ServedVm, decisions: &[Decision], ctx: ApplyCont
         let want = thread_params(d, boost);
         let was_boosted = m.boosted();
         let call = monotonic_ns();
-        match m.apply(&want, scx, proactive(d.reason)) {
+        match m.apply(&want, scx, d.reason.is_proactive()) {
             Ok(true) => {
                 let done = monotonic_ns();
                 if let Some(ts) = event_ts.filter(|&ts| done >= ts) {

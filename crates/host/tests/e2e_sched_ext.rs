@@ -187,6 +187,41 @@ kvm_test! {
 }
 
 kvm_test! {
+    /// A task that sleeps often, woken on a CPU where a host hog runs,
+    /// preempts the hog (its virtual time is far behind the hog's) with
+    /// `scx_wakeup_preempt_us` at its default; turned off (0), no woken
+    /// task preempts and each waits for the hog's slice to end.
+    fn sched_ext_a_woken_sleeper_preempts_a_hog_unless_turned_off() {
+        for (us, preempts) in [(1000, true), (0, false)] {
+            let dir = tempdir(&format!("scx-wakeup-{us}"));
+            let d = sched_ext_daemon(
+                &dir,
+                &format!("scx_wakeup_preempt_us = {us}"),
+                "[discovery]\nauto = false\n",
+            );
+            let _hog = Hog::on_cpu0();
+            let _sleeper = Hog(Command::new("taskset")
+                .args(["-c", "0", "sh", "-c", "while :; do sleep 0.01; done"])
+                .spawn()
+                .expect("start a sleeper"));
+
+            // Turned off, 5 s of a sleeper's wakeups show none.
+            let within = Duration::from_secs(if preempts { 20 } else { 5 });
+            let seen = wait_until(within, Duration::from_millis(100), || {
+                (d.status().backend.wakeup_preempts >= 20).then_some(())
+            });
+            let b = d.status().backend;
+            if preempts {
+                assert!(seen.is_some(), "no wakeup preemption: {b:?}; log:\n{}", d.log());
+            } else {
+                assert_eq!(b.wakeup_preempts, 0, "{b:?}");
+                assert!(b.enqueues > 100, "the scheduler ran: {b:?}");
+            }
+        }
+    }
+}
+
+kvm_test! {
     /// A guest that claims a critical section all the time, on a busy CPU:
     /// at its slice ends the scheduler extends it, one extension of
     /// `scx_extension_us` per slice, until its allowance (a share of its

@@ -73,6 +73,20 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Whether the host decided this boost from what it saw, not from what the guest shows
+    /// now (a wakeup, an interrupt, a halt, a lock wait naming the vCPU): such a boost holds
+    /// until the policy ends it, while a guest reason holds only while the slot shows it
+    /// (the sched_ext scheduler checks that at each enqueue, `pvs_scx_boost_kind`).
+    pub const fn is_proactive(&self) -> bool {
+        matches!(
+            self,
+            Reason::ProactiveWake
+                | Reason::ProactiveIrq
+                | Reason::ProactiveHalt
+                | Reason::LockHolder
+        )
+    }
+
     /// Short snake_case name, for metrics labels and traces.
     pub const fn name(&self) -> &'static str {
         Reason::NAMES[self.index()]

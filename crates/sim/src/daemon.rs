@@ -26,8 +26,8 @@
 use pvsched_abi::{GuestHalf, HostHalf};
 use pvsched_policy::serving::{self, PooledHalts, SlotReads};
 use pvsched_policy::{
-    Decisions, Event, ExtensionAllowance, HostPolicy, PollPrice, Reason, SchedParams, VmLimits,
-    VmState, VmStats,
+    Decisions, Event, ExtensionAllowance, HostPolicy, PollPrice, SchedParams, VmLimits, VmState,
+    VmStats,
 };
 
 use crate::host::{Class, ScxAllowance, ScxParams, ScxStats};
@@ -330,21 +330,13 @@ impl Daemon {
     }
 }
 
-/// A boost for this reason holds on the sched_ext backend until the daemon ends it, whatever
-/// the guest's slot says (pvschedd's `actuator::proactive`).
-fn proactive(reason: Reason) -> bool {
-    matches!(
-        reason,
-        Reason::ProactiveWake | Reason::ProactiveIrq | Reason::ProactiveHalt | Reason::LockHolder
-    )
-}
-
 impl DaemonVm {
     fn take(&mut self, out: &Decisions, at: u64) {
         for d in out.iter() {
             let class = class_of(d.params);
             self.boosted[d.vcpu as usize] = d.params.is_rt().then_some(class);
-            self.pending.push((at, d.vcpu, class, proactive(d.reason)));
+            self.pending
+                .push((at, d.vcpu, class, d.reason.is_proactive()));
         }
     }
 }

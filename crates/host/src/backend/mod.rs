@@ -122,6 +122,7 @@ impl BackendState {
         s.extensions_refused = t.ext_refused;
         s.boost_moved = t.boost_moved;
         s.kernel_boosts = t.kboosts;
+        s.wakeup_preempts = t.wakeup_preempts;
         s.queued_to_run_boosted =
             pvsched_control::DelaySummary::of_log2_buckets(&t.queued_to_run_boosted);
         s.queued_to_run_other =

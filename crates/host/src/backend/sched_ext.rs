@@ -71,6 +71,9 @@ pub struct SchedExtOptions {
     pub slice_ns: u64,
     /// One extension at a slice end for a vCPU in a critical section; 0: none.
     pub extension_ns: u64,
+    /// A woken task preempts a running one whose vtime is ahead by more
+    /// than this; 0: never.
+    pub wakeup_preempt_ns: u64,
     /// Thread ids the maps can hold (vCPU and latency-path threads).
     pub max_threads: u32,
 }
@@ -80,6 +83,7 @@ impl Default for SchedExtOptions {
         Self {
             slice_ns: 5_000_000,
             extension_ns: 4_000_000,
+            wakeup_preempt_ns: 1_000_000,
             max_threads: 4096,
         }
     }
@@ -185,6 +189,7 @@ impl SchedExt {
         if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
             ro.slice_ns = options.slice_ns;
             ro.extension_ns = options.extension_ns;
+            ro.wakeup_preempt_ns = options.wakeup_preempt_ns;
             ro.nr_cpu_ids = cpus;
         }
         let threads = options.max_threads.max(1);
@@ -200,6 +205,10 @@ impl SchedExt {
             .cpu_boost
             .set_max_entries(cpus.max(1))
             .map_err(SchedExtError::bpf("size map cpu_boost"))?;
+        open.maps
+            .cpu_run
+            .set_max_entries(cpus.max(1))
+            .map_err(SchedExtError::bpf("size map cpu_run"))?;
         let mut skel: SchedExtSkel<'_> = open.load().map_err(SchedExtError::bpf("load"))?;
         let handle = |m: &libbpf_rs::MapMut<'_>, name: &str| {
             MapHandle::try_from(m).map_err(SchedExtError::bpf(format!("map {name} handle")))

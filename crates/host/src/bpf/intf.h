@@ -277,6 +277,7 @@ struct pvs_scx_totals {
 	__u64 slot_read_failed;
 	__u64 boost_moved;	/* queued vCPUs moved ahead at a grant */
 	__u64 kboosts;		/* enqueues the program boosted itself */
+	__u64 wakeup_preempts;	/* woken tasks that preempted a later one */
 	__u64 queued_to_run_boosted[PVS_SCX_LAT_BUCKETS];
 	__u64 queued_to_run_other[PVS_SCX_LAT_BUCKETS];
 };

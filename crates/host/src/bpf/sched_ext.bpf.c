@@ -6,9 +6,10 @@
  * deadline classes stay above it) is scheduled here by weighted virtual
  * time, as the sched-ext project's scx_simple does: one shared queue ordered
  * by vtime, a task charged for the time it ran over its weight, a sleeper
- * credited at most one slice. On top of that, two mechanisms the daemon's
- * policy drives through `scx_grants` (docs/DESIGN.md, "The sched_ext
- * backend"):
+ * credited at most one slice, a woken task preempting a running one whose
+ * vtime is ahead of its own by more than wakeup_preempt_ns. On top of that,
+ * two mechanisms the daemon's policy drives through `scx_grants`
+ * (docs/DESIGN.md, "The sched_ext backend"):
  *
  *  - a boosted vCPU thread (grant.boost > 0) goes ahead of every unboosted
  *    task: on its CPU at once, preempting a weaker task, or on the shared
@@ -53,6 +54,9 @@ const volatile u64 slice_ns = 5000000;
 /* The extension a vCPU in a critical section gets at a slice end, ns (one
  * per slice); 0: none. */
 const volatile u64 extension_ns = 4000000;
+/* A woken unboosted task whose vtime is this much (ns at nice 0) below that
+ * of the unboosted task running on its CPU preempts it; 0: never. */
+const volatile u64 wakeup_preempt_ns = 1000000;
 /* The PVSCHED_CS_* flags that earn an extension. */
 const volatile u32 extension_cs = PVSCHED_CS_ALL;
 
@@ -103,6 +107,21 @@ struct {
 	__type(value, u32);
 } cpu_boost SEC(".maps");
 
+/* Per CPU: the fair-class task running there, for wakeup preemption. */
+struct pvs_cpu_run {
+	u64 vtime;	/* its vtime when it started running */
+	u64 start;	/* when it started */
+	u32 weight;
+	u32 running;	/* 0: none (idle, or a higher class runs) */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1024); /* possible CPUs, set by the loader */
+	__type(key, u32);
+	__type(value, struct pvs_cpu_run);
+} cpu_run SEC(".maps");
+
 /* Possible CPUs (cpu_boost's size), set by the loader. */
 const volatile u32 nr_cpu_ids = 1;
 
@@ -140,6 +159,37 @@ static __always_inline void set_boost_on(s32 cpu, u32 boost)
 
 	if (b)
 		*b = boost;
+}
+
+static __always_inline struct pvs_cpu_run *cpu_run_of(s32 cpu)
+{
+	u32 key = cpu;
+
+	return bpf_map_lookup_elem(&cpu_run, &key);
+}
+
+/*
+ * A woken task placed in the vtime queue: if the unboosted task running on
+ * its CPU is ahead of it by more than wakeup_preempt_ns of vtime (its own
+ * as of now, the time it ran so far included), that CPU picks again, as the
+ * fair class's wakeup preemption does; without it a waking sleeper waited
+ * for the running task's whole slice.
+ */
+static __always_inline void preempt_on_wakeup(struct task_struct *p, u64 vtime)
+{
+	s32 cpu = scx_bpf_task_cpu(p);
+	struct pvs_cpu_run *c = cpu_run_of(cpu);
+	u64 now = bpf_ktime_get_ns(), curr;
+
+	if (!wakeup_preempt_ns || !c || !c->running || boost_on(cpu))
+		return;
+	curr = c->vtime;
+	if (now > c->start)
+		curr += (now - c->start) * 100 / (c->weight ? c->weight : 100);
+	if (vtime_before(vtime + wakeup_preempt_ns, curr)) {
+		scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
+		__sync_fetch_and_add(&totals.wakeup_preempts, 1);
+	}
 }
 
 /* A vCPU thread is queued now, boosted or not: its delay to running is
@@ -304,6 +354,8 @@ void BPF_STRUCT_OPS(pvs_enqueue, struct task_struct *p, u64 enq_flags)
 	if (vtime_before(vtime, vtime_now - slice_ns))
 		vtime = vtime_now - slice_ns;
 	scx_bpf_dsq_insert_vtime(p, PVS_SCX_DSQ_FAIR, slice_ns, vtime, enq_flags);
+	if (enq_flags & SCX_ENQ_WAKEUP)
+		preempt_on_wakeup(p, vtime);
 }
 
 void BPF_STRUCT_OPS(pvs_dispatch, s32 cpu, struct task_struct *prev)
@@ -314,6 +366,7 @@ void BPF_STRUCT_OPS(pvs_dispatch, s32 cpu, struct task_struct *prev)
 
 void BPF_STRUCT_OPS(pvs_running, struct task_struct *p)
 {
+	struct pvs_cpu_run *c = cpu_run_of(bpf_get_smp_processor_id());
 	struct pvs_scx_grant *g = grant_of(p);
 	struct pvs_task_run *r;
 	struct pvs_scx_vcpu *v;
@@ -321,6 +374,12 @@ void BPF_STRUCT_OPS(pvs_running, struct task_struct *p)
 	r = bpf_task_storage_get(&task_run, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (r)
 		r->exec_at_run = p->se.sum_exec_runtime;
+	if (c) {
+		c->vtime = p->scx.dsq_vtime;
+		c->start = bpf_ktime_get_ns();
+		c->weight = p->scx.weight;
+		c->running = 1;
+	}
 
 	if (vtime_before(vtime_now, p->scx.dsq_vtime))
 		vtime_now = p->scx.dsq_vtime;
@@ -432,6 +491,7 @@ static __always_inline void vcpu_stopping(struct task_struct *p,
 void BPF_STRUCT_OPS(pvs_stopping, struct task_struct *p, bool runnable)
 {
 	struct pvs_task_run *r = bpf_task_storage_get(&task_run, p, 0, 0);
+	struct pvs_cpu_run *c = cpu_run_of(bpf_get_smp_processor_id());
 	u64 exec = p->se.sum_exec_runtime, used;
 	struct pvs_scx_vcpu *v = vcpu_of(p);
 	u32 weight = p->scx.weight;
@@ -461,6 +521,8 @@ void BPF_STRUCT_OPS(pvs_stopping, struct task_struct *p, bool runnable)
 	if (!boosted)
 		p->scx.dsq_vtime += used * 100 / (weight ? weight : 100);
 	set_boost_on(bpf_get_smp_processor_id(), 0);
+	if (c)
+		c->running = 0;
 }
 
 /*

@@ -140,6 +140,11 @@ pub struct DaemonConfig {
     /// sched_ext backend: the extension a vCPU whose guest is in a critical
     /// section gets at a slice end, µs (one per slice; 0: none).
     pub scx_extension_us: u64,
+    /// sched_ext backend: a woken task preempts the fair-class task running
+    /// on its CPU when that one's virtual time is ahead of its own by more
+    /// than this, µs at nice 0 (the fair class's wakeup granularity); 0:
+    /// never (a woken task waits for the running one's slice to end).
+    pub scx_wakeup_preempt_us: u64,
     /// sched_ext backend: extensions may take at most this share of a vCPU's
     /// time, permille, plus a burst of two extensions.
     pub scx_extension_share_permille: u32,
@@ -156,6 +161,7 @@ impl DaemonConfig {
         crate::backend::SchedExtOptions {
             slice_ns: self.scx_slice_us * 1000,
             extension_ns: self.scx_extension_us * 1000,
+            wakeup_preempt_ns: self.scx_wakeup_preempt_us * 1000,
             ..Default::default()
         }
     }
@@ -208,6 +214,7 @@ impl Default for DaemonConfig {
             backend: BackendChoice::Auto,
             scx_slice_us: 5000,
             scx_extension_us: 4000,
+            scx_wakeup_preempt_us: 1000,
             scx_extension_share_permille: 50,
             scx_scan_interval_us: 50_000,
         }
@@ -516,6 +523,12 @@ impl Config {
             return Err(invalid(
                 "daemon.scx_slice_us",
                 format!("must be 500..=100000, not {}", d.scx_slice_us),
+            ));
+        }
+        if d.scx_wakeup_preempt_us > 100_000 {
+            return Err(invalid(
+                "daemon.scx_wakeup_preempt_us",
+                format!("must be 0..=100000, not {}", d.scx_wakeup_preempt_us),
             ));
         }
         if d.scx_extension_us > 100_000 {

@@ -39,7 +39,10 @@
 //! thread is not preempted: the boosted thread waits for it); else to the tail of BOOST,
 //! and the first CPU from 0 whose `cpu_boost` is weaker is kicked (its fair task preempted,
 //! or, idle, it picks; a CPU running an RT thread does nothing). An unboosted thread goes to
-//! FAIR at `vtime = max(vtime, vtime_now - slice_ns)` with a slice of `slice_ns`.
+//! FAIR at `vtime = max(vtime, vtime_now - slice_ns)` with a slice of `slice_ns`; a woken
+//! one then kicks its CPU if the unboosted fair task running there is ahead of it by more
+//! than `wakeup_preempt_ns` of vtime as of now (`preempt_on_wakeup`: its vtime at the start
+//! of its run plus what it ran since, over its weight).
 //!
 //! **Running and stopping** (`pvs_running`, `pvs_stopping`). Running: `vtime_now = max(
 //! vtime_now, vtime)`, `cpu_boost` = the boost decided at its last enqueue, a registered
@@ -99,6 +102,9 @@ pub struct ScxParams {
     pub slice_ns: u64,
     /// `extension_ns`: one extension per slice for a vCPU in a critical section; 0: none.
     pub extension_ns: u64,
+    /// `wakeup_preempt_ns`: a woken unboosted task preempts the unboosted fair task running
+    /// on its CPU when that one's vtime (as of now) is ahead by more than this; 0: never.
+    pub wakeup_preempt_ns: u64,
 }
 
 impl Default for ScxParams {
@@ -106,6 +112,7 @@ impl Default for ScxParams {
         ScxParams {
             slice_ns: 5_000_000,
             extension_ns: 4_000_000,
+            wakeup_preempt_ns: 1_000_000,
         }
     }
 }
@@ -223,6 +230,8 @@ pub(super) struct Scx {
     boost: VecDeque<Tid>,
     fair: BTreeSet<(i64, u64, Tid)>,
     vtime_now: i64,
+    /// Woken tasks that preempted a running one (`totals.wakeup_preempts`).
+    pub wakeup_preempts: u64,
     cpu_boost: Vec<u32>,
     seq: u64,
     /// CPUs inside their own switch: a kick or preempting insert there does nothing more
@@ -427,6 +436,32 @@ impl Host {
         let c = self.threads[t as usize].cpu;
         self.threads[t as usize].state = ThreadState::Runnable(c);
         self.dirty |= bit(c);
+        if wakeup {
+            self.preempt_on_wakeup(t, c, out);
+        }
+    }
+
+    /// `preempt_on_wakeup`: `t`, woken into FAIR, preempts the unboosted fair task running
+    /// on its CPU `c` if that one's vtime as of now (its vtime at the start of its run plus
+    /// what it ran since, over its weight) is ahead of `t`'s by more than
+    /// `wakeup_preempt_ns`: a kick, after which `c` picks the least vtime.
+    fn preempt_on_wakeup(&mut self, t: Tid, c: Cpu, out: &mut Vec<Switch>) {
+        let gran = self.scx.p.wakeup_preempt_ns;
+        let Some(cur) = self.rqs[c as usize].curr else {
+            return;
+        };
+        if gran == 0 || self.is_rt(cur) || self.scx.cpu_boost[c as usize] != 0 {
+            return;
+        }
+        let th = &self.threads[cur as usize];
+        let ran = (th.sum_exec + self.pending(cur, self.now))
+            .saturating_sub(self.scx.tasks[cur as usize].exec_at_run);
+        let curr = self.scx.tasks[cur as usize].vtime
+            + (u128::from(ran) * 1024 / u128::from(th.weight.max(1))) as i64;
+        if self.scx.tasks[t as usize].vtime + (gran as i64) < curr {
+            self.scx.wakeup_preempts += 1;
+            self.scx_kick(c, out);
+        }
     }
 
     /// `enqueue_boosted`: onto its CPU at once if that runs a weaker boost, else BOOST and a

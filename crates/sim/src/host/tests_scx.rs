@@ -12,6 +12,18 @@ fn scx_host(cpus: u32) -> Host {
     })
 }
 
+/// A host whose woken tasks never preempt by vtime: what a boost alone does shows.
+fn scx_host_without_wakeup_preemption(cpus: u32) -> Host {
+    Host::new(HostParams {
+        cpus,
+        scx: Some(ScxParams {
+            wakeup_preempt_ns: 0,
+            ..ScxParams::default()
+        }),
+        ..HostParams::default()
+    })
+}
+
 /// A registered vCPU thread (with a slot), blocked, allowed `allow`.
 fn vcpu(h: &mut Host, allow: ScxAllowance) -> Tid {
     let t = h.spawn(FAIR, None);
@@ -87,6 +99,33 @@ fn an_unboosted_wakeup_waits_for_the_slice_end() {
     run_until(&mut h, 6 * MS, &mut out);
     // The slice (5 ms) ends; the CPU picks before the hog is put back.
     assert_eq!(out, vec![sw(5 * MS, 0, hog, SwitchOut::Preempted, w)]);
+}
+
+#[test]
+fn a_woken_task_far_behind_in_vtime_preempts_the_running_one_unless_turned_off() {
+    for gran in [ScxParams::default().wakeup_preempt_ns, 0] {
+        let mut h = if gran > 0 {
+            scx_host(1)
+        } else {
+            scx_host_without_wakeup_preemption(1)
+        };
+        let mut out = Vec::new();
+        let hog = hog(&mut h, &mut out);
+        let w = h.spawn(FAIR, None);
+        out.clear();
+
+        // At 3 ms the hog is 3 ms ahead of `w` (both started at vtime 0): past 1 ms.
+        h.wake(3 * MS, w, None, &mut out);
+        run_until(&mut h, 6 * MS, &mut out);
+        h.check_invariants();
+
+        let at = if gran > 0 { 3 * MS } else { 5 * MS };
+        assert_eq!(
+            out[0],
+            sw(at, 0, hog, SwitchOut::Preempted, w),
+            "gran {gran}"
+        );
+    }
 }
 
 #[test]
@@ -267,7 +306,7 @@ fn a_critical_section_at_a_preemption_is_boosted_only_if_the_grant_allows_it() {
 /// and runs again from 3 ms. It halts (its guest idle) at 2 ms or 4 ms, the daemon's boost
 /// ends, and it wakes 1 ms later: the switches of that wakeup.
 fn halt_then_wake(allow: ScxAllowance, earlier_stop: bool) -> (Vec<Switch>, Tid, Tid) {
-    let (mut h, mut out) = (scx_host(1), Vec::new());
+    let (mut h, mut out) = (scx_host_without_wakeup_preemption(1), Vec::new());
     let hog = hog(&mut h, &mut out);
     let v = vcpu(&mut h, allow);
     h.scx_set_boost(0, v, 2, true, &mut out);
