@@ -183,6 +183,10 @@ pub struct BackendStatus {
     /// virtual time (`scx_wakeup_preempt_us`).
     #[serde(default)]
     pub wakeup_preempts: u64,
+    /// vCPUs the scheduler stopped boosting for a while after a long burst
+    /// of its own boosts (the policy's `max_boost_ns`, `throttle_ns`).
+    #[serde(default)]
+    pub kernel_throttles: u64,
     /// The scheduling decision's own latency on the sched_ext backend: vCPU
     /// threads queued (woken or enqueued) to running, boosted and not, from
     /// the program's timestamps: how many, and the median and 99th

@@ -103,12 +103,14 @@ pub fn render(s: &Status) -> String {
             let _ = write!(
                 out,
                 "  enqueues {}  boosted: preempting {}, queued {}, moved ahead {}, by the \
-                 scheduler itself {}  wakeup preemptions {}  extensions {} (refused {})",
+                 scheduler itself {} (throttled {})  wakeup preemptions {}  extensions {} \
+                 (refused {})",
                 b.enqueues,
                 b.boost_preempts,
                 b.boost_queued,
                 b.boost_moved,
                 b.kernel_boosts,
+                b.kernel_throttles,
                 b.wakeup_preempts,
                 b.extensions,
                 b.extensions_refused

@@ -609,10 +609,14 @@ impl Daemon {
                 // before the next terms are set.
                 let spent = done.kboost_ns.saturating_sub(m.kboost_charged_ns);
                 let spent_cs = done.kboost_cs_ns.saturating_sub(m.kboost_cs_charged_ns);
+                let spent_demoted = done
+                    .kboost_demoted_ns
+                    .saturating_sub(m.kboost_demoted_charged_ns);
                 m.kboost_charged_ns = done.kboost_ns;
                 m.kboost_cs_charged_ns = done.kboost_cs_ns;
+                m.kboost_demoted_charged_ns = done.kboost_demoted_ns;
                 vm.policy
-                    .charge_kernel_boost(now, i as u32, spent, spent_cs);
+                    .charge_kernel_boost(now, i as u32, spent, spent_cs, spent_demoted);
                 let kernel = vm.policy.kernel_grant(i as u32, now);
                 let allowance = ScxAllowance {
                     extension_ns: m.ext_allowance.next(now, done.ext_ns, share, burst),

@@ -37,6 +37,8 @@ pub struct Managed {
     pub kboost_charged_ns: u64,
     /// Of it, for critical sections (`kboost_cs_ns`).
     pub kboost_cs_charged_ns: u64,
+    /// Of it, run demoted (`kboost_demoted_ns`, charged more).
+    pub kboost_demoted_charged_ns: u64,
     /// The address of its slot in the VMM the sched_ext scheduler was
     /// given (0: not found yet).
     pub scx_slot: u64,
@@ -61,6 +63,7 @@ impl Managed {
             ext_allowance: ExtensionAllowance::default(),
             kboost_charged_ns: 0,
             kboost_cs_charged_ns: 0,
+            kboost_demoted_charged_ns: 0,
             scx_slot: 0,
             quiet: Quiet::NONE,
             failures: 0,

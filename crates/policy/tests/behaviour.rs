@@ -2525,9 +2525,9 @@ fn kernel_boosts_spend_the_budget_and_a_spent_budget_takes_the_kernel_grant_away
     let budget = vm.vm_stats().budget_ns;
 
     // Act: the scheduler reports part of it, then more than is left.
-    vm.charge_kernel_boost(10 * MS, 0, budget / 2, 0);
+    vm.charge_kernel_boost(10 * MS, 0, budget / 2, 0, 0);
     let half = vm.kernel_grant(0, 10 * MS);
-    vm.charge_kernel_boost(20 * MS, 0, budget, 0);
+    vm.charge_kernel_boost(20 * MS, 0, budget, 0, 0);
     let spent = vm.kernel_grant(0, 20 * MS);
 
     // Assert
@@ -2539,13 +2539,46 @@ fn kernel_boosts_spend_the_budget_and_a_spent_budget_takes_the_kernel_grant_away
 }
 
 #[test]
+fn the_kernel_grant_carries_the_burst_rules_and_demoted_kernel_boosts_cost_more() {
+    // Arrange: two VMs alike; one's boosts ran demoted.
+    let limits = base();
+    let (mut plain, mut demoted) = (vm(limits.clone(), 1), vm(limits.clone(), 1));
+    let budget = plain.vm_stats().budget_ns;
+
+    // Act: the same boosted time, all of it demoted in the second VM.
+    plain.charge_kernel_boost(10 * MS, 0, budget / 10, 0, 0);
+    demoted.charge_kernel_boost(10 * MS, 0, budget / 10, 0, budget / 10);
+    let g = plain.kernel_grant(0, 10 * MS);
+
+    // Assert: the policy's own burst rules, and the demoted charge on the budget.
+    assert_eq!(
+        (g.demote_after_ns, g.max_boost_ns, g.throttle_ns),
+        (
+            limits.demote_after_ns,
+            limits.max_boost_ns,
+            limits.throttle_ns
+        )
+    );
+    let left = |v: &VmState| v.kernel_grant(0, 10 * MS).allowance_ns;
+    let spent = |v: &VmState| budget - left(v);
+    let ratio = spent(&demoted) as f64 / spent(&plain) as f64;
+    assert!(
+        (ratio - f64::from(limits.demoted_charge)).abs() < 0.2,
+        "demoted spent {} vs {} (charge {})",
+        spent(&demoted),
+        spent(&plain),
+        limits.demoted_charge
+    );
+}
+
+#[test]
 fn a_latch_from_kernel_boosts_ends_the_daemons_own_boosts_at_the_next_event() {
     let mut vm = vm(base(), 1);
     let rt = step(&mut vm, 10, upd(0, task(2, abi::POLICY_FIFO, 5, 0)));
     assert!(rt[0].params.is_rt());
     let budget = vm.vm_stats().budget_ns;
 
-    vm.charge_kernel_boost(20, 0, 2 * budget, 0);
+    vm.charge_kernel_boost(20, 0, 2 * budget, 0, 0);
     let out = step(&mut vm, 30, Event::Tick);
 
     assert!(out.iter().any(|d| !d.params.is_rt()), "{out:?}");
@@ -2615,7 +2648,7 @@ fn a_kernel_grant_allows_the_speculative_reasons_only_above_the_budgets_reserve(
     let budget = vm.vm_stats().budget_ns;
 
     // Act: the scheduler spends past the reserve (half the bucket by default).
-    vm.charge_kernel_boost(20, 0, budget * 6 / 10, 0);
+    vm.charge_kernel_boost(20, 0, budget * 6 / 10, 0, 0);
     let low = vm.kernel_grant(0, 20);
 
     // Assert: RT work still has the rest; the guesses do not.
@@ -2632,7 +2665,7 @@ fn kernel_critical_section_time_spends_the_vcpus_critical_section_budget() {
     step(&mut vm, 10, was_preempted(0));
     let cs_budget = vm.vcpu_stats(0).unwrap().cs_budget_ns;
 
-    vm.charge_kernel_boost(20, 0, cs_budget + 1, cs_budget + 1);
+    vm.charge_kernel_boost(20, 0, cs_budget + 1, cs_budget + 1, 0);
 
     assert!(vm.vcpu_stats(0).unwrap().cs_latched);
     assert!(!vm.kernel_grant(0, 20).critical_sections);

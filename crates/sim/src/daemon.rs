@@ -83,6 +83,7 @@ struct DaemonVm {
 struct ScxCharged {
     kboost_ns: u64,
     kboost_cs_ns: u64,
+    kboost_demoted_ns: u64,
     ext: ExtensionAllowance,
 }
 
@@ -161,9 +162,12 @@ impl Daemon {
         };
         let spent = done.kboost_ns.saturating_sub(c.kboost_ns);
         let spent_cs = done.kboost_cs_ns.saturating_sub(c.kboost_cs_ns);
+        let spent_demoted = done.kboost_demoted_ns.saturating_sub(c.kboost_demoted_ns);
         c.kboost_ns = done.kboost_ns;
         c.kboost_cs_ns = done.kboost_cs_ns;
-        dv.state.charge_kernel_boost(now, vcpu, spent, spent_cs);
+        c.kboost_demoted_ns = done.kboost_demoted_ns;
+        dv.state
+            .charge_kernel_boost(now, vcpu, spent, spent_cs, spent_demoted);
         let k = dv.state.kernel_grant(vcpu, now);
         let burst = 2 * ScxParams::default().extension_ns;
         ScxAllowance {
@@ -176,6 +180,9 @@ impl Daemon {
             critical_sections: k.critical_sections,
             wakeups: k.wakeups,
             wake_boost_ns: k.wake_boost_ns,
+            demote_after_ns: k.demote_after_ns,
+            max_boost_ns: k.max_boost_ns,
+            throttle_ns: k.throttle_ns,
         }
     }
 

@@ -123,6 +123,7 @@ impl BackendState {
         s.boost_moved = t.boost_moved;
         s.kernel_boosts = t.kboosts;
         s.wakeup_preempts = t.wakeup_preempts;
+        s.kernel_throttles = t.kthrottles;
         s.queued_to_run_boosted =
             pvsched_control::DelaySummary::of_log2_buckets(&t.queued_to_run_boosted);
         s.queued_to_run_other =

@@ -343,6 +343,9 @@ impl SchedExt {
         g.kflags = if k.critical_sections { PVS_SCX_K_CS } else { 0 }
             | if k.wakeups { PVS_SCX_K_WAKE } else { 0 };
         g.wake_boost_ns = k.wake_boost_ns;
+        g.demote_after_ns = k.demote_after_ns;
+        g.max_boost_ns = k.max_boost_ns;
+        g.throttle_ns = k.throttle_ns;
         if as_bytes(&g) == as_bytes(&before) {
             return Ok(());
         }

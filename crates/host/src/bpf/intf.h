@@ -188,6 +188,19 @@ struct pvs_scx_grant {
 	__u64 kboost_allowed_ns;
 	__u64 halt_window_ns;
 	__u64 wake_boost_ns;
+	/*
+	 * The policy's rules for a long burst, applied by the program to its
+	 * own boosts (the policy's max_boost_ns, demote_after_ns, throttle_ns):
+	 * boosted time not yet matched by as much halted or unboosted time
+	 * (pvs_scx_vcpu.kburst_ns) beyond demote_after_ns boosts at priority 1
+	 * only, so that a fresh boost of any other vCPU preempts it, and is
+	 * counted apart (kboost_demoted_ns, charged more by the daemon);
+	 * beyond max_boost_ns the vCPU gets no boost of the program's for
+	 * throttle_ns. 0: no such rule.
+	 */
+	__u64 demote_after_ns;
+	__u64 max_boost_ns;
+	__u64 throttle_ns;
 };
 
 /* struct pvs_scx_grant.kflags: the policy's speculative reasons the
@@ -257,6 +270,13 @@ struct pvs_scx_vcpu {
 	__u64 kboost_ns;	/* time run under the program's own boosts */
 	__u64 kboost_cs_ns;	/* of it, for a critical section */
 	__u64 kboosts;		/* enqueues the program boosted itself */
+	__u64 kboost_demoted_ns;	/* of kboost_ns, run demoted */
+	__u64 kburst_ns;	/* boosted time not yet matched (grant.max_boost_ns) */
+	__u64 halted_at;	/* when it stopped halted; 0: it did not */
+	__u64 kthrottled_until;	/* no boost of the program's before this */
+	__u64 kthrottles;	/* times it was throttled */
+	__u32 run_demoted;	/* the run in progress is boosted demoted */
+	__u32 enq_demoted;	/* the boost decided at the last enqueue is */
 };
 
 /*
@@ -278,6 +298,7 @@ struct pvs_scx_totals {
 	__u64 boost_moved;	/* queued vCPUs moved ahead at a grant */
 	__u64 kboosts;		/* enqueues the program boosted itself */
 	__u64 wakeup_preempts;	/* woken tasks that preempted a later one */
+	__u64 kthrottles;	/* vCPUs throttled for a long burst */
 	__u64 queued_to_run_boosted[PVS_SCX_LAT_BUCKETS];
 	__u64 queued_to_run_other[PVS_SCX_LAT_BUCKETS];
 };
@@ -308,7 +329,7 @@ struct pvs_scx_boost_queued {
 #define PVS_SCX_DSQ_BOOST 0
 #define PVS_SCX_DSQ_FAIR 1
 
-_Static_assert(sizeof(struct pvs_scx_grant) == 56, "pvs_scx_grant size");
-_Static_assert(sizeof(struct pvs_scx_vcpu) == 160, "pvs_scx_vcpu size");
+_Static_assert(sizeof(struct pvs_scx_grant) == 80, "pvs_scx_grant size");
+_Static_assert(sizeof(struct pvs_scx_vcpu) == 208, "pvs_scx_vcpu size");
 
 #endif /* __PVSCHED_INTF_H */

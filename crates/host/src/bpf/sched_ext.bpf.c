@@ -20,7 +20,10 @@
  *    halt shortly after such work (grant.halt_window_ns), and as the
  *    policy allows (grant.kflags) when it was preempted in a critical
  *    section or wakes onto a busy CPU: the decision is taken at the
- *    enqueue, with no round trip through the daemon;
+ *    enqueue, with no round trip through the daemon; a long burst of such
+ *    boosts is demoted to priority 1, and a longer one throttled, by the
+ *    policy's own rules (grant.demote_after_ns, max_boost_ns,
+ *    throttle_ns);
  *  - at a slice end, a vCPU whose guest is in a critical section (the
  *    slot's cs_flags, read here while the vCPU thread is the current task)
  *    keeps its CPU for one extension of extension_ns, within the total
@@ -303,9 +306,26 @@ static __always_inline u32 kernel_boost(struct pvs_scx_grant *g,
 					struct pvs_scx_vcpu *v, u64 enq_flags)
 {
 	bool wakeup = enq_flags & SCX_ENQ_WAKEUP;
+	u64 now = bpf_ktime_get_ns();
 
+	/* A halt repays the burst (time queued for a CPU counts neither way). */
+	if (wakeup && v->halted_at) {
+		u64 halted = now > v->halted_at ? now - v->halted_at : 0;
+
+		v->kburst_ns = v->kburst_ns > halted ? v->kburst_ns - halted : 0;
+		v->halted_at = 0;
+	}
 	if (!g->kboost || v->kboost_ns >= g->kboost_allowed_ns)
 		return PVS_SCX_KR_NONE;
+	if (v->kthrottled_until && now < v->kthrottled_until)
+		return PVS_SCX_KR_NONE;
+	if (g->max_boost_ns && v->kburst_ns > g->max_boost_ns) {
+		v->kthrottled_until = now + g->throttle_ns;
+		v->kburst_ns = 0;
+		v->kthrottles++;
+		__sync_fetch_and_add(&totals.kthrottles, 1);
+		return PVS_SCX_KR_NONE;
+	}
 	if (v->guest_rt || (wakeup && v->wake_boost))
 		return PVS_SCX_KR_RT;
 	if (!wakeup && v->cs_preempted && (g->kflags & PVS_SCX_K_CS))
@@ -320,7 +340,7 @@ void BPF_STRUCT_OPS(pvs_enqueue, struct task_struct *p, u64 enq_flags)
 	struct pvs_scx_grant *g = grant_of(p);
 	struct pvs_scx_vcpu *v = g ? vcpu_of(p) : NULL;
 	u64 vtime = p->scx.dsq_vtime, slice = slice_ns;
-	u32 boost = 0, why;
+	u32 boost = 0, kprio, why;
 
 	__sync_fetch_and_add(&totals.enqueues, 1);
 	if (g && v) {
@@ -329,9 +349,12 @@ void BPF_STRUCT_OPS(pvs_enqueue, struct task_struct *p, u64 enq_flags)
 		why = kernel_boost(g, v, enq_flags);
 		v->wake_boost = 0;
 		v->cs_preempted = 0;
+		/* A long burst boosts at the bottom only (grant.demote_after_ns). */
+		kprio = g->demote_after_ns && v->kburst_ns > g->demote_after_ns ? 1 : g->kboost;
+		v->enq_demoted = kprio < g->kboost;
 		/* The daemon's grant, when as strong, is the one charged. */
-		if (why != PVS_SCX_KR_NONE && g->kboost > boost) {
-			boost = g->kboost;
+		if (why != PVS_SCX_KR_NONE && kprio > boost) {
+			boost = kprio;
 			v->kboosts++;
 			__sync_fetch_and_add(&totals.kboosts, 1);
 			/* A wakeup's boost lasts one short slice: then the
@@ -389,6 +412,7 @@ void BPF_STRUCT_OPS(pvs_running, struct task_struct *p)
 		if (v) {
 			v->run_boosted = v->enq_boost != 0;
 			v->run_kreason = v->enq_kreason;
+			v->run_demoted = v->enq_kreason != PVS_SCX_KR_NONE && v->enq_demoted;
 			v->run_start = bpf_ktime_get_ns();
 			v->ext_in_slice = 0;
 			if (v->queued_at) {
@@ -448,21 +472,33 @@ static __always_inline int slot_guest_reason(u64 slot, u64 *rt_switches)
 
 /*
  * The vCPU thread stops (the current task still): read its slot for what
- * the next enqueue decides, account a boosted run.
+ * the next enqueue decides, account a run of its own boost (to the burst
+ * too; a run unboosted repays the burst, and so does a halt, at the wakeup).
  */
 static __always_inline void vcpu_stopping(struct task_struct *p,
-					  struct pvs_scx_vcpu *v, bool runnable)
+					  struct pvs_scx_vcpu *v, bool runnable,
+					  bool boosted)
 {
 	struct pvs_scx_grant *g = grant_of(p);
 	u64 now = bpf_ktime_get_ns(), rt_switches = 0;
+	u64 ran = now > v->run_start ? now - v->run_start : 0;
 	int reason;
 
-	if (v->run_kreason != PVS_SCX_KR_NONE && now > v->run_start) {
-		v->kboost_ns += now - v->run_start;
+	if (v->run_kreason != PVS_SCX_KR_NONE) {
+		v->kboost_ns += ran;
+		v->kburst_ns += ran;
 		if (v->run_kreason == PVS_SCX_KR_CS)
-			v->kboost_cs_ns += now - v->run_start;
+			v->kboost_cs_ns += ran;
+		if (v->run_demoted)
+			v->kboost_demoted_ns += ran;
+	} else if (!boosted) {
+		/* An unboosted run repays the burst. */
+		v->kburst_ns = v->kburst_ns > ran ? v->kburst_ns - ran : 0;
 	}
+	if (!runnable)
+		v->halted_at = now;
 	v->run_kreason = PVS_SCX_KR_NONE;
+	v->run_demoted = 0;
 	if (!g || !g->slot_addr)
 		return;
 	reason = slot_guest_reason(g->slot_addr, &rt_switches);
@@ -511,7 +547,7 @@ void BPF_STRUCT_OPS(pvs_stopping, struct task_struct *p, bool runnable)
 		v->ext_in_slice = 0;
 		boosted = v->run_boosted;
 		v->run_boosted = 0;
-		vcpu_stopping(p, v, runnable);
+		vcpu_stopping(p, v, runnable, boosted);
 	}
 	/*
 	 * Time run boosted is paid from the boost budget, as the RT class's

@@ -8,7 +8,10 @@ use super::*;
 /// boosts at `priority` (0: none) when the vCPU's guest shows RT work or wakes from a halt
 /// within `halt_window_ns` of such work; with `critical_sections`, when it was preempted
 /// in one; with `wakeups`, a boost of `wake_boost_ns` when it wakes onto a busy CPU; for at
-/// most `allowance_ns` more boosted time.
+/// most `allowance_ns` more boosted time. A burst of such boosts (boosted time not yet
+/// matched by as much halted or unboosted time) longer than `demote_after_ns` runs at
+/// priority 1, charged `demoted_charge` times, and one longer than `max_boost_ns` gets
+/// none of them for `throttle_ns`: this policy's rules for its own boosts (0: none).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KernelGrant {
     pub priority: u8,
@@ -17,6 +20,9 @@ pub struct KernelGrant {
     pub critical_sections: bool,
     pub wakeups: bool,
     pub wake_boost_ns: u64,
+    pub demote_after_ns: u64,
+    pub max_boost_ns: u64,
+    pub throttle_ns: u64,
 }
 
 impl VmState {
@@ -79,14 +85,25 @@ impl VmState {
                 && !v.cs_at_time(&self.cs_rates, now).latched(),
             wakeups: speculative && l.proactive_wake,
             wake_boost_ns: l.proactive_boost_ns,
+            demote_after_ns: l.demote_after_ns,
+            max_boost_ns: l.max_boost_ns,
+            throttle_ns: l.throttle_ns,
         }
     }
 
     /// Charges `ns` of boosted time the host scheduler took for vCPU `vcpu` by its own
-    /// decisions (reported at `now`), `cs_ns` of it for critical sections, to the VM's
-    /// boost budget and the vCPU's critical-section budget, either of which may latch; the
-    /// next [`VmState::handle`] re-evaluates every vCPU if the boost budget did.
-    pub fn charge_kernel_boost(&mut self, now: u64, vcpu: u32, ns: u64, cs_ns: u64) {
+    /// decisions (reported at `now`), `cs_ns` of it for critical sections and `demoted_ns`
+    /// of it demoted (charged `demoted_charge` times), to the VM's boost budget and the
+    /// vCPU's critical-section budget, either of which may latch; the next
+    /// [`VmState::handle`] re-evaluates every vCPU if the boost budget did.
+    pub fn charge_kernel_boost(
+        &mut self,
+        now: u64,
+        vcpu: u32,
+        ns: u64,
+        cs_ns: u64,
+        demoted_ns: u64,
+    ) {
         if vcpu as usize >= self.vcpus.len() {
             self.stats.out_of_range_events += 1;
             return;
@@ -107,7 +124,10 @@ impl VmState {
         self.stats.boosted_ns_total = self.stats.boosted_ns_total.saturating_add(ns);
         self.stats.kernel_boosted_ns_total = self.stats.kernel_boosted_ns_total.saturating_add(ns);
         let was_latched = self.budget.latched();
-        self.budget.spend(&self.budget_rates, ns);
+        let extra = u64::from(self.limits.demoted_charge.saturating_sub(1))
+            .saturating_mul(demoted_ns.min(ns));
+        self.budget
+            .spend(&self.budget_rates, ns.saturating_add(extra));
         if !was_latched && self.budget.latched() {
             self.stats.budget_latches += 1;
             self.reeval_all = true;

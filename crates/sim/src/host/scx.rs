@@ -25,8 +25,12 @@
 //! the boost is the daemon's grant boost if it holds (`boost_holds`: a proactive boost, or a
 //! thread without a slot, always; a guest one while the slot showed a guest reason when the
 //! thread last stopped: RT work, a critical section or a pending RT wakeup), else 0; then the
-//! kernel-boost rule (`kernel_boost`): none unless the grant's `kboost` > 0 and the thread's
-//! `kboost_ns` < `kboost_allowed_ns`; RT if the slot showed guest RT work at the last stop or
+//! kernel-boost rule (`kernel_boost`): a wakeup first repays the thread's burst (`kburst`:
+//! its own boosted run time, less every run not boosted at all) by the time it was halted;
+//! none unless the grant's `kboost` > 0, the thread's `kboost_ns` < `kboost_allowed_ns` and
+//! it is not throttled; a burst above `max_boost_ns` throttles it (no boost of the
+//! program's for `throttle_ns`, the burst forgotten); one above `demote_after_ns` boosts at
+//! priority 1 (demoted: counted in `kboost_demoted_ns`); RT if the slot showed guest RT work at the last stop or
 //! (a wakeup) the thread halted within `halt_window_ns` of guest RT work; CS if (not a
 //! wakeup) it was preempted in a critical section and the grant allows critical sections;
 //! WAKE if a wakeup and the grant allows wakeups with `wake_boost_ns` > 0. A reason whose
@@ -148,6 +152,10 @@ pub struct ScxAllowance {
     /// `PVS_SCX_K_WAKE`.
     pub wakeups: bool,
     pub wake_boost_ns: u64,
+    /// The burst rules (`demote_after_ns`, `max_boost_ns`, `throttle_ns`; 0: none).
+    pub demote_after_ns: u64,
+    pub max_boost_ns: u64,
+    pub throttle_ns: u64,
 }
 
 /// Why the scheduler boosted a thread itself (`pvs_scx_kreason`).
@@ -165,6 +173,9 @@ pub enum KReason {
 pub struct ScxStats {
     pub kboost_ns: u64,
     pub kboost_cs_ns: u64,
+    /// Of `kboost_ns`, run demoted.
+    pub kboost_demoted_ns: u64,
+    pub kthrottles: u64,
     pub kboosts: u64,
     pub ext_ns: u64,
     pub ext_count: u64,
@@ -195,6 +206,13 @@ struct Reg {
     run_kreason: KReason,
     run_start: u64,
     ext_in_slice: u64,
+    /// Boosted time of its own not yet matched by halted or unboosted time.
+    kburst: u64,
+    /// When it stopped halted (repaid at the wakeup).
+    halted_at: Option<u64>,
+    kthrottled_until: u64,
+    enq_demoted: bool,
+    run_demoted: bool,
     stats: ScxStats,
     /// The guest as the engine last showed it.
     view: ScxGuestView,
@@ -397,16 +415,19 @@ impl Host {
 
     /// `pvs_enqueue`.
     fn scx_enqueue(&mut self, t: Tid, wakeup: bool, out: &mut Vec<Switch>) {
-        let slice_ns = self.scx.p.slice_ns;
+        let (now, slice_ns) = (self.now, self.scx.p.slice_ns);
         let (mut boost, mut slice) = (0u32, slice_ns);
         if let Some(r) = self.reg_mut(t) {
             if r.boost > 0 && boost_holds(r) {
                 boost = r.boost;
             }
-            let why = kernel_boost(r, wakeup);
+            let why = kernel_boost(r, wakeup, now);
             r.wake_boost = false;
             r.cs_preempted = false;
-            let kboost = u32::from(r.allow.kboost);
+            let a = r.allow;
+            let demoted = a.demote_after_ns > 0 && r.kburst > a.demote_after_ns;
+            let kboost = if demoted { 1 } else { u32::from(a.kboost) };
+            r.enq_demoted = kboost < u32::from(a.kboost);
             let why = if why != KReason::None && kboost > boost {
                 boost = kboost;
                 r.stats.kboosts += 1;
@@ -638,6 +659,7 @@ impl Host {
             Some(r) => {
                 r.run_boosted = r.enq_boost != 0;
                 r.run_kreason = r.enq_kreason;
+                r.run_demoted = r.enq_kreason != KReason::None && r.enq_demoted;
                 r.run_start = now;
                 r.ext_in_slice = 0;
                 r.enq_boost
@@ -661,7 +683,7 @@ impl Host {
             r.ext_in_slice = 0;
             boosted = r.run_boosted;
             r.run_boosted = false;
-            vcpu_stopping(r, now, runnable);
+            vcpu_stopping(r, now, runnable, boosted);
         }
         if !boosted {
             task.vtime += (u128::from(used) * 1024 / u128::from(weight)) as i64;
@@ -922,9 +944,21 @@ fn boost_holds(r: &mut Reg) -> bool {
 }
 
 /// `kernel_boost`: why the scheduler boosts the thread itself at this enqueue.
-fn kernel_boost(r: &Reg, wakeup: bool) -> KReason {
-    let a = &r.allow;
-    if a.kboost == 0 || r.stats.kboost_ns >= a.kboost_allowed_ns {
+fn kernel_boost(r: &mut Reg, wakeup: bool, now: u64) -> KReason {
+    // A halt repays the burst (time queued for a CPU counts neither way).
+    if wakeup {
+        if let Some(h) = r.halted_at.take() {
+            r.kburst = r.kburst.saturating_sub(now.saturating_sub(h));
+        }
+    }
+    let a = r.allow;
+    if a.kboost == 0 || r.stats.kboost_ns >= a.kboost_allowed_ns || now < r.kthrottled_until {
+        return KReason::None;
+    }
+    if a.max_boost_ns > 0 && r.kburst > a.max_boost_ns {
+        r.kthrottled_until = now + a.throttle_ns;
+        r.kburst = 0;
+        r.stats.kthrottles += 1;
         return KReason::None;
     }
     if r.guest_rt || (wakeup && r.wake_boost) {
@@ -939,16 +973,27 @@ fn kernel_boost(r: &Reg, wakeup: bool) -> KReason {
     KReason::None
 }
 
-/// `vcpu_stopping`: the kernel-boosted time of the run that ends, and what the slot shows.
-fn vcpu_stopping(r: &mut Reg, now: u64, runnable: bool) {
-    if r.run_kreason != KReason::None && now > r.run_start {
-        let d = now - r.run_start;
+/// `vcpu_stopping`: the kernel-boosted time of the run that ends (to the burst too; a run
+/// not boosted at all repays it, a halt at its wakeup), and what the slot shows.
+fn vcpu_stopping(r: &mut Reg, now: u64, runnable: bool, boosted: bool) {
+    let d = now.saturating_sub(r.run_start);
+    if r.run_kreason != KReason::None {
         r.stats.kboost_ns += d;
+        r.kburst += d;
         if r.run_kreason == KReason::Cs {
             r.stats.kboost_cs_ns += d;
         }
+        if r.run_demoted {
+            r.stats.kboost_demoted_ns += d;
+        }
+    } else if !boosted {
+        r.kburst = r.kburst.saturating_sub(d);
+    }
+    if !runnable {
+        r.halted_at = Some(now);
     }
     r.run_kreason = KReason::None;
+    r.run_demoted = false;
     if !r.slot {
         return;
     }

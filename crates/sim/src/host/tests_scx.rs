@@ -32,7 +32,8 @@ fn vcpu(h: &mut Host, allow: ScxAllowance) -> Tid {
     t
 }
 
-/// Kernel boosts at priority 2 with a second of allowance, halts within 100 ms boosted.
+/// Kernel boosts at priority 2 with a second of allowance, halts within 100 ms boosted; no
+/// burst rules.
 const KBOOST: ScxAllowance = ScxAllowance {
     extension_ns: 0,
     kboost: 2,
@@ -41,6 +42,9 @@ const KBOOST: ScxAllowance = ScxAllowance {
     critical_sections: true,
     wakeups: false,
     wake_boost_ns: 0,
+    demote_after_ns: 0,
+    max_boost_ns: 0,
+    throttle_ns: 0,
 };
 
 const RT_WORK: ScxGuestView = ScxGuestView {
@@ -213,6 +217,59 @@ fn a_run_split_by_an_rt_preemption_is_charged_only_what_it_ran() {
 
     // 5 ms in all: the 2 ms before the preemption count once.
     assert_eq!(h.scx_vtime(hog) - before, 5 * MS as i64);
+}
+
+#[test]
+fn a_guest_always_showing_rt_work_is_demoted_so_a_fresh_boost_preempts_it_then_throttled() {
+    let rules = ScxAllowance {
+        demote_after_ns: 4 * MS,
+        max_boost_ns: 50 * MS,
+        throttle_ns: 50 * MS,
+        ..KBOOST
+    };
+    // One CPU: a hog, a rogue vCPU that always shows RT work and spins (kernel-boosted at
+    // priority 2 from its second slice, turn about with the hog), and a neighbour vCPU the
+    // daemon boosts (priority 2) and wakes at 27 ms, while the rogue runs its second boosted
+    // slice. Returns when the neighbour ran, and the rogue's record at 400 ms.
+    let run = |allow: ScxAllowance| {
+        let (mut h, mut out) = (scx_host_without_wakeup_preemption(1), Vec::new());
+        hog(&mut h, &mut out);
+        let rogue = vcpu(&mut h, allow);
+        let neighbour = vcpu(&mut h, allow);
+        h.scx_set_view(rogue, RT_WORK);
+        h.wake(MS, rogue, None, &mut out);
+        run_until(&mut h, 27 * MS, &mut out);
+        h.scx_set_boost(27 * MS, neighbour, 2, true, &mut out);
+        out.clear();
+        h.wake(27 * MS, neighbour, None, &mut out);
+        run_until(&mut h, 40 * MS, &mut out);
+        let ran = out.iter().find(|s| s.next == Some(neighbour)).map(|s| s.at);
+        h.scx_set_boost(40 * MS, neighbour, 0, false, &mut out);
+        run_until(&mut h, 400 * MS, &mut out);
+        h.check_invariants();
+        (ran, h.scx_stats(rogue).unwrap_or_default())
+    };
+
+    let (ruled_ran, ruled) = run(rules);
+    let (free_ran, free) = run(KBOOST);
+
+    // Demoted to priority 1 after 4 ms of its boosts, the rogue gives way to the fresh
+    // boost at once; without the rules the neighbour waits for the rogue's slice end.
+    assert_eq!(ruled_ran, Some(27 * MS), "{ruled:?}");
+    assert!(
+        free_ran.is_some_and(|t| t > 27 * MS),
+        "{free_ran:?} {free:?}"
+    );
+    // Throttled after 50 ms of it (twice in 400 ms), and charged apart while demoted.
+    assert!(
+        ruled.kthrottles >= 2 && ruled.kboost_demoted_ns > 0,
+        "{ruled:?}"
+    );
+    assert_eq!(
+        (free.kthrottles, free.kboost_demoted_ns),
+        (0, 0),
+        "{free:?}"
+    );
 }
 
 #[test]
@@ -480,6 +537,9 @@ fn random_run(cpus: u32, threads: u32, calls: u64, seed: u64) -> Vec<Switch> {
                     critical_sections: r % 4 != 0,
                     wakeups: r % 5 != 0,
                     wake_boost_ns: MS,
+                    demote_after_ns: r % 2 * 4 * MS,
+                    max_boost_ns: r % 2 * 50 * MS,
+                    throttle_ns: 50 * MS,
                 },
             ),
             2 | 3 => h.scx_set_view(
