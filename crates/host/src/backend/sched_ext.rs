@@ -83,7 +83,7 @@ impl Default for SchedExtOptions {
         Self {
             slice_ns: 5_000_000,
             extension_ns: 4_000_000,
-            wakeup_preempt_ns: 1_000_000,
+            wakeup_preempt_ns: 0,
             max_threads: 4096,
         }
     }

@@ -59,7 +59,7 @@ const volatile u64 slice_ns = 5000000;
 const volatile u64 extension_ns = 4000000;
 /* A woken unboosted task whose vtime is this much (ns at nice 0) below that
  * of the unboosted task running on its CPU preempts it; 0: never. */
-const volatile u64 wakeup_preempt_ns = 1000000;
+const volatile u64 wakeup_preempt_ns = 0;
 /* The PVSCHED_CS_* flags that earn an extension. */
 const volatile u32 extension_cs = PVSCHED_CS_ALL;
 

@@ -142,8 +142,10 @@ pub struct DaemonConfig {
     pub scx_extension_us: u64,
     /// sched_ext backend: a woken task preempts the fair-class task running
     /// on its CPU when that one's virtual time is ahead of its own by more
-    /// than this, µs at nice 0 (the fair class's wakeup granularity); 0:
-    /// never (a woken task waits for the running one's slice to end).
+    /// than this, µs at nice 0 (the fair class's wakeup granularity, 1000);
+    /// 0 (the default): never, a woken task waits for the running one's
+    /// slice to end. Off by default: in the host VM it sent ~20x the IPIs
+    /// (BENCHMARKS.md, K7).
     pub scx_wakeup_preempt_us: u64,
     /// sched_ext backend: extensions may take at most this share of a vCPU's
     /// time, permille, plus a burst of two extensions.
@@ -214,7 +216,7 @@ impl Default for DaemonConfig {
             backend: BackendChoice::Auto,
             scx_slice_us: 5000,
             scx_extension_us: 4000,
-            scx_wakeup_preempt_us: 1000,
+            scx_wakeup_preempt_us: 0,
             scx_extension_share_permille: 50,
             scx_scan_interval_us: 50_000,
         }

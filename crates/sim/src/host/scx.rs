@@ -107,7 +107,8 @@ pub struct ScxParams {
     /// `extension_ns`: one extension per slice for a vCPU in a critical section; 0: none.
     pub extension_ns: u64,
     /// `wakeup_preempt_ns`: a woken unboosted task preempts the unboosted fair task running
-    /// on its CPU when that one's vtime (as of now) is ahead by more than this; 0: never.
+    /// on its CPU when that one's vtime (as of now) is ahead by more than this; 0 (pvschedd's
+    /// default): never.
     pub wakeup_preempt_ns: u64,
 }
 
@@ -116,7 +117,7 @@ impl Default for ScxParams {
         ScxParams {
             slice_ns: 5_000_000,
             extension_ns: 4_000_000,
-            wakeup_preempt_ns: 1_000_000,
+            wakeup_preempt_ns: 0,
         }
     }
 }

@@ -107,12 +107,15 @@ fn an_unboosted_wakeup_waits_for_the_slice_end() {
 
 #[test]
 fn a_woken_task_far_behind_in_vtime_preempts_the_running_one_unless_turned_off() {
-    for gran in [ScxParams::default().wakeup_preempt_ns, 0] {
-        let mut h = if gran > 0 {
-            scx_host(1)
-        } else {
-            scx_host_without_wakeup_preemption(1)
-        };
+    for gran in [MS, 0] {
+        let mut h = Host::new(HostParams {
+            cpus: 1,
+            scx: Some(ScxParams {
+                wakeup_preempt_ns: gran,
+                ..ScxParams::default()
+            }),
+            ..HostParams::default()
+        });
         let mut out = Vec::new();
         let hog = hog(&mut h, &mut out);
         let w = h.spawn(FAIR, None);
