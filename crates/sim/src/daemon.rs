@@ -174,15 +174,8 @@ impl Daemon {
             extension_ns: c
                 .ext
                 .next(now, done.ext_ns, SCX_EXTENSION_SHARE_PERMILLE, burst),
-            kboost: k.priority,
             kboost_allowed_ns: done.kboost_ns.saturating_add(k.allowance_ns),
-            halt_window_ns: k.halt_window_ns,
-            critical_sections: k.critical_sections,
-            wakeups: k.wakeups,
-            wake_boost_ns: k.wake_boost_ns,
-            demote_after_ns: k.demote_after_ns,
-            max_boost_ns: k.max_boost_ns,
-            throttle_ns: k.throttle_ns,
+            kernel: k,
         }
     }
 

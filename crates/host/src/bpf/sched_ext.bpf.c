@@ -389,14 +389,18 @@ void BPF_STRUCT_OPS(pvs_dispatch, s32 cpu, struct task_struct *prev)
 
 void BPF_STRUCT_OPS(pvs_running, struct task_struct *p)
 {
-	struct pvs_cpu_run *c = cpu_run_of(bpf_get_smp_processor_id());
 	struct pvs_scx_grant *g = grant_of(p);
+	struct pvs_cpu_run *c = NULL;
 	struct pvs_task_run *r;
 	struct pvs_scx_vcpu *v;
 
 	r = bpf_task_storage_get(&task_run, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (r)
 		r->exec_at_run = p->se.sum_exec_runtime;
+	/* Kept only for wakeup preemption (a constant: off, the verifier
+	 * drops this). */
+	if (wakeup_preempt_ns)
+		c = cpu_run_of(bpf_get_smp_processor_id());
 	if (c) {
 		c->vtime = p->scx.dsq_vtime;
 		c->start = bpf_ktime_get_ns();
@@ -527,7 +531,7 @@ static __always_inline void vcpu_stopping(struct task_struct *p,
 void BPF_STRUCT_OPS(pvs_stopping, struct task_struct *p, bool runnable)
 {
 	struct pvs_task_run *r = bpf_task_storage_get(&task_run, p, 0, 0);
-	struct pvs_cpu_run *c = cpu_run_of(bpf_get_smp_processor_id());
+	struct pvs_cpu_run *c = NULL;
 	u64 exec = p->se.sum_exec_runtime, used;
 	struct pvs_scx_vcpu *v = vcpu_of(p);
 	u32 weight = p->scx.weight;
@@ -557,6 +561,8 @@ void BPF_STRUCT_OPS(pvs_stopping, struct task_struct *p, bool runnable)
 	if (!boosted)
 		p->scx.dsq_vtime += used * 100 / (weight ? weight : 100);
 	set_boost_on(bpf_get_smp_processor_id(), 0);
+	if (wakeup_preempt_ns)
+		c = cpu_run_of(bpf_get_smp_processor_id());
 	if (c)
 		c->running = 0;
 }

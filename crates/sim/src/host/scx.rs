@@ -92,6 +92,8 @@
 
 use std::collections::{BTreeSet, VecDeque};
 
+use pvsched_policy::KernelGrant;
+
 use super::rq::{bit, rr_first};
 use super::{weight_of, Class, Cpu, Host, Switch, SwitchOut, ThreadState, Tid};
 
@@ -138,25 +140,17 @@ pub struct ScxGuestView {
     pub rt_switches: u64,
 }
 
-/// What the daemon allows a thread at each scan (`pvs_scx_grant`'s other fields).
+/// What the daemon allows a thread at each scan (`pvs_scx_grant`'s other fields), as
+/// pvschedd's `ScxAllowance` has it: the policy's terms for the scheduler's own boosts
+/// (`KernelGrant`: the priority, the halt window, critical sections, wakeups, the burst
+/// rules; its `allowance_ns` is folded into `kboost_allowed_ns`) and the two totals.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ScxAllowance {
     /// Total extension time allowed since registration (`ext_allowed_ns`).
     pub extension_ns: u64,
-    /// The kernel boost's priority, 0: none (`kboost`).
-    pub kboost: u8,
     /// Total kernel-boosted time allowed (`kboost_allowed_ns`).
     pub kboost_allowed_ns: u64,
-    pub halt_window_ns: u64,
-    /// `PVS_SCX_K_CS`.
-    pub critical_sections: bool,
-    /// `PVS_SCX_K_WAKE`.
-    pub wakeups: bool,
-    pub wake_boost_ns: u64,
-    /// The burst rules (`demote_after_ns`, `max_boost_ns`, `throttle_ns`; 0: none).
-    pub demote_after_ns: u64,
-    pub max_boost_ns: u64,
-    pub throttle_ns: u64,
+    pub kernel: KernelGrant,
 }
 
 /// Why the scheduler boosted a thread itself (`pvs_scx_kreason`).
@@ -426,14 +420,15 @@ impl Host {
             r.wake_boost = false;
             r.cs_preempted = false;
             let a = r.allow;
-            let demoted = a.demote_after_ns > 0 && r.kburst > a.demote_after_ns;
-            let kboost = if demoted { 1 } else { u32::from(a.kboost) };
-            r.enq_demoted = kboost < u32::from(a.kboost);
+            let k = a.kernel;
+            let demoted = k.demote_after_ns > 0 && r.kburst > k.demote_after_ns;
+            let kboost = if demoted { 1 } else { u32::from(k.priority) };
+            r.enq_demoted = kboost < u32::from(k.priority);
             let why = if why != KReason::None && kboost > boost {
                 boost = kboost;
                 r.stats.kboosts += 1;
                 if why == KReason::Wake {
-                    slice = r.allow.wake_boost_ns;
+                    slice = r.allow.kernel.wake_boost_ns;
                 }
                 why
             } else {
@@ -953,11 +948,14 @@ fn kernel_boost(r: &mut Reg, wakeup: bool, now: u64) -> KReason {
         }
     }
     let a = r.allow;
-    if a.kboost == 0 || r.stats.kboost_ns >= a.kboost_allowed_ns || now < r.kthrottled_until {
+    if a.kernel.priority == 0
+        || r.stats.kboost_ns >= a.kboost_allowed_ns
+        || now < r.kthrottled_until
+    {
         return KReason::None;
     }
-    if a.max_boost_ns > 0 && r.kburst > a.max_boost_ns {
-        r.kthrottled_until = now + a.throttle_ns;
+    if a.kernel.max_boost_ns > 0 && r.kburst > a.kernel.max_boost_ns {
+        r.kthrottled_until = now + a.kernel.throttle_ns;
         r.kburst = 0;
         r.stats.kthrottles += 1;
         return KReason::None;
@@ -965,10 +963,10 @@ fn kernel_boost(r: &mut Reg, wakeup: bool, now: u64) -> KReason {
     if r.guest_rt || (wakeup && r.wake_boost) {
         return KReason::Rt;
     }
-    if !wakeup && r.cs_preempted && a.critical_sections {
+    if !wakeup && r.cs_preempted && a.kernel.critical_sections {
         return KReason::Cs;
     }
-    if wakeup && a.wakeups && a.wake_boost_ns > 0 {
+    if wakeup && a.kernel.wakeups && a.kernel.wake_boost_ns > 0 {
         return KReason::Wake;
     }
     KReason::None
@@ -1007,6 +1005,6 @@ fn vcpu_stopping(r: &mut Reg, now: u64, runnable: bool, boosted: bool) {
         r.last_rt = Some(now);
         r.rt_switches = v.rt_switches;
     }
-    let window = r.allow.halt_window_ns;
+    let window = r.allow.kernel.halt_window_ns;
     r.wake_boost = !runnable && window > 0 && r.last_rt.is_some_and(|l| now - l <= window);
 }

@@ -1,6 +1,8 @@
 //! Behaviour tests of the sched_ext model (`scx.rs`): boosts, queues, slices, the kernel-boost
 //! rule, and invariants over random calls.
 
+use pvsched_policy::KernelGrant;
+
 use super::tests::{run_until, FAIR, MS, S};
 use super::*;
 
@@ -36,16 +38,24 @@ fn vcpu(h: &mut Host, allow: ScxAllowance) -> Tid {
 /// burst rules.
 const KBOOST: ScxAllowance = ScxAllowance {
     extension_ns: 0,
-    kboost: 2,
     kboost_allowed_ns: S,
-    halt_window_ns: 100 * MS,
-    critical_sections: true,
-    wakeups: false,
-    wake_boost_ns: 0,
-    demote_after_ns: 0,
-    max_boost_ns: 0,
-    throttle_ns: 0,
+    kernel: KernelGrant {
+        priority: 2,
+        allowance_ns: 0,
+        halt_window_ns: 100 * MS,
+        critical_sections: true,
+        wakeups: false,
+        wake_boost_ns: 0,
+        demote_after_ns: 0,
+        max_boost_ns: 0,
+        throttle_ns: 0,
+    },
 };
+
+/// KBOOST with other kernel terms.
+fn kboost(kernel: KernelGrant) -> ScxAllowance {
+    ScxAllowance { kernel, ..KBOOST }
+}
 
 const RT_WORK: ScxGuestView = ScxGuestView {
     idle: false,
@@ -224,12 +234,12 @@ fn a_run_split_by_an_rt_preemption_is_charged_only_what_it_ran() {
 
 #[test]
 fn a_guest_always_showing_rt_work_is_demoted_so_a_fresh_boost_preempts_it_then_throttled() {
-    let rules = ScxAllowance {
+    let rules = kboost(KernelGrant {
         demote_after_ns: 4 * MS,
         max_boost_ns: 50 * MS,
         throttle_ns: 50 * MS,
-        ..KBOOST
-    };
+        ..KBOOST.kernel
+    });
     // One CPU: a hog, a rogue vCPU that always shows RT work and spins (kernel-boosted at
     // priority 2 from its second slice, turn about with the hog), and a neighbour vCPU the
     // daemon boosts (priority 2) and wakes at 27 ms, while the rogue runs its second boosted
@@ -330,10 +340,10 @@ fn guest_rt_work_shown_at_a_stop_boosts_the_next_enqueue() {
 
 #[test]
 fn no_kernel_boost_at_priority_0_or_with_the_allowance_spent() {
-    let none = ScxAllowance {
-        kboost: 0,
-        ..KBOOST
-    };
+    let none = kboost(KernelGrant {
+        priority: 0,
+        ..KBOOST.kernel
+    });
     let spent = ScxAllowance {
         kboost_allowed_ns: 0,
         ..KBOOST
@@ -351,10 +361,10 @@ fn a_critical_section_at_a_preemption_is_boosted_only_if_the_grant_allows_it() {
         cs: true,
         ..ScxGuestView::default()
     };
-    let no_cs = ScxAllowance {
+    let no_cs = kboost(KernelGrant {
         critical_sections: false,
-        ..KBOOST
-    };
+        ..KBOOST.kernel
+    });
     let (h, v, _, _) = preempted_showing(KBOOST, cs);
     assert_eq!(h.scx_queue_of(v), "local");
     let (h, v, _, _) = preempted_showing(no_cs, cs);
@@ -406,14 +416,14 @@ fn a_halt_within_the_window_of_guest_rt_work_boosts_the_wakeup() {
     assert_eq!(out, vec![sw(3 * MS, 0, hog, SwitchOut::Preempted, v)]);
 
     // No window, or the RT work seen longer ago than the window: it waits.
-    let no_window = ScxAllowance {
+    let no_window = kboost(KernelGrant {
         halt_window_ns: 0,
-        ..KBOOST
-    };
-    let short = ScxAllowance {
+        ..KBOOST.kernel
+    });
+    let short = kboost(KernelGrant {
         halt_window_ns: MS / 2,
-        ..KBOOST
-    };
+        ..KBOOST.kernel
+    });
     assert_eq!(halt_then_wake(no_window, false).0, vec![]);
     assert_eq!(halt_then_wake(short, true).0, vec![]);
     assert_eq!(halt_then_wake(short, false).0.len(), 1);
@@ -534,15 +544,18 @@ fn random_run(cpus: u32, threads: u32, calls: u64, seed: u64) -> Vec<Switch> {
                 t,
                 ScxAllowance {
                     extension_ns: r % 3 * 4 * MS,
-                    kboost: (r % 3) as u8,
                     kboost_allowed_ns: r % 5 * 10 * MS,
-                    halt_window_ns: r % 2 * 100 * MS,
-                    critical_sections: r % 4 != 0,
-                    wakeups: r % 5 != 0,
-                    wake_boost_ns: MS,
-                    demote_after_ns: r % 2 * 4 * MS,
-                    max_boost_ns: r % 2 * 50 * MS,
-                    throttle_ns: 50 * MS,
+                    kernel: KernelGrant {
+                        priority: (r % 3) as u8,
+                        allowance_ns: 0,
+                        halt_window_ns: r % 2 * 100 * MS,
+                        critical_sections: r % 4 != 0,
+                        wakeups: r % 5 != 0,
+                        wake_boost_ns: MS,
+                        demote_after_ns: r % 2 * 4 * MS,
+                        max_boost_ns: r % 2 * 50 * MS,
+                        throttle_ns: 50 * MS,
+                    },
                 },
             ),
             2 | 3 => h.scx_set_view(
