@@ -26,6 +26,21 @@ impl Journal {
         self.note(format!("ERROR: {msg}"));
     }
 
+    /// A guest died during session `tag`: the notes from index `from` on,
+    /// which say how, are folded into one note (first lines), saying that
+    /// the session's measurements were dropped and taken again on `again`.
+    pub fn guest_lost(&mut self, from: usize, tag: &str, again: &str) {
+        let what: Vec<String> = self
+            .notes
+            .drain(from.min(self.notes.len())..)
+            .map(|n| first_line(&n).to_string())
+            .collect();
+        self.note(format!(
+            "guest lost during {tag} (its measurements dropped; measured again on {again}): {}",
+            what.join(" / ")
+        ));
+    }
+
     /// Whether no error was noted.
     pub fn ok(&self) -> bool {
         self.errors == 0

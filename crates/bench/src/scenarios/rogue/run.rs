@@ -144,17 +144,11 @@ fn run_in(
                     bench.sessions.truncate(sessions);
                     bench.journal.errors = errors;
                     guests_lost += 1;
-                    let what: Vec<String> = bench
-                        .journal
-                        .notes
-                        .drain(notes.min(bench.journal.notes.len())..)
-                        .map(|n| first_line(&n).to_string())
-                        .collect();
-                    bench.note(format!(
-                        "guest lost during rep{rep}-{load}-{case} (its measurements dropped; \
-                         measured again on new guests): {}",
-                        what.join(" / ")
-                    ));
+                    bench.journal.guest_lost(
+                        notes,
+                        &format!("rep{rep}-{load}-{case}"),
+                        "new guests",
+                    );
                     if guests_lost > MAX_GUESTS_LOST {
                         bench.error(format!(
                             "a guest stopped answering {guests_lost} times: run aborted"

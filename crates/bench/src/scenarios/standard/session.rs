@@ -489,17 +489,8 @@ impl Bench<'_> {
     /// say how): folds those notes into one, and boots a new guest, as the
     /// first one was, unless `MAX_GUESTS_LOST` are gone already.
     pub(super) fn guest_lost(&mut self, tag: &str, notes: usize) -> Result<()> {
-        let what: Vec<String> = self
-            .journal
-            .notes
-            .drain(notes.min(self.journal.notes.len())..)
-            .map(|n| first_line(&n).to_string())
-            .collect();
+        self.journal.guest_lost(notes, tag, "a new guest");
         self.guests_lost += 1;
-        self.note(format!(
-            "guest lost during {tag} (its measurements dropped; measured again on a new guest): {}",
-            what.join(" / ")
-        ));
         if self.guests_lost > MAX_GUESTS_LOST {
             return Err(BenchError::Tool {
                 what: "the guest".into(),
