@@ -667,8 +667,10 @@ fn allow_every_cpu() {
 
 /// A thread allowed on every CPU, woken while the CPU it last ran on is busy
 /// and another CPU idles, is placed on the idle one by the fair class: with
-/// `quiet_any_idle_wakeups` its waking record says so and is quiet; without
-/// it, or for a thread pinned to the busy CPU, no record says so.
+/// `quiet_any_idle_wakeups` its waking records say so and are quiet; without
+/// it, or for a thread pinned to the busy CPU, almost none do. Not none: the
+/// busy CPU itself can idle for an instant (a CI runner's CPU quota throttles
+/// the spinner), and the last-CPU rule then rightly flags that wakeup.
 #[test]
 fn wakeups_while_another_cpu_idles_are_quiet_only_for_threads_that_can_move() {
     if !can_bpf() || std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
@@ -684,12 +686,15 @@ fn wakeups_while_another_cpu_idles_are_quiet_only_for_threads_that_can_move() {
         });
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let spin_stop = Arc::clone(&stop);
+        let (spinning_tx, spinning_rx) = mpsc::channel();
         let spinner = thread::spawn(move || {
             pin_to(0);
+            spinning_tx.send(()).unwrap();
             while !spin_stop.load(std::sync::atomic::Ordering::Relaxed) {
                 std::hint::spin_loop();
             }
         });
+        spinning_rx.recv().unwrap();
 
         // Act: it sleeps and wakes 40 times, each time last on the busy CPU 0.
         let tid = run_tracked_sleeper(
@@ -709,14 +714,18 @@ fn wakeups_while_another_cpu_idles_are_quiet_only_for_threads_that_can_move() {
         // Assert
         let wakings = wakings_of(&evs, tid);
         assert!(wakings.len() >= 20, "any={any} pinned={pinned}: {evs:?}");
+        assert!(wakings.iter().all(|&(idle, quiet)| !idle || quiet));
+        let flagged = wakings.iter().filter(|&&(idle, _)| idle).count();
         if any && !pinned {
             // CPU 1 idles between the sleeps unless another task takes it.
-            assert!(wakings.iter().any(|&(idle, _)| idle), "{wakings:?}");
-            assert!(wakings.iter().all(|&(idle, quiet)| !idle || quiet));
+            assert!(flagged > 0, "{wakings:?}");
         } else {
+            // Were the any-idle rule applied here, CPU 1's idling would flag
+            // nearly every record.
             assert!(
-                wakings.iter().all(|&(idle, _)| !idle),
-                "any={any} pinned={pinned}: {wakings:?}"
+                flagged * 4 <= wakings.len(),
+                "any={any} pinned={pinned}: {flagged} of {} flagged: {wakings:?}",
+                wakings.len()
             );
         }
         src.untrack(tid);
