@@ -94,6 +94,86 @@ pub fn serve_client(
     Ok(())
 }
 
+/// Receives one message as QEMU's ivshmem device does: the value and the
+/// descriptor attached, if any. The client's side, for tests and the fake VMM.
+pub fn recv(stream: &UnixStream) -> io::Result<(i64, Option<OwnedFd>)> {
+    let mut bytes = [0u8; 8];
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_mut_ptr().cast(),
+        iov_len: 8,
+    };
+    let mut control = [0u64; 8];
+    // SAFETY: a zeroed msghdr is valid; the fields set below point at live
+    // buffers that outlive the recvmsg call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control);
+    // SAFETY: msg is fully initialised; the socket fd is open.
+    let n = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if n != 8 {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("ivshmem message of {n} bytes"),
+        ));
+    }
+    // SAFETY: msg was filled by recvmsg; CMSG_FIRSTHDR returns null or a
+    // header inside `control`.
+    let cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+    // SAFETY: a non-null header from recvmsg with SCM_RIGHTS carries at
+    // least one descriptor, now ours.
+    let fd = (!cmsg.is_null()
+        && unsafe {
+            (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS
+        })
+    .then(|| unsafe {
+        OwnedFd::from_raw_fd(std::ptr::read_unaligned(
+            libc::CMSG_DATA(cmsg).cast::<RawFd>(),
+        ))
+    });
+    Ok((i64::from_le_bytes(bytes), fd))
+}
+
+/// What a client is served ([`serve_client`]), as it receives it.
+pub struct Served {
+    pub id: i64,
+    pub shm: OwnedFd,
+    /// The host peer's vectors.
+    pub host_vectors: Vec<OwnedFd>,
+}
+
+/// The client's side of [`serve_client`] with `vectors` host vectors:
+/// checks the version, the order and that each fd is there.
+pub fn client_handshake(stream: &UnixStream, vectors: usize) -> io::Result<Served> {
+    let bad = |what: String| io::Error::new(io::ErrorKind::InvalidData, what);
+    let (version, _) = recv(stream)?;
+    if version != PROTOCOL_VERSION {
+        return Err(bad(format!("protocol version {version}")));
+    }
+    let (id, _) = recv(stream)?;
+    let (minus_one, shm) = recv(stream)?;
+    let shm = shm
+        .filter(|_| minus_one == -1)
+        .ok_or_else(|| bad(format!("expected -1 and the memory, got {minus_one}")))?;
+    let mut host_vectors = Vec::new();
+    for _ in 0..vectors {
+        let (peer, fd) = recv(stream)?;
+        let fd = fd
+            .filter(|_| peer == i64::from(HOST_PEER))
+            .ok_or_else(|| bad(format!("expected a vector of peer {HOST_PEER}, got {peer}")))?;
+        host_vectors.push(fd);
+    }
+    Ok(Served {
+        id,
+        shm,
+        host_vectors,
+    })
+}
+
 /// A new non-blocking, close-on-exec eventfd.
 pub fn eventfd() -> io::Result<OwnedFd> {
     // SAFETY: eventfd has no memory-safety preconditions.
@@ -204,30 +284,6 @@ mod tests {
     use super::*;
     use std::io::Read;
 
-    /// Receives one message as QEMU's ivshmem device does.
-    fn recv(stream: &UnixStream) -> (i64, Option<OwnedFd>) {
-        let mut bytes = [0u8; 8];
-        let mut iov = libc::iovec {
-            iov_base: bytes.as_mut_ptr().cast(),
-            iov_len: 8,
-        };
-        let mut control = [0u64; 8];
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = std::mem::size_of_val(&control);
-        let n = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut msg, 0) };
-        assert_eq!(n, 8, "{}", io::Error::last_os_error());
-        let cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
-        let fd = (!cmsg.is_null()).then(|| unsafe {
-            OwnedFd::from_raw_fd(std::ptr::read_unaligned(
-                libc::CMSG_DATA(cmsg).cast::<RawFd>(),
-            ))
-        });
-        (i64::from_le_bytes(bytes), fd)
-    }
-
     #[test]
     fn a_client_gets_version_id_region_and_the_host_vector_in_that_order() {
         let (server, client) = UnixStream::pair().unwrap();
@@ -236,23 +292,27 @@ mod tests {
 
         serve_client(&server, region.as_fd(), &[host.as_fd()]).unwrap();
 
-        let (version, no_fd) = recv(&client);
-        assert_eq!((version, no_fd.is_none()), (PROTOCOL_VERSION, true));
-        let (id, no_fd) = recv(&client);
-        assert_eq!((id, no_fd.is_none()), (i64::from(CLIENT_ID), true));
-        let (minus_one, shm) = recv(&client);
-        assert_eq!(minus_one, -1);
+        let served = client_handshake(&client, 1).unwrap();
+        assert_eq!(served.id, i64::from(CLIENT_ID));
         let mut text = String::new();
-        std::fs::File::from(shm.unwrap())
+        std::fs::File::from(served.shm)
             .read_to_string(&mut text)
             .unwrap();
         assert_eq!(text, "region bytes");
-        let (peer, vector) = recv(&client);
-        assert_eq!(peer, i64::from(HOST_PEER));
         // QEMU writes 1 to the vector's eventfd for a doorbell: the host reads it.
-        ring(vector.unwrap().as_fd()).unwrap();
+        ring(served.host_vectors[0].as_fd()).unwrap();
         assert_eq!(drain(host.as_fd()).unwrap(), 1);
         assert_eq!(drain(host.as_fd()).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_client_told_of_no_memory_fails_its_handshake() {
+        let (server, client) = UnixStream::pair().unwrap();
+        send(&server, PROTOCOL_VERSION, None).unwrap();
+        send(&server, i64::from(CLIENT_ID), None).unwrap();
+        send(&server, -1, None).unwrap();
+
+        assert!(client_handshake(&client, 1).is_err());
     }
 
     #[test]

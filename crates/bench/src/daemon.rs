@@ -666,6 +666,7 @@ mod tests {
                 region: "/x".into(),
                 generation: 1,
                 guest_bound: true,
+                doorbell: false,
                 in_debt: false,
                 debt_ms: 0.0,
                 boosts: 0,

@@ -240,6 +240,10 @@ pub struct VmStatus {
     pub region: String,
     pub generation: u64,
     pub guest_bound: bool,
+    /// The guest rings a doorbell when it clears a boost's reason (its
+    /// boosted vCPUs need no recheck timer); false: they are re-read on it.
+    #[serde(default)]
+    pub doorbell: bool,
     /// The VM's boost budget is latched: it spent its budget and gets no boost until
     /// `debt_ms` is earned back.
     pub in_debt: bool,

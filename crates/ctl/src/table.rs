@@ -139,13 +139,18 @@ pub fn render(s: &Status) -> String {
     for vm in &s.vms {
         let _ = writeln!(
             out,
-            "\nVM {}  pid {}  accel {}  region {} (generation {}, guest {})",
+            "\nVM {}  pid {}  accel {}  region {} (generation {}, guest {}, {})",
             vm.name,
             vm.tgid,
             vm.accel,
             vm.region,
             vm.generation,
-            if vm.guest_bound { "bound" } else { "not bound" }
+            if vm.guest_bound { "bound" } else { "not bound" },
+            if vm.doorbell {
+                "doorbell"
+            } else {
+                "recheck timer"
+            }
         );
         let _ = writeln!(
             out,
@@ -229,6 +234,7 @@ mod tests {
             region: "/dev/shm/pvsched-audio".into(),
             generation: 1,
             guest_bound: true,
+            doorbell: false,
             in_debt,
             debt_ms: if in_debt { 250.0 } else { 0.0 },
             boosts: 3,

@@ -315,6 +315,7 @@ impl ControlServer {
                     region: vm.region.path().display().to_string(),
                     generation: vm.generation,
                     guest_bound: header.guest_generation == vm.generation,
+                    doorbell: vm.doorbell,
                     in_debt: stats.in_debt,
                     debt_ms: stats.debt_ns as f64 * 1e-6,
                     boosts: vm.metrics.boosts.get(),

@@ -2,9 +2,11 @@
 //! the eventfd of the host's vector (`pvsched_base::ivshmem`), which the
 //! guest rings when it clears the reason for a boost in force.
 //!
-//! Whoever serves the ivshmem protocol to that QEMU (it must be there when
-//! QEMU starts, and QEMU cannot reconnect to a new server) keeps the eventfd
-//! and hands it to pvschedd at start: `pvschedd --doorbell NAME=FD`. A VM with
+//! pvschedd's own ivshmem server (`crate::ivshmem_server`) hands it the
+//! doorbells of the VMs that connect to its socket. Anyone else who serves
+//! the ivshmem protocol to a QEMU (it must be there when QEMU starts, and
+//! QEMU cannot reconnect to a new server) keeps the eventfd and hands it to
+//! pvschedd at start: `pvschedd --doorbell NAME=FD`. A VM with
 //! a doorbell is offered `F_DOORBELL`, and its boosted vCPUs are not re-read
 //! on the recheck timer: the ring says when to look (the 10 ms scan stays).
 
@@ -91,47 +93,58 @@ pub unsafe fn adopt(args: &[String]) -> Result<Vec<Doorbell>, DoorbellError> {
     Ok(out)
 }
 
-/// Every doorbell pvschedd was given, each registered one-shot in the event
-/// loop's epoll set under a token of its own, so that a ring is handled at
-/// most once per `doorbell_interval_us`: a guest writing its Doorbell
-/// register in a loop wakes the FIFO event thread no more often than that
-/// (by default, as often as the recheck timer the doorbell replaces would).
-/// Sparse rings are re-armed at once, without a timer.
+/// Every doorbell pvschedd has (given at start, or from its ivshmem server
+/// as VMs connect), each registered one-shot in the event loop's epoll set
+/// under a token of its own, so that a ring is handled at most once per
+/// `doorbell_interval_us`: a guest writing its Doorbell register in a loop
+/// wakes the FIFO event thread no more often than that (by default, as often
+/// as the recheck timer the doorbell replaces would). Sparse rings are
+/// re-armed at once, without a timer.
 pub struct Doorbells {
-    bells: Vec<Doorbell>,
-    /// Doorbell `i`'s epoll token is `token_base + i`.
+    /// Doorbell slot `i`'s epoll token is `token_base + i`; a freed slot is
+    /// reused.
+    bells: Vec<Option<Bell>>,
     token_base: u64,
-    /// When each doorbell, disarmed by its last ring, is armed again
-    /// (`u64::MAX`: armed).
-    rearm_at: Vec<u64>,
-    /// When each doorbell's last ring was handled (0: never).
-    last_ring: Vec<u64>,
+}
+
+struct Bell {
+    d: Doorbell,
+    /// When it is armed again after its last ring (`u64::MAX`: armed).
+    rearm_at: u64,
+    /// When its last ring was handled (0: never).
+    last_ring: u64,
 }
 
 impl Doorbells {
     pub fn new(bells: Vec<Doorbell>, token_base: u64) -> Self {
-        let n = bells.len();
         Self {
-            bells,
+            bells: bells
+                .into_iter()
+                .map(|d| {
+                    Some(Bell {
+                        d,
+                        rearm_at: u64::MAX,
+                        last_ring: 0,
+                    })
+                })
+                .collect(),
             token_base,
-            rearm_at: vec![u64::MAX; n],
-            last_ring: vec![0; n],
         }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.bells.is_empty()
+        self.bells.iter().all(Option::is_none)
     }
 
     /// Whether VM `vm` has a doorbell.
     pub fn serves(&self, vm: &str) -> bool {
-        self.bells.iter().any(|d| d.vm == vm)
+        self.bells.iter().flatten().any(|b| b.d.vm == vm)
     }
 
     /// The doorbell an epoll token names.
     pub fn of_token(&self, token: u64) -> Option<usize> {
         let i = usize::try_from(token.checked_sub(self.token_base)?).ok()?;
-        (i < self.bells.len()).then_some(i)
+        self.bells.get(i)?.as_ref().map(|_| i)
     }
 
     fn event(&self, i: usize) -> EpollEvent {
@@ -143,26 +156,64 @@ impl Doorbells {
 
     /// Adds every doorbell to `epoll`, armed.
     pub fn register(&self, epoll: &Epoll) -> nix::Result<()> {
-        for (i, d) in self.bells.iter().enumerate() {
-            epoll.add(d.fd.as_fd(), self.event(i))?;
+        for (i, b) in self.bells.iter().enumerate() {
+            if let Some(b) = b {
+                epoll.add(b.d.fd.as_fd(), self.event(i))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds a doorbell that arrived while serving (a VM that connected to the
+    /// ivshmem server), armed; it replaces one of the same VM.
+    pub fn add(&mut self, epoll: &Epoll, d: Doorbell) -> nix::Result<()> {
+        self.remove(epoll, &d.vm)?;
+        let i = match self.bells.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                self.bells.push(None);
+                self.bells.len() - 1
+            }
+        };
+        epoll.add(d.fd.as_fd(), self.event(i))?;
+        self.bells[i] = Some(Bell {
+            d,
+            rearm_at: u64::MAX,
+            last_ring: 0,
+        });
+        Ok(())
+    }
+
+    /// Drops VM `vm`'s doorbell, if it has one.
+    pub fn remove(&mut self, epoll: &Epoll, vm: &str) -> nix::Result<()> {
+        for slot in &mut self.bells {
+            if slot.as_ref().is_some_and(|b| b.d.vm == vm) {
+                if let Some(b) = slot.take() {
+                    epoll.delete(b.d.fd.as_fd())?;
+                }
+            }
         }
         Ok(())
     }
 
     /// When the next disarmed doorbell is to be armed again.
     pub fn next_rearm(&self) -> Option<u64> {
-        self.rearm_at.iter().min().copied()
+        self.bells.iter().flatten().map(|b| b.rearm_at).min()
     }
 
     /// Arms again, in `epoll`, each doorbell whose pause after a ring is over
     /// at `now`.
     pub fn rearm(&mut self, epoll: &Epoll, now: u64) -> nix::Result<()> {
         for i in 0..self.bells.len() {
-            if self.rearm_at[i] > now {
+            let mut ev = self.event(i);
+            let Some(b) = self.bells[i].as_mut() else {
+                continue;
+            };
+            if b.rearm_at > now {
                 continue;
             }
-            self.rearm_at[i] = u64::MAX;
-            epoll.modify(self.bells[i].fd.as_fd(), &mut self.event(i))?;
+            b.rearm_at = u64::MAX;
+            epoll.modify(b.d.fd.as_fd(), &mut ev)?;
         }
         Ok(())
     }
@@ -180,23 +231,23 @@ impl Doorbells {
         interval_ns: u64,
         metrics: &Metrics,
     ) -> Option<&str> {
-        let d = self.bells.get(i)?;
-        let last = self.last_ring[i];
+        let b = self.bells.get_mut(i)?.as_mut()?;
+        let last = b.last_ring;
         if last != 0 && now < last.saturating_add(interval_ns) {
             metrics.wakeups_doorbell.inc();
-            self.rearm_at[i] = last + interval_ns;
+            b.rearm_at = last + interval_ns;
             return None;
         }
-        self.last_ring[i] = now;
-        self.rearm_at[i] = if last == 0 || now - last >= 2 * interval_ns {
+        b.last_ring = now;
+        b.rearm_at = if last == 0 || now - last >= 2 * interval_ns {
             now
         } else {
             now + interval_ns
         };
-        let rings = match ivshmem::drain(d.fd.as_fd()) {
+        let rings = match ivshmem::drain(b.d.fd.as_fd()) {
             Ok(n) => n,
             Err(e) => {
-                warn!(vm = %d.vm, error = %e, "doorbell read failed");
+                warn!(vm = %b.d.vm, error = %e, "doorbell read failed");
                 0
             }
         };
@@ -205,7 +256,7 @@ impl Doorbells {
         }
         metrics.wakeups_doorbell.inc();
         metrics.doorbell_rings.inc_by(rings);
-        Some(&d.vm)
+        Some(&b.d.vm)
     }
 }
 

@@ -4,6 +4,8 @@
 pub enum DaemonError {
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    #[error(transparent)]
+    IvshmemServer(#[from] crate::ivshmem_server::ServerError),
     #[error("{op}: {source}")]
     Os {
         op: &'static str,

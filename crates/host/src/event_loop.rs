@@ -30,6 +30,7 @@ use crate::error::os;
 pub use crate::error::DaemonError;
 use crate::events::{EventSource, HostEvent};
 use crate::feed::{rivals_of, HostEventMeaning};
+use crate::ivshmem_server::{self, PeerHandoff, SocketVms};
 use crate::kvm_apply::HaltPollApply;
 use crate::metrics::Metrics;
 pub use crate::signals::{block_stop_signals, STOP_SIGNALS};
@@ -86,27 +87,58 @@ pub struct Daemon {
     stop: Arc<AtomicBool>,
 }
 
+/// What a starting daemon takes over: from a predecessor, the threads it
+/// left changed that could not be restored yet and the VMs it served through
+/// the ivshmem socket; the doorbells it was given (`--doorbell`) or took
+/// back from those VMs.
+pub struct TakenOver {
+    pub state: statefile::Restored,
+    pub doorbells: Vec<Doorbell>,
+    pub socket_peers: Vec<PeerHandoff>,
+}
+
 impl Daemon {
-    /// Starts the discovery and control threads; serving starts with
-    /// [`Daemon::run`]. `leftover`: threads a predecessor left changed that
-    /// could not be restored yet.
+    /// Starts the ivshmem server and the discovery and control threads;
+    /// serving starts with [`Daemon::run`].
     pub fn new(
         cfg: Resolved,
         source: EventSource,
         metrics: Arc<Metrics>,
-        recovered: statefile::Restored,
-        doorbells: Vec<Doorbell>,
+        taken: TakenOver,
         scx: Option<SchedExt>,
         backend: BackendState,
     ) -> Result<Self, DaemonError> {
         let d = &cfg.config.daemon;
+        let TakenOver {
+            state: recovered,
+            doorbells,
+            socket_peers,
+        } = taken;
         let state = StateKeeper::new(d.state_file.clone(), recovered.left);
         let halt_poll = HaltPollApply::new(d.kvm_params_dir.clone(), recovered.kvm_halt_poll);
         let (disc_tx, disc_rx) = mpsc::channel();
         let (open_tx, open_rx) = mpsc::channel();
         let disc_fd = Arc::new(EventFd::from_flags(EfdFlags::EFD_NONBLOCK).map_err(os("eventfd"))?);
         let stop = Arc::new(AtomicBool::new(false));
-        discovery::spawn(cfg.clone(), disc_tx, open_rx, disc_fd.clone(), stop.clone())?;
+        let socket_vms = SocketVms::default();
+        if cfg.config.ivshmem_server.enabled {
+            ivshmem_server::spawn(
+                &cfg,
+                socket_peers,
+                socket_vms.clone(),
+                disc_tx.clone(),
+                disc_fd.clone(),
+                stop.clone(),
+            )?;
+        }
+        discovery::spawn(
+            cfg.clone(),
+            socket_vms,
+            disc_tx,
+            open_rx,
+            disc_fd.clone(),
+            stop.clone(),
+        )?;
         let control = ControlServer::start(d.control_socket.clone(), stop.clone())?;
         Ok(Self {
             boost_mapping: actuator::BoostMapping::of(d),
@@ -214,6 +246,12 @@ impl Daemon {
                                 DiscoveryMsg::Snapshot(snapshot) => self.on_discovery(snapshot),
                                 DiscoveryMsg::Opened { name, id, result } => {
                                     self.on_opened(name, id, result)
+                                }
+                                DiscoveryMsg::Doorbell(d) => {
+                                    self.doorbells.add(&epoll, d).map_err(os("epoll_ctl"))?;
+                                }
+                                DiscoveryMsg::DoorbellGone(vm) => {
+                                    self.on_doorbell_gone(&epoll, &vm)?
                                 }
                             }
                         }
@@ -480,6 +518,18 @@ impl Daemon {
                 }
             }
         }
+    }
+
+    /// The doorbell of VM `vm` is gone (its QEMU left the ivshmem socket):
+    /// while the VM is still served, its boosted vCPUs are re-read on the
+    /// recheck timer again.
+    fn on_doorbell_gone(&mut self, epoll: &Epoll, vm: &str) -> Result<(), DaemonError> {
+        self.doorbells.remove(epoll, vm).map_err(os("epoll_ctl"))?;
+        if let Some(served) = self.vms.iter_mut().find(|v| v.name == vm) {
+            served.doorbell = false;
+        }
+        self.update_recheck(monotonic_ns());
+        Ok(())
     }
 
     fn update_recheck(&mut self, now: u64) {

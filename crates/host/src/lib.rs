@@ -1,6 +1,6 @@
 //! pvschedd internals, one responsibility a module: configuration,
-//! discovery, the served VMs, event sources, the event loop, the actuator,
-//! the state file, metrics and the control socket. The decisions themselves
+//! discovery, the ivshmem server, the served VMs, event sources, the event
+//! loop, the actuator, the state file, metrics and the control socket. The decisions themselves
 //! come from `pvsched-policy`; this crate is the mechanism around it.
 
 pub mod actuator;
@@ -15,6 +15,7 @@ pub mod events;
 pub mod feed;
 pub mod found;
 pub mod idle_report;
+pub mod ivshmem_server;
 pub mod kvm_apply;
 pub mod managed;
 pub mod metrics;

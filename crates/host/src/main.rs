@@ -8,7 +8,7 @@ use clap::Parser;
 use pvsched_base::caps::{self, Capability};
 use pvsched_host::backend;
 use pvsched_host::config::{Config, DaemonConfig, EventSourceKind, DEFAULT_CONFIG_PATH};
-use pvsched_host::event_loop::{block_stop_signals, Daemon};
+use pvsched_host::event_loop::{block_stop_signals, Daemon, TakenOver};
 use pvsched_host::events::EventSource;
 use pvsched_host::metrics::{self, Metrics};
 use pvsched_host::statefile;
@@ -126,7 +126,7 @@ fn main() -> ExitCode {
 
 fn run(
     resolved: pvsched_host::config::Resolved,
-    doorbells: Vec<pvsched_host::doorbell::Doorbell>,
+    given_doorbells: Vec<pvsched_host::doorbell::Doorbell>,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let d = resolved.config.daemon.clone();
     // Block the stop signals before any thread exists, so that every thread
@@ -157,6 +157,11 @@ fn run(
             d.fair_boost_nice
         );
     }
+    // VMs an earlier pvschedd served through the ivshmem socket, and their
+    // doorbells taken back from QEMU (pidfd_getfd needs CAP_SYS_PTRACE,
+    // dropped below).
+    let (mut doorbells, socket_peers) = pvsched_host::ivshmem_server::recover(&resolved).split();
+    doorbells.extend(given_doorbells);
     let source = EventSource::open(&d.source_options())?;
     info!(source = source.name(), "event source");
     // The scheduler loads while the daemon still has CAP_BPF/CAP_SYS_ADMIN.
@@ -173,7 +178,16 @@ fn run(
     metrics::serve(&d.metrics, metrics.clone())
         .map_err(|e| format!("metrics {}: {e}", d.metrics))?;
     let daemon = Daemon::new(
-        resolved, source, metrics, recovered, doorbells, scx, backend,
+        resolved,
+        source,
+        metrics,
+        TakenOver {
+            state: recovered,
+            doorbells,
+            socket_peers,
+        },
+        scx,
+        backend,
     )?;
     // Only the event thread runs RT: the helper threads were spawned above
     // and keep the default policy.

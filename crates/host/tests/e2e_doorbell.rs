@@ -2,7 +2,8 @@
 //! `ivshmem-doorbell` device served by the test (`pvsched_vmtest`), the real
 //! pvsched.ko ringing it, and the real pvschedd holding the host vector's
 //! eventfd (`--doorbell`). With the recheck timer and the scan slowed to one
-//! second, only the ring can make the unboost prompt.
+//! second, only the ring can make the unboost prompt. And a QEMU started by
+//! hand on pvschedd's own ivshmem socket, served with no argument at all.
 
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
@@ -11,7 +12,7 @@ use pvsched_abi::{F_DOORBELL, POLICY_FIFO};
 use pvsched_base::sched::ThreadParams;
 use pvsched_control::{Request, Response};
 use pvsched_host::discovery::threads_by_name;
-use pvsched_vmtest::{wait_until, GuestImage, ImageConfig, Vm, VmConfig};
+use pvsched_vmtest::{wait_until, GuestImage, ImageConfig, RegionSetup, Vm, VmConfig};
 use support::{params, tempdir, Daemon, RtObserver};
 
 mod support;
@@ -218,4 +219,51 @@ fn a_doorbell_rung_in_a_loop_wakes_the_daemon_at_most_once_per_doorbell_interval
         rings >= 10.0 * woke,
         "{rings} rings read for {woke} wakeups"
     );
+}
+
+/// A QEMU started by hand with its `ivshmem-doorbell` device on pvschedd's
+/// socket (`-chardev socket,path=.../ivshmem.sock`) is served with the
+/// doorbell through pvschedd's own ivshmem server: no region file, no
+/// `[[vm]]` entry, no QMP, no `--doorbell`. The real module binds to the
+/// region pvschedd handed QEMU, and its rings reach pvschedd.
+#[test]
+fn a_hand_started_qemu_on_pvschedds_socket_is_served_with_the_doorbell() {
+    let dir = tempdir("doorbell-socket");
+    let d = Daemon::start(
+        &dir,
+        "recheck_boosted_us = 1_000_000\nscan_interval_us = 1_000_000\n\
+         discovery_interval_ms = 200\n[defaults]\ndemote_after_ns = 1_000_000_000\n\
+         [discovery]\nauto = false\n",
+    );
+    let image = GuestImage::build(&ImageConfig::default())
+        .expect("guest image (make test installs the kernel, QEMU and busybox)");
+    let mut cfg = VmConfig::new(image).smp(2);
+    cfg.region = RegionSetup::IvshmemServer(dir.join("ivshmem.sock"));
+    let vm = Vm::boot(cfg).expect("boot a guest on pvschedd's ivshmem socket");
+    let (rc, out) = vm.insmod("").expect("insmod");
+    assert_eq!(rc, 0, "insmod: {out}");
+
+    d.wait_serving(vm.name(), 2);
+    let bound = wait_until(Duration::from_secs(20), Duration::from_millis(100), || {
+        d.status()
+            .vms
+            .into_iter()
+            .find(|v| v.name == vm.name() && v.guest_bound)
+    })
+    .unwrap_or_else(|| panic!("the guest never bound to the region; log:\n{}", d.log()));
+    assert!(bound.doorbell, "{bound:?}");
+    assert_eq!(bound.tgid, vm.qemu_pid() as i32);
+    let rings_before = guest_rings(&vm);
+
+    // Act: a guest task on vCPU 1 alternates FIFO 42 and SCHED_OTHER.
+    let task = vm.spawn("rttoggle 1 42 30 8").unwrap();
+    vm.wait_gone(task.pid, Duration::from_secs(30)).unwrap();
+
+    // Assert: the guest rang the doorbell pvschedd served, and pvschedd
+    // read the rings from the eventfd it handed QEMU.
+    let guest = guest_rings(&vm).saturating_sub(rings_before);
+    let rings = metric(&d, "pvsched_doorbell_rings_total");
+    eprintln!("rings: guest {guest}, daemon {rings}");
+    assert!(guest >= 1, "the guest never rang");
+    assert!(rings >= 1.0, "the daemon read no ring:\n{}", d.log());
 }

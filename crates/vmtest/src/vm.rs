@@ -62,6 +62,9 @@ pub enum RegionSetup {
     /// An existing file (e.g. one pvschedd created), sized for the VM's vCPUs
     /// (`smp`); never removed by the VM.
     Existing(PathBuf),
+    /// An `ivshmem-doorbell` device whose region and doorbell come from the
+    /// ivshmem server at this socket (pvschedd's): nothing local.
+    IvshmemServer(PathBuf),
 }
 
 /// Everything [`Vm::boot`] needs.
@@ -396,7 +399,7 @@ fn prepare_region(
     smp: u32,
 ) -> Result<Option<(PathBuf, RegionFile)>> {
     match setup {
-        RegionSetup::None => Ok(None),
+        RegionSetup::None | RegionSetup::IvshmemServer(_) => Ok(None),
         RegionSetup::Fresh {
             slot_count,
             host_features,
@@ -468,6 +471,11 @@ impl Vm {
             .arg("-qmp")
             .arg(format!("unix:{},server=on,wait=off", qmp_path.display()));
         let mut doorbell = None;
+        if let RegionSetup::IvshmemServer(socket) = &cfg.region {
+            cmd.arg("-chardev")
+                .arg(format!("socket,id=pvsdb,path={}", socket.display()))
+                .args(["-device", "ivshmem-doorbell,chardev=pvsdb,vectors=1"]);
+        }
         match &region {
             Some((path, _)) if cfg.doorbell => {
                 let server = match DoorbellServer::start(&dir, path, cfg.boot_timeout) {

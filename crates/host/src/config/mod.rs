@@ -303,6 +303,64 @@ impl LibvirtConfig {
     }
 }
 
+/// pvschedd as the ivshmem server of `ivshmem-doorbell` devices: a QEMU that
+/// connects (`-chardev socket,path=SOCKET` + `-device ivshmem-doorbell`, or
+/// libvirt's `<shmem><model type='ivshmem-doorbell'/><server path=.../>`)
+/// gets its region and the doorbell from pvschedd, which knows the VMM by
+/// the connection (`crates/host/src/ivshmem_server.rs`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IvshmemServerConfig {
+    /// Listen for QEMU on `socket`.
+    pub enabled: bool,
+    /// The socket QEMU connects to; empty: `ivshmem.sock` beside
+    /// `[daemon] control_socket` (`/run/pvsched/ivshmem.sock`).
+    pub socket: PathBuf,
+    /// Where the regions of VMs served this way and their peer records are
+    /// kept (root's, mode 0700); empty: `ivshmem/` beside the control socket.
+    pub dir: PathBuf,
+    /// Most VMs served through the socket at once; further connections are
+    /// refused (and logged).
+    pub max_vms: u32,
+}
+
+impl Default for IvshmemServerConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            socket: PathBuf::new(),
+            dir: PathBuf::new(),
+            max_vms: 64,
+        }
+    }
+}
+
+impl IvshmemServerConfig {
+    /// The socket path, defaulted beside `control_socket`.
+    pub fn socket_path(&self, control_socket: &Path) -> PathBuf {
+        if self.socket.as_os_str().is_empty() {
+            beside(control_socket, "ivshmem.sock")
+        } else {
+            self.socket.clone()
+        }
+    }
+
+    /// The directory of regions and peer records, defaulted beside
+    /// `control_socket`.
+    pub fn dir_path(&self, control_socket: &Path) -> PathBuf {
+        if self.dir.as_os_str().is_empty() {
+            beside(control_socket, "ivshmem")
+        } else {
+            self.dir.clone()
+        }
+    }
+}
+
+/// `name` in the directory of `path`.
+fn beside(path: &Path, name: &str) -> PathBuf {
+    path.parent().unwrap_or(Path::new("/")).join(name)
+}
+
 /// A user or group in the configuration: a name, resolved on this host when
 /// the configuration is loaded, or a numeric id (also as a string of digits).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -418,6 +476,7 @@ pub struct Config {
     pub daemon: DaemonConfig,
     pub discovery: DiscoveryConfig,
     pub libvirt: LibvirtConfig,
+    pub ivshmem_server: IvshmemServerConfig,
     /// Limits every VM starts from.
     pub defaults: LimitsConfig,
     #[serde(rename = "vm")]
@@ -668,6 +727,25 @@ mod tests {
         assert_eq!(r.config.daemon, DaemonConfig::default());
         assert_eq!(r.config.discovery, DiscoveryConfig::default());
         assert_eq!(r.config.libvirt, LibvirtConfig::default());
+        assert_eq!(r.config.ivshmem_server, IvshmemServerConfig::default());
+    }
+
+    #[test]
+    fn the_ivshmem_socket_and_dir_default_beside_the_control_socket() {
+        let d = IvshmemServerConfig::default();
+        let set = Config::parse(
+            "[ivshmem_server]\nsocket = \"/s/q.sock\"\ndir = \"/s/r\"\n",
+            "t.toml",
+        )
+        .unwrap()
+        .config
+        .ivshmem_server;
+        let control = Path::new("/run/x/control.sock");
+
+        assert_eq!(d.socket_path(control), Path::new("/run/x/ivshmem.sock"));
+        assert_eq!(d.dir_path(control), Path::new("/run/x/ivshmem"));
+        assert_eq!(set.socket_path(control), Path::new("/s/q.sock"));
+        assert_eq!(set.dir_path(control), Path::new("/s/r"));
     }
 
     #[test]

@@ -100,8 +100,8 @@ impl LibvirtError {
 }
 
 /// Parses a libvirt QEMU status file: `None` if the domain does not carry a
-/// `<shmem>` whose name starts with `prefix` (ivshmem-plain or
-/// ivshmem-doorbell), or is not running.
+/// `<shmem>` whose name starts with `prefix` (ivshmem-plain, or
+/// ivshmem-doorbell without a `<server>`), or is not running.
 pub fn parse_status(text: &str, prefix: &str) -> Result<Option<Domain>, String> {
     let doc = roxmltree::Document::parse(text).map_err(|e| e.to_string())?;
     let root = doc.root_element();
@@ -120,8 +120,12 @@ pub fn parse_status(text: &str, prefix: &str) -> Result<Option<Domain>, String> 
             .filter(|d| d.is_element() && d.tag_name().name() == "shmem")
             .find(|d| {
                 let model = child(*d, "model").and_then(|m| m.attribute("type"));
+                // A doorbell device with a <server> takes its memory from
+                // that server, not a file: pvschedd's own ivshmem server
+                // serves it (crate::ivshmem_server).
                 d.attribute("name").is_some_and(|n| n.starts_with(prefix))
                     && matches!(model, Some("ivshmem-plain" | "ivshmem-doorbell"))
+                    && child(*d, "server").is_none()
             })
             .and_then(|d| d.attribute("name"))
     });
@@ -376,6 +380,21 @@ mod tests {
 
         assert_eq!(parse_status(&without, "pvsched-").unwrap(), None);
         assert_eq!(parse_status(&wrong_model, "pvsched-").unwrap(), None);
+    }
+
+    #[test]
+    fn a_doorbell_device_with_a_server_is_left_to_the_ivshmem_server() {
+        let served = RUNNING.replace(
+            "<model type='ivshmem-plain'/>",
+            "<model type='ivshmem-doorbell'/><server path='/run/pvsched/ivshmem.sock'/>",
+        );
+        let without_server = RUNNING.replace(
+            "<model type='ivshmem-plain'/>",
+            "<model type='ivshmem-doorbell'/>",
+        );
+
+        assert_eq!(parse_status(&served, "pvsched-").unwrap(), None);
+        assert!(parse_status(&without_server, "pvsched-").unwrap().is_some());
     }
 
     #[test]

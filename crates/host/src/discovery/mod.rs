@@ -30,7 +30,9 @@ use tracing::{debug, info};
 use pvsched_policy::{serving, VmLimits};
 
 use crate::config::{Allowed, Resolved};
+use crate::doorbell::Doorbell;
 use crate::found::Found;
+use crate::ivshmem_server::SocketVms;
 use crate::metrics::VmMetrics;
 use crate::vm::ServedVm;
 use vmm::{mappers, vmm_among};
@@ -92,6 +94,11 @@ pub enum DiscoveryMsg {
         id: u32,
         result: Result<Box<ServedVm>, String>,
     },
+    /// The ivshmem server serves a new VM: its doorbell, sent before
+    /// discovery lists the VM, so that it is opened with it.
+    Doorbell(Doorbell),
+    /// A VM served through the ivshmem socket ended: its doorbell goes.
+    DoorbellGone(String),
 }
 
 /// Opens a VM and checks again, on what is now held, what discovery checked
@@ -123,6 +130,7 @@ fn open_vm(req: OpenRequest, allowed: &Allowed) -> Result<Box<ServedVm>, String>
 /// asks for (`open`) and sends each back. Each message signals `wake`.
 pub fn spawn(
     cfg: Resolved,
+    socket_vms: SocketVms,
     tx: Sender<DiscoveryMsg>,
     open: Receiver<DiscoveryRequest>,
     wake: Arc<EventFd>,
@@ -167,7 +175,7 @@ pub fn spawn(
                     }
                 } else if Instant::now() >= next_round {
                     next_round = Instant::now() + interval;
-                    let found = discover_once(&cfg, &mut notes);
+                    let found = discover_once(&cfg, &socket_vms, &mut notes);
                     let limit = cfg.config.daemon.overload_cpu_pressure_percent;
                     let overloaded =
                         cpu_pressure_some_avg10().is_some_and(|p| serving::overloaded(p, limit));
@@ -243,7 +251,7 @@ struct ByRegion {
     file: FileId,
 }
 
-fn discover_once(cfg: &Resolved, notes: &mut Notes) -> Vec<Found> {
+fn discover_once(cfg: &Resolved, socket_vms: &SocketVms, notes: &mut Notes) -> Vec<Found> {
     let c = &cfg.config;
     let allowed = &cfg.allowed;
     let mut found = Vec::new();
@@ -293,6 +301,27 @@ fn discover_once(cfg: &Resolved, notes: &mut Notes) -> Vec<Found> {
                 threads,
             }),
             Err(e) => notes.note(&vm.name, &e, true),
+        }
+    }
+    // VMs served through the ivshmem socket: their process is the
+    // connection's peer, their region the server's; only the threads are
+    // looked for (by name: QEMU's -name debug-threads=on).
+    let served: Vec<(String, crate::ivshmem_server::SocketVm)> = socket_vms
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|(n, v)| (n.clone(), v.clone()))
+        .collect();
+    for (name, vm) in served {
+        match check_vmm(vm.pid, allowed).and_then(|()| threads_by_name(vm.pid)) {
+            Ok(threads) => found.push(Found {
+                name,
+                cfg_index: None,
+                region: vm.region,
+                region_mode: 0o600,
+                threads,
+            }),
+            Err(e) => notes.note(&name, &e, true),
         }
     }
     // libvirt's domains before auto discovery, which would otherwise find

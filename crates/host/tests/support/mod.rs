@@ -330,6 +330,21 @@ pub struct FakeVmmConfig {
     pub user: Option<(u32, u32)>,
     /// Programs to run it under, e.g. `["timeout", "120"]`.
     pub wrapper: Vec<String>,
+    /// Take the region and doorbell from an ivshmem server instead.
+    pub ivshmem: Option<IvshmemClient>,
+}
+
+/// A fake VMM's connection to an ivshmem server (`--ivshmem-server`).
+#[derive(Clone, Debug, Default)]
+pub struct IvshmemClient {
+    pub socket: PathBuf,
+    /// `-name NAME` on its command line, as QEMU's.
+    pub name: Option<String>,
+    pub ring_every_ms: Option<u64>,
+    /// Write to the socket after the handshake (QEMU never does).
+    pub garbage: bool,
+    /// Connect and never read.
+    pub no_read: bool,
 }
 
 impl FakeVmmConfig {
@@ -348,7 +363,20 @@ impl FakeVmmConfig {
             qmp_tids: None,
             user: None,
             wrapper: Vec::new(),
+            ivshmem: None,
         }
+    }
+
+    /// A fake VMM that takes its region from the ivshmem server at `socket`
+    /// and calls itself `name` (QEMU's `-name`).
+    pub fn ivshmem(socket: &Path, name: &str) -> Self {
+        let mut c = Self::new(Path::new(""));
+        c.ivshmem = Some(IvshmemClient {
+            socket: socket.to_path_buf(),
+            name: Some(name.to_string()),
+            ..IvshmemClient::default()
+        });
+        c
     }
 }
 
@@ -432,6 +460,12 @@ fn bin_for_anyone(name: &str) -> PathBuf {
 
 impl FakeVmm {
     pub fn spawn(cfg: &FakeVmmConfig) -> Self {
+        Self::try_spawn(cfg).unwrap_or_else(|line| panic!("fake VMM said {line:?}"))
+    }
+
+    /// Starts a fake VMM; `Err(its first line)` when it did not get ready
+    /// (an ivshmem server refused it: `ivshmem-refused WHY`).
+    pub fn try_spawn(cfg: &FakeVmmConfig) -> Result<Self, String> {
         let as_another_user = cfg.user.is_some() || !cfg.wrapper.is_empty();
         let bin = if as_another_user {
             bin_for_anyone("pvsched-fake-vmm")
@@ -446,8 +480,25 @@ impl FakeVmm {
             }
             None => Command::new(&bin),
         };
-        cmd.arg(format!("mem-path={}", cfg.region.display()))
-            .arg("--vcpus")
+        if !cfg.region.as_os_str().is_empty() {
+            cmd.arg(format!("mem-path={}", cfg.region.display()));
+        }
+        if let Some(i) = &cfg.ivshmem {
+            cmd.arg("--ivshmem-server").arg(&i.socket);
+            if let Some(n) = &i.name {
+                cmd.args(["-name", &format!("{n},debug-threads=on")]);
+            }
+            if let Some(ms) = i.ring_every_ms {
+                cmd.args(["--ring-every-ms", &ms.to_string()]);
+            }
+            if i.garbage {
+                cmd.arg("--ivshmem-garbage");
+            }
+            if i.no_read {
+                cmd.arg("--ivshmem-no-read");
+            }
+        }
+        cmd.arg("--vcpus")
             .arg(cfg.vcpus.to_string())
             .arg("--name-format")
             .arg(&cfg.name_format);
@@ -500,10 +551,15 @@ impl FakeVmm {
             .read_line(&mut line)
             .expect("fake VMM ready line");
         let mut words = line.split_whitespace();
-        assert_eq!(words.next(), Some("ready"), "fake VMM said {line:?}");
+        if words.next() != Some("ready") {
+            // SAFETY: kill(2) of our own child, not yet reaped.
+            unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+            let _ = child.wait();
+            return Err(line);
+        }
         let pid = words.next().and_then(|p| p.parse().ok()).expect("pid");
         let tids = words.filter_map(|t| t.parse().ok()).collect();
-        FakeVmm { child, pid, tids }
+        Ok(FakeVmm { child, pid, tids })
     }
 
     /// The process we started (a wrapper, or the VMM itself).

@@ -10,7 +10,17 @@
 //!                  [--guest-rt-bursts] [--spin]
 //!                  [--no-map] [--qmp PATH]
 //!                  [--qmp-tids TID,TID,...] [--seconds S]
+//! pvsched-fake-vmm --ivshmem-server SOCKET [-name NAME] [--ring-every-ms MS]
+//!                  [--ivshmem-garbage] [--ivshmem-no-read] [other options]
 //! ```
+//!
+//! With `--ivshmem-server` it connects to that socket as QEMU's
+//! `ivshmem-doorbell` does, takes its region and the host's doorbell from
+//! the handshake, and rings the doorbell every `--ring-every-ms`;
+//! `--ivshmem-garbage` then writes to the socket (QEMU never does),
+//! `--ivshmem-no-read` connects and never reads. `-name` is QEMU's
+//! spelling, read by the server from the command line. A handshake that
+//! fails prints `ivshmem-refused WHY` instead of `ready` and exits 3.
 //!
 //! Prints `ready PID TID0 TID1 ...` on stdout once its threads run (and its
 //! QMP socket listens), then runs until killed or `--seconds` pass. It maps
@@ -19,7 +29,8 @@
 //! region path in its command line (`mem-path=PATH`), as a wrapper would.
 
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixListener;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -28,6 +39,7 @@ use std::time::{Duration, Instant};
 use pvsched_abi::{
     GuestHalf, GF_ACTIVE, GF_IDLE, PENDING_POLICY_SHIFT, PENDING_VALID, POLICY_FIFO,
 };
+use pvsched_base::ivshmem;
 use pvsched_base::region_file::RegionFile;
 use pvsched_base::thread::gettid;
 
@@ -49,6 +61,10 @@ struct Args {
     qmp: Option<PathBuf>,
     qmp_tids: Option<Vec<i64>>,
     seconds: Option<f64>,
+    ivshmem_server: Option<PathBuf>,
+    ring_every_ms: Option<u64>,
+    ivshmem_garbage: bool,
+    ivshmem_no_read: bool,
 }
 
 fn usage(msg: &str) -> ! {
@@ -70,6 +86,10 @@ fn parse_args() -> Args {
         qmp: None,
         qmp_tids: None,
         seconds: None,
+        ivshmem_server: None,
+        ring_every_ms: None,
+        ivshmem_garbage: false,
+        ivshmem_no_read: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -115,11 +135,23 @@ fn parse_args() -> Args {
             "--seconds" => {
                 a.seconds = Some(value().parse().unwrap_or_else(|_| usage("--seconds S")))
             }
+            "--ivshmem-server" => a.ivshmem_server = Some(PathBuf::from(value())),
+            "--ring-every-ms" => {
+                a.ring_every_ms = Some(
+                    value()
+                        .parse()
+                        .unwrap_or_else(|_| usage("--ring-every-ms MS")),
+                )
+            }
+            "--ivshmem-garbage" => a.ivshmem_garbage = true,
+            "--ivshmem-no-read" => a.ivshmem_no_read = true,
+            // QEMU's VM name: only read from the command line by a server.
+            "-name" => drop(value()),
             other => usage(&format!("unknown argument {other}")),
         }
     }
-    if a.region.as_os_str().is_empty() {
-        usage("--region PATH is required");
+    if a.region.as_os_str().is_empty() && a.ivshmem_server.is_none() {
+        usage("--region PATH or --ivshmem-server SOCKET is required");
     }
     a
 }
@@ -174,8 +206,76 @@ fn serve_qmp(path: PathBuf, tids: Vec<i64>) {
     });
 }
 
+/// Connects to an ivshmem server as QEMU's ivshmem-doorbell does; returns
+/// the connection (held while the VMM runs), the region's path through our
+/// descriptor of it, and the host's doorbell. Exits 3 if it is refused.
+fn connect_ivshmem(args: &Args) -> Option<(UnixStream, PathBuf, OwnedFd, OwnedFd)> {
+    let path = args.ivshmem_server.as_ref()?;
+    let refused = |why: String| -> ! {
+        println!("ivshmem-refused {why}");
+        let _ = std::io::stdout().flush();
+        std::process::exit(3)
+    };
+    let conn = UnixStream::connect(path)
+        .unwrap_or_else(|e| refused(format!("connect {}: {e}", path.display())));
+    if args.ivshmem_no_read {
+        return Some((
+            conn,
+            PathBuf::new(),
+            ivshmem_placeholder(),
+            ivshmem_placeholder(),
+        ));
+    }
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut served =
+        ivshmem::client_handshake(&conn, 1).unwrap_or_else(|e| refused(format!("handshake: {e}")));
+    if served.id != i64::from(ivshmem::CLIENT_ID) {
+        refused(format!("client id {}", served.id));
+    }
+    let len = std::fs::File::from(
+        served
+            .shm
+            .try_clone()
+            .unwrap_or_else(|e| refused(e.to_string())),
+    )
+    .metadata()
+    .map(|m| m.len())
+    .unwrap_or(0);
+    if !len.is_power_of_two() {
+        refused(format!("region of {len} bytes: not a power of two"));
+    }
+    let region = PathBuf::from(format!("/proc/self/fd/{}", served.shm.as_raw_fd()));
+    let bell = served.host_vectors.remove(0);
+    if args.ivshmem_garbage {
+        let _ = (&conn).write_all(b"not the ivshmem protocol");
+    }
+    Some((conn, region, served.shm, bell))
+}
+
+/// A descriptor to hold where a connection that never reads has none.
+fn ivshmem_placeholder() -> OwnedFd {
+    ivshmem::eventfd().unwrap_or_else(|e| usage(&format!("eventfd: {e}")))
+}
+
 fn main() {
-    let args = parse_args();
+    let mut args = parse_args();
+    let served = connect_ivshmem(&args);
+    if let Some((_, path, _, bell)) = &served {
+        if !args.ivshmem_no_read {
+            args.region = path.clone();
+        } else {
+            args.no_map = true;
+        }
+        if let Some(ms) = args.ring_every_ms.filter(|_| !args.ivshmem_no_read) {
+            let bell = bell
+                .try_clone()
+                .unwrap_or_else(|e| usage(&format!("dup: {e}")));
+            std::thread::spawn(move || loop {
+                std::thread::sleep(Duration::from_millis(ms));
+                let _ = ivshmem::ring(bell.as_fd());
+            });
+        }
+    }
     let region: Arc<OnceLock<RegionFile>> = Arc::new(OnceLock::new());
     if !args.no_map {
         map_region_when_ready(args.region.clone(), args.vcpus, region.clone());
@@ -246,4 +346,5 @@ fn main() {
     for h in handles {
         let _ = h.join();
     }
+    drop(served);
 }
