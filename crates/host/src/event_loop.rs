@@ -249,6 +249,11 @@ impl Daemon {
                                 }
                                 DiscoveryMsg::Doorbell(d) => {
                                     self.doorbells.add(&epoll, d).map_err(os("epoll_ctl"))?;
+                                    // A VM just connected to the ivshmem socket:
+                                    // serve it now, not at the next round.
+                                    if let Err(e) = self.vms.rescan() {
+                                        error!("{e}");
+                                    }
                                 }
                                 DiscoveryMsg::DoorbellGone(vm) => {
                                     self.on_doorbell_gone(&epoll, &vm)?

@@ -1,8 +1,11 @@
 //! End to end with a real libvirtd: the Debian packages installed with apt
 //! (pvsched, and pvsched-dkms building the guest module), libvirtd started
 //! as on a host without systemd (`scripts/libvirtd.sh`), the installed
-//! `/usr/sbin/pvschedd` with libvirt discovery, and two TCG domains defined
-//! with virsh: one with `<shmem name='pvsched-...'>`, served and boosted,
+//! `/usr/sbin/pvschedd` with libvirt discovery, and three TCG domains
+//! defined with virsh: one with `<shmem name='pvsched-...'>` ivshmem-plain,
+//! served and boosted; one whose ivshmem-doorbell `<shmem>` has
+//! `<server path='/run/pvsched/ivshmem.sock'/>`, served through pvschedd's
+//! own ivshmem server with the doorbell (no `--doorbell`, no region file);
 //! one without, never touched.
 //!
 //! Needs root, QEMU, the Debian cloud kernel and its headers, dkms and
@@ -19,11 +22,14 @@ use std::time::{Duration, Instant};
 
 use pvsched_vmtest::{find_cloud_kernel, wait_until, GuestImage, ImageConfig, GUEST_MODULE_PATH};
 use support::libvirt::{
-    dkms_module, install_packages, progress, vcpu_tids, Domain, Libvirtd, RtWatch, Stage,
+    dkms_module, install_packages, progress, vcpu_tids, Domain, Libvirtd, RtWatch, Shmem, Stage,
 };
 use support::{params, wait_boosted, Daemon};
 
 const ON: &str = "pvs-e2e-on";
+/// Served through pvschedd's ivshmem socket (`<server path=...>`), with the
+/// doorbell.
+const DB: &str = "pvs-e2e-db";
 const OFF: &str = "pvs-e2e-off";
 const BOOT: Duration = Duration::from_secs(120);
 const CMD: Duration = Duration::from_secs(30);
@@ -130,16 +136,28 @@ fn a_libvirt_domain_with_the_element_is_boosted_and_one_without_is_never_touched
     let off = Domain::start(OFF, &stage, 2, None);
     let off_pid = off.qemu_pid();
     let watch = RtWatch::start(off_pid);
-    let on = Domain::start(ON, &stage, 2, Some(&format!("pvsched-{ON}")));
+    let on = Domain::start(ON, &stage, 2, Some(Shmem::Plain(&format!("pvsched-{ON}"))));
+    let ivshmem_socket = dir.join("ivshmem.sock");
+    let db = Domain::start(
+        DB,
+        &stage,
+        2,
+        Some(Shmem::Server {
+            name: &format!("pvsched-{DB}"),
+            socket: &ivshmem_socket,
+        }),
+    );
     progress(
         t0,
         &format!(
-            "domains started: {ON} (qemu {}), {OFF} (qemu {off_pid})",
-            on.qemu_pid()
+            "domains started: {ON} (qemu {}), {DB} (qemu {}, on pvschedd's ivshmem socket), \
+             {OFF} (qemu {off_pid})",
+            on.qemu_pid(),
+            db.qemu_pid()
         ),
     );
 
-    for d in [&on, &off] {
+    for d in [&on, &db, &off] {
         d.wait_ready(BOOT);
         let cpus = d.exec_ok("nproc", CMD);
         assert_eq!(cpus.trim(), "2", "{}: guest CPUs", d.name);
@@ -160,6 +178,7 @@ fn a_libvirt_domain_with_the_element_is_boosted_and_one_without_is_never_touched
 
     // The module binds only to a region pvschedd has initialised: serve first.
     daemon.wait_serving(ON, 2);
+    daemon.wait_serving(DB, 2);
     let served = daemon.status();
     assert!(
         !served.vms.iter().any(|v| v.name == OFF),
@@ -182,6 +201,12 @@ fn a_libvirt_domain_with_the_element_is_boosted_and_one_without_is_never_touched
     assert!(
         dmesg.contains("bound:") && dmesg.contains("generation"),
         "{ON}: the module did not bind to the region:\n{dmesg}"
+    );
+    load_and_spin(&db);
+    let dmesg_db = pvsched_dmesg(&db);
+    assert!(
+        dmesg_db.contains("bound:") && dmesg_db.contains("generation"),
+        "{DB}: the module did not bind to the region pvschedd served:\n{dmesg_db}"
     );
     load_and_spin(&off);
     let dmesg_off = pvsched_dmesg(&off);
@@ -209,6 +234,55 @@ fn a_libvirt_domain_with_the_element_is_boosted_and_one_without_is_never_touched
     );
     let vm = status.vms.iter().find(|v| v.name == ON).expect("served");
     assert!(vm.guest_bound, "{ON}: guest not bound: {vm:?}");
+    assert!(!vm.doorbell, "{ON}: ivshmem-plain has no doorbell: {vm:?}");
+
+    // The domain on the socket: served by its QEMU's connection, with the
+    // doorbell, its region pvschedd's; its vCPU boosted as the other's.
+    let served_db = status.vms.iter().find(|v| v.name == DB).expect("served");
+    assert_eq!(served_db.tgid, db.qemu_pid());
+    assert!(
+        served_db.doorbell,
+        "{DB}: served without the doorbell: {served_db:?}"
+    );
+    assert!(
+        served_db
+            .region
+            .starts_with(&dir.join("ivshmem").display().to_string()),
+        "{DB}: region {}",
+        served_db.region
+    );
+    let db_vcpu1 = db
+        .vcpu_tids()
+        .into_iter()
+        .find(|(i, _)| *i == 1)
+        .map(|(_, t)| t)
+        .expect("vCPU 1 in the status file");
+    wait_boosted(&daemon, db_vcpu1);
+    let bound = wait_until(Duration::from_secs(10), Duration::from_millis(100), || {
+        daemon
+            .status()
+            .vms
+            .into_iter()
+            .find(|v| v.name == DB && v.guest_bound)
+    });
+    assert!(bound.is_some(), "{DB}: guest not bound");
+    progress(
+        t0,
+        &format!("{DB} served through the ivshmem socket with the doorbell; vCPU 1 boosted"),
+    );
+    db.destroy();
+    wait_until(Duration::from_secs(5), Duration::from_millis(100), || {
+        (!daemon.status().vms.iter().any(|v| v.name == DB)
+            && !dir.join(format!("ivshmem/{DB}.region")).exists())
+        .then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "{DB} still served (or its region left) 5 s after destroy; log:\n{}",
+            daemon.log()
+        )
+    });
+    progress(t0, &format!("{DB} destroyed: dropped, its region removed"));
 
     on.destroy();
     progress(t0, &format!("virsh destroy {ON}"));

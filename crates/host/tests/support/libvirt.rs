@@ -287,15 +287,36 @@ impl Drop for Stage {
     }
 }
 
+/// The pvsched `<shmem>` element of a test domain.
+#[derive(Clone, Copy, Debug)]
+pub enum Shmem<'a> {
+    /// `ivshmem-plain`: libvirt has QEMU create `/dev/shm/<name>`, removed
+    /// when the domain is dropped.
+    Plain(&'a str),
+    /// `ivshmem-doorbell` with `<server path=...>`: the region and the
+    /// doorbell come from pvschedd's ivshmem socket.
+    Server { name: &'a str, socket: &'a Path },
+}
+
+impl Shmem<'_> {
+    fn xml(&self) -> String {
+        match self {
+            Shmem::Plain(s) => format!(
+                "    <shmem name='{s}'>\n      <model type='ivshmem-plain'/>\n      <size unit='M'>1</size>\n    </shmem>\n"
+            ),
+            Shmem::Server { name, socket } => format!(
+                "    <shmem name='{name}'>\n      <model type='ivshmem-doorbell'/>\n      <server path='{}'/>\n      <msi vectors='1' ioeventfd='on'/>\n    </shmem>\n",
+                socket.display()
+            ),
+        }
+    }
+}
+
 /// A TCG domain as `packaging/libvirt/example-domain.xml` has it: direct
 /// kernel boot, ttyS0 a Unix socket (commands), ttyS1 a file (kernel
 /// console), and the pvsched `<shmem>` element if `shmem` is given.
-pub fn domain_xml(name: &str, stage: &Stage, vcpus: u32, shmem: Option<&str>) -> String {
-    let shmem = shmem.map_or(String::new(), |s| {
-        format!(
-            "    <shmem name='{s}'>\n      <model type='ivshmem-plain'/>\n      <size unit='M'>1</size>\n    </shmem>\n"
-        )
-    });
+pub fn domain_xml(name: &str, stage: &Stage, vcpus: u32, shmem: Option<Shmem<'_>>) -> String {
+    let shmem = shmem.map_or(String::new(), |s| s.xml());
     format!(
         "<domain type='qemu'>
   <name>{name}</name>
@@ -554,13 +575,17 @@ pub struct Domain {
 impl Domain {
     /// Defines and starts `name` from [`domain_xml`], then connects to its
     /// console (before the guest gets far: QEMU starts paused).
-    pub fn start(name: &str, stage: &Stage, vcpus: u32, shmem: Option<&str>) -> Self {
+    pub fn start(name: &str, stage: &Stage, vcpus: u32, shmem: Option<Shmem<'_>>) -> Self {
         remove_domain(name);
         let console_path = console_path(stage, name);
         let kernel_log = kernel_log_path(stage, name);
         let _ = std::fs::remove_file(&console_path);
         let _ = std::fs::remove_file(&kernel_log);
-        if let Some(s) = shmem {
+        let plain = match shmem {
+            Some(Shmem::Plain(s)) => Some(s.to_string()),
+            _ => None,
+        };
+        if let Some(s) = &plain {
             let _ = std::fs::remove_file(Path::new("/dev/shm").join(s));
         }
         let xml_path = stage.dir.join(format!("{name}.xml"));
@@ -568,7 +593,7 @@ impl Domain {
         // From here on the guard cleans up, whatever fails.
         let mut d = Domain {
             name: name.to_string(),
-            shmem: shmem.map(str::to_string),
+            shmem: plain,
             console_path,
             kernel_log,
             console: None,
