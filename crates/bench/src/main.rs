@@ -221,15 +221,15 @@ fn timer_mode_refusal(cli: &Cli) -> Option<String> {
     let modes_of = match cli.scenario {
         Scenario::Standard => None,
         Scenario::Rogue => Some(
-            "its cases (--rogue-cases) run vanilla and pvsched, and its pvschedd already \
-             serves both VMs without doorbells, on the recheck timer",
+            "its --rogue-cases run vanilla and pvsched, and its pvschedd already serves both \
+             VMs without doorbells, on the recheck timer",
         ),
         Scenario::MessagePassing => Some("its cases are the guest idle modes (--cases)"),
         Scenario::Locks => Some("its modes are --lock-modes"),
     };
     if let Some(why) = modes_of {
         return Some(format!(
-            "--modes pvsched-timer: the {} scenario does not take --modes ({why}); \
+            "--modes pvsched-timer: the {} scenario does not take --modes: {why}; \
              pvsched-timer is a mode of the standard scenario",
             cli.scenario.name()
         ));

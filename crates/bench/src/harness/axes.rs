@@ -15,10 +15,11 @@ pub enum Mode {
     StaticRt,
     /// pvschedd running with its default policy, on the rt backend.
     Pvsched,
-    /// `pvsched` without the VM's doorbell: the same VM, pvschedd on the rt
-    /// backend, but not handed the guest's eventfd, so it offers no
-    /// `F_DOORBELL` and re-reads boosted vCPUs on its recheck timer. What
-    /// the doorbell saves, measured against the timer in one run.
+    /// pvsched without the VM's doorbell: the same pvschedd (rt backend),
+    /// not handed the guest's eventfd, offers no `F_DOORBELL` and re-reads
+    /// boosted vCPUs on its recheck timer.
+    // What the doorbell saves pvschedd, measured against the timer on the
+    // same VM in one run.
     PvschedTimer,
     /// pvschedd on the sched_ext backend (kernels with sched_ext: the host
     /// VM's), same policy.
