@@ -233,8 +233,9 @@ fn pvschedd_command(pvschedd: &Path, config: &Path, vms: &[VmEntry]) -> Command 
         .enumerate()
     {
         let target = 10 + i as RawFd;
-        // SAFETY: the descriptor belongs to the bench's Vm, which is
-        // open for the whole run, so for this spawn too.
+        // SAFETY: a VmEntry's doorbell is the eventfd of a Vm the bench
+        // keeps open for the whole run (a test's descriptor outlives its
+        // command), so it is open when this command is spawned.
         let fd = unsafe { BorrowedFd::borrow_raw(fd) };
         pvsched_base::ivshmem::pass_fd(&mut cmd, fd, target);
         cmd.arg("--doorbell").arg(format!("{name}={target}"));
