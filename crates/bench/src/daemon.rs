@@ -1,4 +1,4 @@
-//! pvschedd as a child of the bench, for the `pvsched` mode: a generated
+//! pvschedd as a child of the bench, for the pvsched modes: a generated
 //! config serving exactly the bench VM, started per session, SIGTERMed after.
 //! Its status comes over the control socket (`pvsched_control`), the same
 //! request and reply `pvschedctl status --json` uses.
@@ -201,6 +201,48 @@ pub fn served<'a>(status: &'a Status, name: &str, vcpus: usize) -> Option<&'a Vm
     (known >= vcpus).then_some(vm)
 }
 
+/// The `[[vm]]` entry of the bench's one VM for pvschedd in `mode`:
+/// `vm_doorbell`, the eventfd of an `ivshmem-doorbell` VM, only where the
+/// mode hands it over (not in `pvsched-timer`, which serves the same VM on
+/// its recheck timer).
+pub fn bench_vm_entry(
+    mode: Mode,
+    region: &Path,
+    locator: &Locator,
+    vcpus: usize,
+    vm_doorbell: Option<RawFd>,
+) -> VmEntry {
+    VmEntry {
+        name: VM_NAME.into(),
+        region: region.to_path_buf(),
+        locator: locator.clone(),
+        vcpus,
+        doorbell: vm_doorbell.filter(|_| mode.hands_doorbell()),
+    }
+}
+
+/// pvschedd's command line for `config` serving `vms`: `--config`, and
+/// `--doorbell NAME=FD` for each VM with a doorbell, its eventfd set up to
+/// be passed as FD (10 on) when the command is spawned.
+fn pvschedd_command(pvschedd: &Path, config: &Path, vms: &[VmEntry]) -> Command {
+    let mut cmd = Command::new(pvschedd);
+    cmd.arg("--config").arg(config);
+    for (i, (name, fd)) in vms
+        .iter()
+        .filter_map(|v| Some((&v.name, v.doorbell?)))
+        .enumerate()
+    {
+        let target = 10 + i as RawFd;
+        // SAFETY: a VmEntry's doorbell is the eventfd of a Vm the bench
+        // keeps open for the whole run (a test's descriptor outlives its
+        // command), so it is open when this command is spawned.
+        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+        pvsched_base::ivshmem::pass_fd(&mut cmd, fd, target);
+        cmd.arg("--doorbell").arg(format!("{name}={target}"));
+    }
+    cmd
+}
+
 /// A running pvschedd.
 pub struct Daemon {
     child: Child,
@@ -249,27 +291,13 @@ impl Daemon {
             .append(true)
             .open(&log)
             .map_err(io(format!("opening {}", log.display())))?;
-        let mut cmd = Command::new(&bins.pvschedd);
-        cmd.arg("--config")
-            .arg(&config)
-            .stdin(Stdio::null())
+        let mut cmd = pvschedd_command(&bins.pvschedd, &config, vms);
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::from(
                 err.try_clone()
                     .map_err(io(format!("duplicating {}", log.display())))?,
             ))
             .stderr(Stdio::from(err));
-        for (i, (name, fd)) in vms
-            .iter()
-            .filter_map(|v| Some((&v.name, v.doorbell?)))
-            .enumerate()
-        {
-            let target = 10 + i as RawFd;
-            // SAFETY: the descriptor belongs to the bench's Vm, which is
-            // open for the whole run, so for this spawn too.
-            let fd = unsafe { BorrowedFd::borrow_raw(fd) };
-            pvsched_base::ivshmem::pass_fd(&mut cmd, fd, target);
-            cmd.arg("--doorbell").arg(format!("{name}={target}"));
-        }
         let child = pvsched_vmtest::spawn_tied(cmd)
             .map_err(io(format!("starting {}", bins.pvschedd.display())))?;
         let mut d = Daemon {
@@ -688,6 +716,50 @@ mod tests {
                 latency_path: vec![],
             }],
         }
+    }
+
+    #[test]
+    fn pvsched_timer_s_pvschedd_gets_no_doorbell_while_pvsched_s_does() {
+        // Arrange: any open descriptor stands for the VM's eventfd (the
+        // command is built, not spawned).
+        let eventfd = std::fs::File::open("/dev/null").unwrap();
+        let vm_doorbell = Some(std::os::fd::AsRawFd::as_raw_fd(&eventfd));
+        let args = |mode: Mode| -> Vec<String> {
+            let entry = bench_vm_entry(
+                mode,
+                Path::new("/x/region"),
+                &Locator::Pid(7),
+                2,
+                vm_doorbell,
+            );
+            pvschedd_command(
+                Path::new("/r/pvschedd"),
+                Path::new("/r/pvschedd.toml"),
+                &[entry],
+            )
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+        };
+
+        // Act
+        let (with, without) = (args(Mode::Pvsched), args(Mode::PvschedTimer));
+
+        // Assert
+        assert_eq!(
+            with,
+            ["--config", "/r/pvschedd.toml", "--doorbell", "bench=10"]
+        );
+        assert_eq!(without, ["--config", "/r/pvschedd.toml"]);
+        assert_eq!(args(Mode::PvschedScx), with);
+    }
+
+    #[test]
+    fn a_vm_without_a_doorbell_gives_no_doorbell_argument_in_any_mode() {
+        let entry = bench_vm_entry(Mode::Pvsched, Path::new("/x"), &Locator::Pid(7), 2, None);
+        assert_eq!(entry.doorbell, None);
+        let cmd = pvschedd_command(Path::new("p"), Path::new("c.toml"), &[entry]);
+        assert!(!cmd.get_args().any(|a| a == "--doorbell"));
     }
 
     #[test]

@@ -110,7 +110,11 @@ struct Cli {
     /// Host loads: idle, loaded [default: idle,loaded].
     #[arg(long, value_delimiter = ',')]
     loads: Option<Vec<Load>>,
-    /// Modes: vanilla, static-rt, pvsched.
+    /// Modes: vanilla, static-rt, pvsched; pvsched-scx (pvschedd on the
+    /// sched_ext backend) and pvsched-timer (pvschedd as in pvsched but not
+    /// handed the VM's doorbell: the same VM served on its recheck timer,
+    /// to set pvschedd's wakeups and CPU against pvsched's; not with
+    /// --no-doorbell) only where asked for.
     #[arg(
         long,
         value_delimiter = ',',
@@ -204,6 +208,41 @@ struct Cli {
 fn distinct<T: Ord>(values: &[T]) -> bool {
     let mut seen = std::collections::BTreeSet::new();
     values.iter().all(|v| seen.insert(v))
+}
+
+/// Why the options cannot run `pvsched-timer` as given, if they cannot:
+/// only the standard scenario takes `--modes`, and the mode is pvsched
+/// without the VM's doorbell, which `--no-doorbell` already takes from
+/// every mode (the comparison would be pvsched against itself).
+fn timer_mode_refusal(cli: &Cli) -> Option<String> {
+    if !cli.modes.contains(&Mode::PvschedTimer) {
+        return None;
+    }
+    let modes_of = match cli.scenario {
+        Scenario::Standard => None,
+        Scenario::Rogue => Some(
+            "its --rogue-cases run vanilla and pvsched, and its pvschedd already serves both \
+             VMs without doorbells, on the recheck timer",
+        ),
+        Scenario::MessagePassing => Some("its cases are the guest idle modes (--cases)"),
+        Scenario::Locks => Some("its modes are --lock-modes"),
+    };
+    if let Some(why) = modes_of {
+        return Some(format!(
+            "--modes pvsched-timer: the {} scenario does not take --modes: {why}; \
+             pvsched-timer is a mode of the standard scenario",
+            cli.scenario.name()
+        ));
+    }
+    if cli.no_doorbell {
+        return Some(
+            "--modes pvsched-timer with --no-doorbell: pvsched-timer is pvsched without the \
+             VM's doorbell, and --no-doorbell takes the doorbell from pvsched too, so both \
+             would run on the recheck timer; drop one of the two"
+                .into(),
+        );
+    }
+    None
 }
 
 /// The rogue scenario's settings: the standard ones with this scenario's
@@ -565,6 +604,14 @@ fn host_vm_main(cli: &Cli) -> ExitCode {
 
 fn main() -> ExitCode {
     let mut cli = Cli::parse();
+    // Before anything starts (a host VM, a guest): a run's options only;
+    // --from-raw renders what a run measured.
+    if cli.from_raw.is_none() {
+        if let Some(why) = timer_mode_refusal(&cli) {
+            eprintln!("pvsched-bench: {why}");
+            return ExitCode::from(2);
+        }
+    }
     if cli.platform == Platform::Kvm && cli.from_raw.is_none() {
         return host_vm_main(&cli);
     }
@@ -600,6 +647,51 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn cli(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("pvsched-bench").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn pvsched_timer_parses_from_modes_and_is_not_a_default() {
+        assert_eq!(
+            cli(&["--modes", "pvsched,pvsched-timer"]).modes,
+            vec![Mode::Pvsched, Mode::PvschedTimer]
+        );
+        assert!(!cli(&[]).modes.contains(&Mode::PvschedTimer));
+        assert_eq!(
+            timer_mode_refusal(&cli(&["--modes", "pvsched-timer"])),
+            None
+        );
+        assert_eq!(timer_mode_refusal(&cli(&["--no-doorbell"])), None);
+    }
+
+    #[test]
+    fn pvsched_timer_with_no_doorbell_is_refused() {
+        let why = timer_mode_refusal(&cli(&["--modes", "pvsched,pvsched-timer", "--no-doorbell"]))
+            .unwrap();
+        assert!(
+            why.starts_with("--modes pvsched-timer with --no-doorbell:"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn pvsched_timer_is_refused_by_the_scenarios_without_modes() {
+        for scenario in ["rogue", "message-passing", "locks"] {
+            let why = timer_mode_refusal(&cli(&[
+                "--scenario",
+                scenario,
+                "--modes",
+                "vanilla,pvsched-timer",
+            ]))
+            .unwrap();
+            assert!(
+                why.contains(&format!("the {scenario} scenario does not take --modes")),
+                "{why}"
+            );
+        }
+    }
 
     #[test]
     fn a_list_option_with_a_value_given_twice_is_not_distinct() {

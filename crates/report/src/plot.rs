@@ -62,6 +62,8 @@ pub fn mode_color(mode: &str) -> RGBColor {
         "vanilla" => RGBColor(214, 39, 40),
         "static-rt" => RGBColor(31, 119, 180),
         "pvsched" => RGBColor(44, 160, 44),
+        // pvsched without the guest doorbell: beside pvsched's curve.
+        "pvsched-timer" => RGBColor(148, 103, 189),
         // The rogue scenario's cases.
         "pvsched-quiet" => RGBColor(31, 119, 180),
         "pvsched-rogue" => RGBColor(44, 160, 44),

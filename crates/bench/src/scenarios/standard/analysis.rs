@@ -235,11 +235,56 @@ pub fn ratios(a: &ModeReport, b: &ModeReport) -> Ratios {
     }
 }
 
-/// The targets of each pvsched mode that ran (the sched_ext backend's named
-/// as such).
+/// pvschedd with the guest doorbell (`pvsched`) against the same VM on its
+/// recheck timer (`pvsched-timer`), per load where both modes ran: its CPU
+/// share from the fairness tables `shares`, its wakeups from the load's
+/// first scenario with both modes (session-wide figures, the same in every
+/// interval of a load).
+pub fn doorbell_vs_timer(scenarios: &[Scenario], shares: &[LoadShare]) -> Vec<DoorbellVsTimer> {
+    let (with, without) = (Mode::Pvsched.name(), Mode::PvschedTimer.name());
+    let mut seen = std::collections::BTreeSet::new();
+    scenarios
+        .iter()
+        .filter_map(|s| Some((s, s.modes.get(with)?, s.modes.get(without)?)))
+        .filter(|(s, _, _)| seen.insert(s.load.clone()))
+        .map(|(s, doorbell, timer)| {
+            let share = shares.iter().find(|l| l.load == s.load);
+            let cost = |mode: &str, m: &ModeReport| {
+                let per_s = |k: &str| m.daemon_per_s.get(k).copied();
+                let causes = ["wakeups_records", "wakeups_timer", "wakeups_doorbell"];
+                let known: Vec<f64> = causes.iter().filter_map(|k| per_s(k)).collect();
+                DaemonCost {
+                    cpu_pct: share
+                        .and_then(|l| l.modes.get(mode))
+                        .and_then(|x| x.daemon_pct),
+                    wakeups_per_s: (!known.is_empty()).then(|| known.iter().sum()),
+                    records_per_s: per_s("wakeups_records"),
+                    timer_per_s: per_s("wakeups_timer"),
+                    doorbell_per_s: per_s("wakeups_doorbell"),
+                    rings_per_s: per_s("doorbell_rings"),
+                }
+            };
+            let (doorbell, timer) = (cost(with, doorbell), cost(without, timer));
+            let rounded = |a: Option<f64>, b: Option<f64>| {
+                ratio(a?, b?).map(|r| (r * 1000.0).round() / 1000.0)
+            };
+            DoorbellVsTimer {
+                load: s.load.clone(),
+                cpu_ratio: rounded(doorbell.cpu_pct, timer.cpu_pct),
+                wakeups_ratio: rounded(doorbell.wakeups_per_s, timer.wakeups_per_s),
+                timer_wakeups_ratio: rounded(doorbell.timer_per_s, timer.timer_per_s),
+                doorbell,
+                timer,
+            }
+        })
+        .collect()
+}
+
+/// The targets of each pvsched mode that ran (the sched_ext backend's and
+/// the one without the doorbell named as such).
 pub fn targets(s: &Scenario) -> Vec<Target> {
     let mut out = Vec::new();
-    for mode in [Mode::Pvsched, Mode::PvschedScx] {
+    for mode in [Mode::Pvsched, Mode::PvschedTimer, Mode::PvschedScx] {
         mode_targets(s, mode, &mut out);
     }
     out
@@ -318,10 +363,12 @@ pub fn build(
             scenarios.push(s);
         }
     }
+    let fair_share = fairness::analysis::build(results, loads, modes, &scenarios);
     Report {
         schema: "pvsched-bench/1".into(),
         meta,
-        fair_share: fairness::analysis::build(results, loads, modes, &scenarios),
+        doorbell_vs_timer: doorbell_vs_timer(&scenarios, &fair_share),
+        fair_share,
         scenarios,
         targets: all_targets,
         plots: Vec::new(),
@@ -331,7 +378,8 @@ pub fn build(
     }
 }
 
-/// Modes in the canonical order (vanilla, static-rt, pvsched, pvsched-scx).
+/// Modes in the canonical order (vanilla, static-rt, pvsched, pvsched-timer,
+/// pvsched-scx).
 pub fn ordered(modes: &BTreeMap<String, ModeReport>) -> Vec<(&str, &ModeReport)> {
     Mode::EVERY
         .iter()

@@ -303,6 +303,33 @@ pub fn build(r: &Report) -> Vec<HostCostTarget> {
             });
         }
     }
+
+    // What the guest doorbell saves pvschedd against its recheck timer.
+    if let Some(c) = r.doorbell_vs_timer.iter().find(|c| c.load == "loaded") {
+        let opt = |o: Option<f64>, f: &dyn Fn(f64) -> String| o.map_or("n/a".into(), f);
+        let (a, b) = (&c.doorbell, &c.timer);
+        let pct = |v: f64| format!("{v:.2}");
+        let rate = |v: f64| format!("{v:.0}");
+        out.push(HostCostTarget {
+            target: "loaded: pvschedd with the guest doorbell (pvsched) against the same VM on \
+                     its recheck timer (pvsched-timer)"
+                .into(),
+            result: format!(
+                "{DOORBELL_VS_TIMER}: CPU {} ({} / {} % of the machine), wakeups {} ({} / {} \
+                 per s; timer {} / {} per s)",
+                opt(c.cpu_ratio, &x),
+                opt(a.cpu_pct, &pct),
+                opt(b.cpu_pct, &pct),
+                opt(c.wakeups_ratio, &x),
+                opt(a.wakeups_per_s, &rate),
+                opt(b.wakeups_per_s, &rate),
+                opt(a.timer_per_s, &rate),
+                opt(b.timer_per_s, &rate),
+            ),
+            met: None,
+            remains: String::new(),
+        });
+    }
     out
 }
 

@@ -99,6 +99,69 @@ fn host_costs_markdown(o: &mut String, r: &Report) {
     }
 }
 
+/// pvschedd with the guest doorbell against the same VM on its recheck
+/// timer, per load where both ran: each mode's row and their ratio.
+fn doorbell_vs_timer_markdown(o: &mut String, r: &Report) {
+    if r.doorbell_vs_timer.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "\n## pvschedd with the guest doorbell against its recheck timer (same VM, same run)\n\n\
+         In `pvsched` pvschedd is handed the VM's doorbell: it offers the guest `F_DOORBELL`, \
+         the guest rings when it clears a boost's reason, and boosted vCPUs need no recheck \
+         timer. In `pvsched-timer` the same pvschedd serves the same VM without it (no \
+         `--doorbell`) and re-reads boosted vCPUs on its recheck timer. pvschedd's own \
+         process, percent of the machine over the cyclictest phases (the fairness table's \
+         *pvschedd %*), and its event thread's wakeups per second by cause over its whole \
+         sessions (*timer*: the recheck timer and the periodic scan, which share one timer), \
+         with the guest's doorbell rings.\n"
+    );
+    let _ = writeln!(
+        o,
+        "| load | mode | pvschedd % of the machine | wakeups/s | records | timer | doorbell | rings/s |"
+    );
+    let _ = writeln!(o, "|---|---|--:|--:|--:|--:|--:|--:|");
+    let pct = |v: Option<f64>| v.map_or("n/a".into(), |v| format!("{v:.2}"));
+    let rate = |v: Option<f64>| v.map_or("n/a".into(), |v| format!("{v:.0}"));
+    let times = |a: Option<f64>, b: Option<f64>| {
+        opt_ratio(
+            a.zip(b)
+                .and_then(|(a, b)| crate::harness::figures::ratio(a, b)),
+        )
+    };
+    for c in &r.doorbell_vs_timer {
+        for (mode, d) in [
+            ("pvsched (doorbell)", &c.doorbell),
+            (Mode::PvschedTimer.name(), &c.timer),
+        ] {
+            let _ = writeln!(
+                o,
+                "| {} | {mode} | {} | {} | {} | {} | {} | {} |",
+                c.load,
+                pct(d.cpu_pct),
+                rate(d.wakeups_per_s),
+                rate(d.records_per_s),
+                rate(d.timer_per_s),
+                rate(d.doorbell_per_s),
+                rate(d.rings_per_s)
+            );
+        }
+        let (a, b) = (&c.doorbell, &c.timer);
+        let _ = writeln!(
+            o,
+            "| {} | {DOORBELL_VS_TIMER} | {} | {} | {} | {} | {} | {} |",
+            c.load,
+            opt_ratio(c.cpu_ratio),
+            opt_ratio(c.wakeups_ratio),
+            times(a.records_per_s, b.records_per_s),
+            opt_ratio(c.timer_wakeups_ratio),
+            times(a.doorbell_per_s, b.doorbell_per_s),
+            times(a.rings_per_s, b.rings_per_s)
+        );
+    }
+}
+
 /// Where each pvsched session's boost budget went, from pvschedd's status at
 /// its end: boosted time by reason, the latches and their length, refusals.
 fn budget_markdown(o: &mut String, r: &Report) {
@@ -467,6 +530,7 @@ pub fn markdown(r: &Report) -> String {
 
     budget_markdown(&mut o, r);
     host_costs_markdown(&mut o, r);
+    doorbell_vs_timer_markdown(&mut o, r);
     super::simulated::markdown(&mut o, r.simulated.as_ref());
     super::host_cost_targets::markdown(&mut o, &r.host_cost_targets);
 

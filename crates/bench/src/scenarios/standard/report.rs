@@ -177,16 +177,58 @@ pub struct Report {
     /// rest of the report).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub host_cost_targets: Vec<HostCostTarget>,
+    /// Per load where both ran: pvschedd with the guest doorbell (`pvsched`)
+    /// against the same VM on its recheck timer (`pvsched-timer`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub doorbell_vs_timer: Vec<DoorbellVsTimer>,
 }
 
+/// What pvschedd cost the host in one mode under one load.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DaemonCost {
+    /// Its own process, percent of the machine over the cyclictest phases
+    /// (the fairness table's `daemon_pct`; None: not measured).
+    pub cpu_pct: Option<f64>,
+    /// Its event thread's wakeups per second over its whole sessions, the
+    /// causes below summed (None: no counters).
+    pub wakeups_per_s: Option<f64>,
+    /// By cause: host records; its timer (the recheck timer and the
+    /// periodic scan share it); a guest doorbell.
+    pub records_per_s: Option<f64>,
+    pub timer_per_s: Option<f64>,
+    pub doorbell_per_s: Option<f64>,
+    /// The guest's rings of the doorbell, per second.
+    pub rings_per_s: Option<f64>,
+}
+
+/// pvschedd serving the same VM with the guest doorbell and on its recheck
+/// timer, under one load of one run; ratios are doorbell / timer (None
+/// where the timer's figure is 0 or missing).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DoorbellVsTimer {
+    pub load: String,
+    /// The `pvsched` mode: pvschedd handed the VM's doorbell.
+    pub doorbell: DaemonCost,
+    /// The `pvsched-timer` mode: the same pvschedd without it.
+    pub timer: DaemonCost,
+    pub cpu_ratio: Option<f64>,
+    pub wakeups_ratio: Option<f64>,
+    pub timer_wakeups_ratio: Option<f64>,
+}
+
+/// The label of the doorbell / timer ratios in the report.
+pub const DOORBELL_VS_TIMER: &str = "pvsched (doorbell) / pvsched-timer";
+
 /// The pairs compared in every scenario, when both modes ran.
-pub const PAIRS: [(Mode, Mode); 6] = [
+pub const PAIRS: [(Mode, Mode); 7] = [
     (Mode::Pvsched, Mode::StaticRt),
     (Mode::Pvsched, Mode::Vanilla),
     (Mode::StaticRt, Mode::Vanilla),
     (Mode::PvschedScx, Mode::Vanilla),
     (Mode::PvschedScx, Mode::StaticRt),
     (Mode::PvschedScx, Mode::Pvsched),
+    // What the doorbell changes for the guest and the host's latency.
+    (Mode::Pvsched, Mode::PvschedTimer),
 ];
 
 /// The project's targets under load: (what, side, other mode, allowed ratio).

@@ -250,3 +250,148 @@ fn markdown_shows_every_mode_and_the_targets() {
         assert!(md.contains(needle), "{needle:?} not in\n{md}");
     }
 }
+
+/// `mode`'s pvschedd, if `mode` ran in `r`: `cpu_s` CPU-seconds of its own over
+/// each 10 s phase on 2 CPUs, and `counters` (daemon counter key -> count)
+/// over a 10 s session.
+fn serve(r: &mut Results, mode: Mode, cpu_s: f64, counters: &[(&str, f64)]) {
+    for run in r
+        .latency
+        .get_mut(&(Load::Loaded, 1000, mode))
+        .into_iter()
+        .flatten()
+    {
+        run.cpu = Some(super::share::CpuUse {
+            wall_s: 10.0,
+            host_cpus: 2,
+            vcpu_s: vec![1.0, 1.0],
+            daemon_s: Some(cpu_s),
+            ..Default::default()
+        });
+    }
+    for s in r
+        .sessions
+        .get_mut(&(Load::Loaded, mode))
+        .into_iter()
+        .flatten()
+    {
+        s.daemon_counters = counters.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        s.daemon_seconds = 10.0;
+    }
+}
+
+/// `modes` of a loaded run, pvsched's pvschedd with the doorbell (1 % of
+/// the machine; wakeups/s: records 300, timer 100, doorbell 50) and
+/// pvsched-timer's on the timer (4 %; records 300, timer 2000).
+fn doorbell_run(modes: &[Mode]) -> Report {
+    let mut r = Results::default();
+    for &m in modes {
+        add(&mut r, m, 1000, 50, 10, 900.0);
+    }
+    serve(
+        &mut r,
+        Mode::Pvsched,
+        0.2,
+        &[
+            ("wakeups_records", 3000.0),
+            ("wakeups_timer", 1000.0),
+            ("wakeups_doorbell", 500.0),
+            ("doorbell_rings", 600.0),
+        ],
+    );
+    serve(
+        &mut r,
+        Mode::PvschedTimer,
+        0.8,
+        &[
+            ("wakeups_records", 3000.0),
+            ("wakeups_timer", 20000.0),
+            ("wakeups_doorbell", 0.0),
+            ("doorbell_rings", 0.0),
+        ],
+    );
+    let mut report = build(&r, Meta::default(), &[Load::Loaded], &[1000], &Mode::EVERY);
+    report.host_cost_targets = super::host_cost_targets::build(&report);
+    report
+}
+
+#[test]
+fn pvschedd_with_the_doorbell_is_set_against_the_timer_when_both_ran() {
+    // Act
+    let r = doorbell_run(&[Mode::Vanilla, Mode::Pvsched, Mode::PvschedTimer]);
+
+    // Assert: the figures come from the fairness table and the counters.
+    let [c] = r.doorbell_vs_timer.as_slice() else {
+        panic!("one load: {:?}", r.doorbell_vs_timer);
+    };
+    assert_eq!(c.load, "loaded");
+    assert_eq!(c.doorbell.cpu_pct, Some(1.0));
+    assert_eq!(c.timer.cpu_pct, Some(4.0));
+    assert_eq!(c.cpu_ratio, Some(0.25));
+    assert_eq!(c.doorbell.wakeups_per_s, Some(450.0));
+    assert_eq!(c.timer.wakeups_per_s, Some(2300.0));
+    assert_eq!(c.wakeups_ratio, Some(0.196));
+    assert_eq!(c.timer_wakeups_ratio, Some(0.05));
+    assert_eq!(c.timer.doorbell_per_s, Some(0.0));
+    let loaded = &r.fair_share[0].modes;
+    assert_eq!(loaded[Mode::PvschedTimer.name()].daemon_pct, Some(4.0));
+    assert!(r.scenarios[0].ratios.contains_key("pvsched/pvsched-timer"));
+}
+
+#[test]
+fn the_markdown_prints_both_pvschedds_and_their_ratio_line() {
+    // Act
+    let md = markdown(&doorbell_run(&[
+        Mode::Vanilla,
+        Mode::Pvsched,
+        Mode::PvschedTimer,
+    ]));
+
+    // Assert
+    for needle in [
+        "## pvschedd with the guest doorbell against its recheck timer (same VM, same run)",
+        "| load | mode | pvschedd % of the machine | wakeups/s | records | timer | doorbell | rings/s |",
+        "| loaded | pvsched (doorbell) | 1.00 | 450 | 300 | 100 | 50 | 60 |",
+        "| loaded | pvsched-timer | 4.00 | 2300 | 300 | 2000 | 0 | 0 |",
+        "| loaded | pvsched (doorbell) / pvsched-timer | 0.25x | 0.20x | 1.00x | 0.05x | n/a | n/a |",
+        // The host-cost section's line for the loaded host.
+        "| loaded: pvschedd with the guest doorbell (pvsched) against the same VM on its \
+         recheck timer (pvsched-timer) | pvsched (doorbell) / pvsched-timer: CPU 0.25x (1.00 \
+         / 4.00 % of the machine), wakeups 0.20x (450 / 2300 per s; timer 100 / 2000 per s) | \
+         shown |",
+        // The mode in the tables that list every mode.
+        "| loaded | 1000 µs | pvsched-timer | 1000 |",
+        "| loaded | 1000 µs | pvsched/pvsched-timer |",
+    ] {
+        assert!(md.contains(needle), "{needle:?} not in\n{md}");
+    }
+}
+
+#[test]
+fn without_both_modes_there_is_no_doorbell_comparison() {
+    for modes in [
+        &[Mode::Vanilla, Mode::StaticRt, Mode::Pvsched][..],
+        &[Mode::Vanilla, Mode::PvschedTimer][..],
+    ] {
+        // Act
+        let r = doorbell_run(modes);
+        let md = markdown(&r);
+        let json = serde_json::to_value(&r).unwrap();
+
+        // Assert
+        assert!(r.doorbell_vs_timer.is_empty(), "{modes:?}");
+        assert!(json.get("doorbell_vs_timer").is_none(), "{modes:?}");
+        assert!(!md.contains("against its recheck timer"), "{modes:?}");
+        assert!(
+            !md.contains("pvsched (doorbell) / pvsched-timer"),
+            "{modes:?}"
+        );
+        assert!(!md.contains("pvsched/pvsched-timer"), "{modes:?}");
+    }
+    // The comparisons of the default modes are those they always were.
+    let keys: Vec<String> = sample().scenarios[0].ratios.keys().cloned().collect();
+    assert_eq!(
+        keys,
+        ["pvsched/static-rt", "pvsched/vanilla", "static-rt/vanilla"]
+    );
+}

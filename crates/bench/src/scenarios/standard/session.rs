@@ -14,7 +14,9 @@ use serde_json::Value;
 use super::model::*;
 use super::plan::*;
 use super::share;
-use crate::daemon::{daemon_counters, prometheus_buckets, Binaries, Daemon, Locator};
+use crate::daemon::{
+    bench_vm_entry, daemon_counters, prometheus_buckets, Binaries, Daemon, Locator,
+};
 use crate::error::{guest, BenchError, Result};
 use crate::guest::{self, guest_histogram, AudioResult, PingPongResult};
 use crate::harness::axes::{Load, Mode};
@@ -98,7 +100,7 @@ impl Bench<'_> {
                 }
                 Ok(Applied::StaticRt)
             }
-            Mode::Pvsched | Mode::PvschedScx => {
+            Mode::Pvsched | Mode::PvschedTimer | Mode::PvschedScx => {
                 let unavailable = |why: &str| BenchError::PvschedUnavailable(why.to_string());
                 if let Some(why) = &self.pvsched_broken {
                     return Err(unavailable(why));
@@ -126,9 +128,10 @@ impl Bench<'_> {
                 let by_qmp = Locator::Qmp(self.vm.qmp_socket().to_path_buf());
                 let by_pid = Locator::Pid(self.vm.qemu_pid());
                 let overlay = &crate::daemon::overlay_for(&self.s.pvschedd_overlay, mode);
-                let doorbell = self.vm.doorbell().map(|fd| fd.as_raw_fd());
+                let vm_doorbell = self.vm.doorbell().map(|fd| fd.as_raw_fd());
                 let start = |how: &Locator| {
-                    Daemon::start(&bins, &run_dir, &region, how, nvcpus, overlay, doorbell)
+                    let entry = bench_vm_entry(mode, &region, how, nvcpus, vm_doorbell);
+                    Daemon::start_vms(&bins, &run_dir, &[entry], overlay)
                 };
                 // pvschedd finds the vCPU threads over QMP, which a starved
                 // QEMU main loop may not answer in time: then once more by
@@ -446,7 +449,7 @@ impl Bench<'_> {
     }
 
     /// What a session's cyclictest phases read CPU time from: QEMU, its
-    /// vCPU threads, the host load's tree and, in the pvsched mode, pvschedd.
+    /// vCPU threads, the host load's tree and, in the pvsched modes, pvschedd.
     fn probe<'a>(&self, stress: Option<&host::Load>, applied: &'a Applied) -> share::Probe<'a> {
         let mut vcpus = self.vcpus.clone();
         vcpus.sort_unstable();
