@@ -110,6 +110,7 @@ struct pvsched_region {
 	u64 features;			/* accepted: offered & supported */
 	int cpuhp_state;
 	unsigned int nr_tracepoints;	/* probes registered */
+	u64 probe_changes;		/* (un)registrations since load */
 	/* BAR0 (ivshmem registers), NULL if unusable: no doorbell. */
 	void __iomem *regs;
 	u32 doorbell;			/* header.doorbell: what rings the host */
@@ -129,8 +130,9 @@ static inline struct pvsched_slot *pvsched_slot(u32 index)
 }
 
 /* pvsched_probes.c */
-int pvsched_probes_register(u64 features);
+int pvsched_probes_update(u64 features);
 void pvsched_probes_unregister(void);
+void pvsched_probes_quiesce(void);
 int pvsched_cpu_online(unsigned int cpu);
 int pvsched_cpu_offline(unsigned int cpu);
 int pvsched_boost(bool on);

@@ -143,8 +143,13 @@ void pvsched_idle_restart(void)
 	mutex_unlock(&pvsched_mutex);
 }
 
-/* Everything bind set up, in reverse; leaves every slot inactive. */
-static void pvsched_unbind(void)
+/*
+ * Everything bind set up, in reverse; leaves every slot inactive. With
+ * @keep_probes (a rebind to a new generation follows) the tracepoint probes
+ * stay registered, idle on inactive slots, so that a rebind patches no kernel
+ * text unless the probe set changes (pvsched_probes_update()).
+ */
+static void pvsched_unbind(bool keep_probes)
 {
 	struct pvsched_region *r = &pvsched_region;
 	unsigned int cpu;
@@ -159,8 +164,11 @@ static void pvsched_unbind(void)
 	if (r->cpuhp_state > 0)
 		cpuhp_remove_state(r->cpuhp_state);
 	r->cpuhp_state = 0;
-	pvsched_probes_unregister();
-	/* No probe runs now: tidy slots of offline CPUs and pending hints. */
+	if (keep_probes)
+		pvsched_probes_quiesce();
+	else
+		pvsched_probes_unregister();
+	/* No probe touches a slot now: tidy offline CPUs' and pending hints. */
 	pvsched_clear_slots();
 	pvsched_write_guest_line(0, 0, num_possible_cpus());
 	WRITE_ONCE(r->features, 0);
@@ -199,7 +207,7 @@ static int pvsched_bind(struct pci_dev *pdev, const struct pvsched_header *h)
 
 	pvsched_clear_slots();
 
-	ret = pvsched_probes_register(r->features);
+	ret = pvsched_probes_update(r->features);
 	if (ret)
 		goto fail;
 	ret = cpuhp_setup_state(CPUHP_AP_ONLINE_DYN, "pvsched:online",
@@ -230,7 +238,7 @@ static int pvsched_bind(struct pci_dev *pdev, const struct pvsched_header *h)
 	return 0;
 
 fail:
-	pvsched_unbind();
+	pvsched_unbind(false);
 	return ret;
 }
 
@@ -255,13 +263,13 @@ static int pvsched_map_and_bind(struct pci_dev *pdev,
 	return 0;
 }
 
-static void pvsched_unbind_and_unmap(void)
+static void pvsched_unbind_and_unmap(bool keep_probes)
 {
 	struct pvsched_region *r = &pvsched_region;
 
 	if (!r->bound)
 		return;
-	pvsched_unbind();
+	pvsched_unbind(keep_probes);
 	memunmap(r->base);
 	r->base = NULL;
 	r->bound = false;
@@ -293,10 +301,13 @@ static void pvsched_watch_fn(struct work_struct *work)
 		dev_info(&r->pdev->dev,
 			 "host reinitialized the region (generation %llu -> %llu): binding again\n",
 			 r->generation, h.generation);
-		pvsched_unbind_and_unmap();
+		pvsched_unbind_and_unmap(true);
 		if (pvsched_validate(r->pdev, &h, r->bar_len) ||
-		    pvsched_map_and_bind(r->pdev, &h))
-			goto out;	/* stays unbound until reloaded */
+		    pvsched_map_and_bind(r->pdev, &h)) {
+			/* Stays unbound until reloaded, with no probe left. */
+			pvsched_probes_unregister();
+			goto out;
+		}
 	} else if (READ_ONCE(hdr->guest_generation) != r->generation) {
 		/* Someone cleared our line: say again that we are here. */
 		pvsched_write_guest_line(r->features, r->generation,
@@ -417,7 +428,9 @@ static void pvsched_pci_remove(struct pci_dev *pdev)
 		return;
 	cancel_delayed_work_sync(&pvsched_watch);
 	mutex_lock(&pvsched_mutex);
-	pvsched_unbind_and_unmap();
+	pvsched_unbind_and_unmap(false);
+	/* Also after a failed rebind, which leaves the region unbound. */
+	pvsched_probes_unregister();
 	pvsched_unmap_regs(pdev);
 	r->pdev = NULL;
 	pci_release_region(pdev, PVSCHED_BAR);

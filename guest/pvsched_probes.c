@@ -633,6 +633,7 @@ void pvsched_probes_unregister(void)
 			continue;
 		WARN_ON_ONCE(tracepoint_probe_unregister(t->tp, t->probe, NULL));
 		t->registered = false;
+		pvsched_region.probe_changes++;
 		any = true;
 	}
 	if (any)
@@ -640,24 +641,68 @@ void pvsched_probes_unregister(void)
 	pvsched_region.nr_tracepoints = 0;
 }
 
-int pvsched_probes_register(u64 features)
+/*
+ * Every slot is inactive (each CPU cleared its own): wait until no probe
+ * that looked before that is still running, without unregistering any.
+ */
+void pvsched_probes_quiesce(void)
+{
+	tracepoint_synchronize_unregister();
+}
+
+static bool pvsched_tp_wanted(const struct pvsched_tp *t, u64 features)
+{
+	return t->tp && (!t->needs || (features & t->needs));
+}
+
+/*
+ * Make the registered probes those @features calls for, touching only the
+ * ones that change. Registering or unregistering a probe patches kernel
+ * text (the tracepoint's static call), and the patching synchronizes every
+ * CPU with IPIs whose own handlers are among the patched sites (the vector
+ * tracepoints): under multi-threaded TCG that live-locked a guest rebinding
+ * after its host changed the offered features (benchmarks/LOG.md, "A guest
+ * hung by its own rebind"). A rebind that keeps the probe set, the usual
+ * case, patches nothing.
+ */
+int pvsched_probes_update(u64 features)
 {
 	unsigned int i;
+	bool any = false;
 	int ret;
 
-	for (i = 0; i < ARRAY_SIZE(pvsched_tps); i++)
-		pvsched_tps[i].tp = NULL;
-	for_each_kernel_tracepoint(pvsched_find_tp, NULL);
-
+	if (!pvsched_region.nr_tracepoints) {
+		for (i = 0; i < ARRAY_SIZE(pvsched_tps); i++)
+			pvsched_tps[i].tp = NULL;
+		for_each_kernel_tracepoint(pvsched_find_tp, NULL);
+	}
 	for (i = 0; i < ARRAY_SIZE(pvsched_tps); i++) {
-		struct pvsched_tp *t = &pvsched_tps[i];
-
-		if (!strcmp(t->name, "sched_switch") && !t->tp) {
+		if (!strcmp(pvsched_tps[i].name, "sched_switch") &&
+		    !pvsched_tps[i].tp) {
 			pr_err("tracepoint sched_switch not found\n");
 			ret = -ENOENT;
 			goto fail;
 		}
-		if (!t->tp || (t->needs && !(features & t->needs)))
+	}
+	/* Those no longer wanted first, exits after entries (reverse order). */
+	i = ARRAY_SIZE(pvsched_tps);
+	while (i--) {
+		struct pvsched_tp *t = &pvsched_tps[i];
+
+		if (!t->registered || pvsched_tp_wanted(t, features))
+			continue;
+		WARN_ON_ONCE(tracepoint_probe_unregister(t->tp, t->probe, NULL));
+		t->registered = false;
+		pvsched_region.nr_tracepoints--;
+		pvsched_region.probe_changes++;
+		any = true;
+	}
+	if (any)
+		tracepoint_synchronize_unregister();
+	for (i = 0; i < ARRAY_SIZE(pvsched_tps); i++) {
+		struct pvsched_tp *t = &pvsched_tps[i];
+
+		if (t->registered || !pvsched_tp_wanted(t, features))
 			continue;
 		ret = tracepoint_probe_register(t->tp, t->probe, NULL);
 		if (ret) {
@@ -667,6 +712,7 @@ int pvsched_probes_register(u64 features)
 		}
 		t->registered = true;
 		pvsched_region.nr_tracepoints++;
+		pvsched_region.probe_changes++;
 	}
 	return 0;
 fail:

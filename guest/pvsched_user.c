@@ -112,6 +112,8 @@ static int pvsched_status_show(struct seq_file *m, void *unused)
 		if (on)
 			seq_printf(m, "%s%s", i ? "," : "", name);
 	seq_putc(m, '\n');
+	/* Each one patched kernel text: a rebind should cost none. */
+	seq_printf(m, "probe_changes=%llu\n", r->probe_changes);
 
 	for_each_possible_cpu(cpu) {
 		struct pvsched_guest_half g;

@@ -484,7 +484,7 @@ pub(crate) fn pin_daemon(bins: Binaries, run_dir: &Path) -> Result<(Binaries, St
 
 /// The daemon counters a session keeps (`SessionRun::daemon_counters`):
 /// (key, Prometheus sample name).
-pub const DAEMON_COUNTERS: [(&str, &str); 6] = [
+pub const DAEMON_COUNTERS: [(&str, &str); 7] = [
     (
         "wakeups_records",
         "pvsched_wakeups_total{cause=\"records\"}",
@@ -497,6 +497,10 @@ pub const DAEMON_COUNTERS: [(&str, &str); 6] = [
     ("doorbell_rings", "pvsched_doorbell_rings_total"),
     ("bpf_records", "pvsched_bpf_records"),
     ("bpf_lazy_records", "pvsched_bpf_lazy_records"),
+    (
+        "events_preempted",
+        "pvsched_events_total{kind=\"preempted\"}",
+    ),
 ];
 
 /// The [`DAEMON_COUNTERS`] present in pvschedd's Prometheus text `text`, by key.

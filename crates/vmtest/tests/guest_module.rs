@@ -636,6 +636,67 @@ fn host_reinitialization_is_followed_by_a_new_binding() {
     );
 }
 
+/// The module's count of probe registrations and unregistrations since load
+/// (debugfs status): each patched kernel text.
+fn probe_changes(vm: &Vm) -> u64 {
+    debugfs_status(vm)
+        .lines()
+        .find_map(|l| l.strip_prefix("probe_changes="))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no probe_changes in:\n{}", debugfs_status(vm)))
+}
+
+/// Re-initializes the live guest's region with `features` and waits until
+/// the module has bound to the new generation.
+fn rebind_with(vm: &Vm, features: u64) {
+    let mut file = RegionFile::open(vm.region_path().unwrap(), 2).unwrap();
+    let gen = file.region_mut().init_header(2, features).unwrap();
+    wait_until(WAIT, POLL, || {
+        let h = region(vm).header();
+        (h.guest_generation == gen).then_some(())
+    })
+    .unwrap_or_else(|| panic!("no binding to generation {gen}: {:?}", region(vm).header()));
+}
+
+/// A host that re-initializes the region with other features (pvschedd
+/// restarted without a doorbell it had, or with idle hints off) gets a new
+/// binding that registers and unregisters no probe: each such change patches
+/// kernel text, and patching the IPI vectors' tracepoints while rebinding
+/// live-locked a TCG guest (benchmarks/LOG.md, "A guest hung by its own
+/// rebind"). Only a feature that has probes of its own changes the set, by
+/// exactly those probes.
+#[test]
+fn a_rebind_to_other_features_touches_only_the_probes_they_change() {
+    let g = live();
+    let vm = g.vm();
+    rebind_with(vm, abi::F_ALL);
+    let before = probe_changes(vm);
+
+    for features in [
+        abi::F_ALL & !abi::F_DOORBELL,
+        abi::F_ALL & !abi::F_IDLE_HINTS,
+        abi::F_ALL,
+    ] {
+        rebind_with(vm, features);
+        assert_eq!(
+            probe_changes(vm),
+            before,
+            "rebinding to features {features:#x} touched probes:\n{}",
+            debugfs_status(vm)
+        );
+    }
+    rebind_with(vm, abi::F_ALL & !abi::F_LOCK_WAIT);
+    let without_locks = probe_changes(vm);
+    let status = debugfs_status(vm);
+    rebind_with(vm, abi::F_ALL);
+
+    // contention_begin and contention_end, out and back in.
+    assert_eq!(without_locks, before + 2, "{status}");
+    assert!(!status.contains("contention_begin"), "{status}");
+    assert_eq!(probe_changes(vm), before + 4);
+    assert!(debugfs_status(vm).contains("contention_begin"));
+}
+
 // ---------------------------------------------------------------- lock waits
 
 fn debugfs_status(vm: &Vm) -> String {

@@ -262,6 +262,7 @@ pub fn doorbell_vs_timer(scenarios: &[Scenario], shares: &[LoadShare]) -> Vec<Do
                     timer_per_s: per_s("wakeups_timer"),
                     doorbell_per_s: per_s("wakeups_doorbell"),
                     rings_per_s: per_s("doorbell_rings"),
+                    preempted_per_s: per_s("events_preempted"),
                 }
             };
             let (doorbell, timer) = (cost(with, doorbell), cost(without, timer));

@@ -115,13 +115,14 @@ fn doorbell_vs_timer_markdown(o: &mut String, r: &Report) {
          process, percent of the machine over the cyclictest phases (the fairness table's \
          *pvschedd %*), and its event thread's wakeups per second by cause over its whole \
          sessions (*timer*: the recheck timer and the periodic scan, which share one timer), \
-         with the guest's doorbell rings.\n"
+         with the guest's doorbell rings, and the vCPU preemptions pvschedd saw per second \
+         (what a host-to-guest \"you were preempted\" interrupt would cost).\n"
     );
     let _ = writeln!(
         o,
-        "| load | mode | pvschedd % of the machine | wakeups/s | records | timer | doorbell | rings/s |"
+        "| load | mode | pvschedd % of the machine | wakeups/s | records | timer | doorbell | rings/s | preemptions/s |"
     );
-    let _ = writeln!(o, "|---|---|--:|--:|--:|--:|--:|--:|");
+    let _ = writeln!(o, "|---|---|--:|--:|--:|--:|--:|--:|--:|");
     let pct = |v: Option<f64>| v.map_or("n/a".into(), |v| format!("{v:.2}"));
     let rate = |v: Option<f64>| v.map_or("n/a".into(), |v| format!("{v:.0}"));
     let times = |a: Option<f64>, b: Option<f64>| {
@@ -137,27 +138,29 @@ fn doorbell_vs_timer_markdown(o: &mut String, r: &Report) {
         ] {
             let _ = writeln!(
                 o,
-                "| {} | {mode} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {mode} | {} | {} | {} | {} | {} | {} | {} |",
                 c.load,
                 pct(d.cpu_pct),
                 rate(d.wakeups_per_s),
                 rate(d.records_per_s),
                 rate(d.timer_per_s),
                 rate(d.doorbell_per_s),
-                rate(d.rings_per_s)
+                rate(d.rings_per_s),
+                rate(d.preempted_per_s)
             );
         }
         let (a, b) = (&c.doorbell, &c.timer);
         let _ = writeln!(
             o,
-            "| {} | {DOORBELL_VS_TIMER} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {DOORBELL_VS_TIMER} | {} | {} | {} | {} | {} | {} | {} |",
             c.load,
             opt_ratio(c.cpu_ratio),
             opt_ratio(c.wakeups_ratio),
             times(a.records_per_s, b.records_per_s),
             opt_ratio(c.timer_wakeups_ratio),
             times(a.doorbell_per_s, b.doorbell_per_s),
-            times(a.rings_per_s, b.rings_per_s)
+            times(a.rings_per_s, b.rings_per_s),
+            times(a.preempted_per_s, b.preempted_per_s)
         );
     }
 }

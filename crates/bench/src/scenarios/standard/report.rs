@@ -199,6 +199,11 @@ pub struct DaemonCost {
     pub doorbell_per_s: Option<f64>,
     /// The guest's rings of the doorbell, per second.
     pub rings_per_s: Option<f64>,
+    /// vCPU preemptions pvschedd saw, per second: what a host-to-guest
+    /// "you were preempted" interrupt would cost in interrupts (DESIGN.md,
+    /// "pvschedd as the ivshmem server", host to guest).
+    #[serde(default)]
+    pub preempted_per_s: Option<f64>,
 }
 
 /// pvschedd serving the same VM with the guest doorbell and on its recheck

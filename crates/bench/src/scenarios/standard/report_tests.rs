@@ -297,6 +297,7 @@ fn doorbell_run(modes: &[Mode]) -> Report {
             ("wakeups_timer", 1000.0),
             ("wakeups_doorbell", 500.0),
             ("doorbell_rings", 600.0),
+            ("events_preempted", 700.0),
         ],
     );
     serve(
@@ -308,6 +309,7 @@ fn doorbell_run(modes: &[Mode]) -> Report {
             ("wakeups_timer", 20000.0),
             ("wakeups_doorbell", 0.0),
             ("doorbell_rings", 0.0),
+            ("events_preempted", 1400.0),
         ],
     );
     let mut report = build(&r, Meta::default(), &[Load::Loaded], &[1000], &Mode::EVERY);
@@ -333,6 +335,7 @@ fn pvschedd_with_the_doorbell_is_set_against_the_timer_when_both_ran() {
     assert_eq!(c.wakeups_ratio, Some(0.196));
     assert_eq!(c.timer_wakeups_ratio, Some(0.05));
     assert_eq!(c.timer.doorbell_per_s, Some(0.0));
+    assert_eq!(c.doorbell.preempted_per_s, Some(70.0));
     let loaded = &r.fair_share[0].modes;
     assert_eq!(loaded[Mode::PvschedTimer.name()].daemon_pct, Some(4.0));
     assert!(r.scenarios[0].ratios.contains_key("pvsched/pvsched-timer"));
@@ -350,10 +353,10 @@ fn the_markdown_prints_both_pvschedds_and_their_ratio_line() {
     // Assert
     for needle in [
         "## pvschedd with the guest doorbell against its recheck timer (same VM, same run)",
-        "| load | mode | pvschedd % of the machine | wakeups/s | records | timer | doorbell | rings/s |",
-        "| loaded | pvsched (doorbell) | 1.00 | 450 | 300 | 100 | 50 | 60 |",
-        "| loaded | pvsched-timer | 4.00 | 2300 | 300 | 2000 | 0 | 0 |",
-        "| loaded | pvsched (doorbell) / pvsched-timer | 0.25x | 0.20x | 1.00x | 0.05x | n/a | n/a |",
+        "| load | mode | pvschedd % of the machine | wakeups/s | records | timer | doorbell | rings/s | preemptions/s |",
+        "| loaded | pvsched (doorbell) | 1.00 | 450 | 300 | 100 | 50 | 60 | 70 |",
+        "| loaded | pvsched-timer | 4.00 | 2300 | 300 | 2000 | 0 | 0 | 140 |",
+        "| loaded | pvsched (doorbell) / pvsched-timer | 0.25x | 0.20x | 1.00x | 0.05x | n/a | n/a | 0.50x |",
         // The host-cost section's line for the loaded host.
         "| loaded: pvschedd with the guest doorbell (pvsched) against the same VM on its \
          recheck timer (pvsched-timer) | pvsched (doorbell) / pvsched-timer: CPU 0.25x (1.00 \
