@@ -698,6 +698,12 @@ impl Daemon {
         }
         let restored = done.restored + self.state.finish(self.halt_poll.original());
         let _ = std::fs::remove_file(&self.cfg.config.daemon.control_socket);
+        // A QEMU started now is refused at once instead of waiting on a
+        // socket no one serves. The regions and peer records stay: the VMs
+        // still map them, and the next pvschedd takes them back.
+        if self.cfg.config.ivshmem_server.enabled {
+            let _ = std::fs::remove_file(ivshmem_server::socket_path(&self.cfg));
+        }
         info!(restored, "restored every thread; exiting");
     }
 

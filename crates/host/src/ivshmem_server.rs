@@ -146,6 +146,11 @@ fn paths(cfg: &Resolved) -> (PathBuf, PathBuf) {
     )
 }
 
+/// The socket pvschedd listens on, from the configuration.
+pub fn socket_path(cfg: &Resolved) -> PathBuf {
+    paths(cfg).0
+}
+
 /// The region size of every VM served through the socket: the largest a
 /// guest may need, a power of two (QEMU takes the size from the fd).
 fn region_size() -> u64 {

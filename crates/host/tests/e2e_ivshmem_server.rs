@@ -110,6 +110,9 @@ fn a_restarted_pvschedd_takes_the_running_vmms_doorbell_back() {
 
     let stopped = first.signal(libc::SIGTERM);
     assert!(stopped.success(), "{stopped:?}");
+    // Stopped: no socket for a new QEMU to wait on; the region stays.
+    assert!(!socket(&dir).exists());
+    assert!(region.exists());
     let second = Daemon::start(&dir, CONFIG);
 
     second.wait_serving("vm-c", 2);
