@@ -225,16 +225,15 @@ fn a_doorbell_rung_in_a_loop_wakes_the_daemon_at_most_once_per_doorbell_interval
 /// socket (`-chardev socket,path=.../ivshmem.sock`) is served with the
 /// doorbell through pvschedd's own ivshmem server: no region file, no
 /// `[[vm]]` entry, no QMP, no `--doorbell`. The real module binds to the
-/// region pvschedd handed QEMU, and its rings reach pvschedd.
+/// region pvschedd handed QEMU, and its rings reach pvschedd, and a
+/// restarted pvschedd, which takes the doorbell back from QEMU.
 #[test]
 fn a_hand_started_qemu_on_pvschedds_socket_is_served_with_the_doorbell() {
     let dir = tempdir("doorbell-socket");
-    let d = Daemon::start(
-        &dir,
-        "recheck_boosted_us = 1_000_000\nscan_interval_us = 1_000_000\n\
-         discovery_interval_ms = 200\n[defaults]\ndemote_after_ns = 1_000_000_000\n\
-         [discovery]\nauto = false\n",
-    );
+    let config = "recheck_boosted_us = 1_000_000\nscan_interval_us = 1_000_000\n\
+                  discovery_interval_ms = 200\n[defaults]\ndemote_after_ns = 1_000_000_000\n\
+                  [discovery]\nauto = false\n";
+    let mut d = Daemon::start(&dir, config);
     let image = GuestImage::build(&ImageConfig::default())
         .expect("guest image (make test installs the kernel, QEMU and busybox)");
     let mut cfg = VmConfig::new(image).smp(2);
@@ -266,4 +265,26 @@ fn a_hand_started_qemu_on_pvschedds_socket_is_served_with_the_doorbell() {
     eprintln!("rings: guest {guest}, daemon {rings}");
     assert!(guest >= 1, "the guest never rang");
     assert!(rings >= 1.0, "the daemon read no ring:\n{}", d.log());
+
+    // pvschedd restarts under the running guest: QEMU cannot reconnect, the
+    // new pvschedd takes the doorbell back from it and reads its rings.
+    assert!(d.signal(libc::SIGTERM).success());
+    let again = Daemon::start(&dir, config);
+    again.wait_serving(vm.name(), 2);
+    let served = again.status().vms.into_iter().find(|v| v.name == vm.name());
+    assert!(
+        served
+            .as_ref()
+            .is_some_and(|v| v.doorbell && v.tgid == vm.qemu_pid() as i32),
+        "{served:?}\n{}",
+        again.log()
+    );
+    let task = vm.spawn("rttoggle 1 42 30 8").unwrap();
+    vm.wait_gone(task.pid, Duration::from_secs(30)).unwrap();
+    let rings = metric(&again, "pvsched_doorbell_rings_total");
+    assert!(
+        rings >= 1.0,
+        "the restarted daemon read no ring:\n{}",
+        again.log()
+    );
 }
