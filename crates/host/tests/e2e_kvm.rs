@@ -172,6 +172,9 @@ kvm_test! {
     /// sleeps are caught, with none they block.
     fn kvm_vcpu_wakeups_feed_the_idle_meter_polled_and_blocked() {
         let before = read_halt_poll().expect("kvm parameters").expect("kvm loaded");
+        // Put back on every way out: a lost guest's attempt would otherwise
+        // leave 20 ms of halt polling to the tests after it.
+        let _restore = RestoreHaltPoll(before);
         let set = |ns: u64| {
             write_halt_poll_to(
                 Path::new(DEFAULT_DIR),
@@ -192,7 +195,6 @@ kvm_test! {
         set(0);
         guest_run(&vm, sleeps, Duration::from_secs(120));
         let blocking = idle_report(&d).vms[0].vcpus[0].clone();
-        write_halt_poll_to(Path::new(DEFAULT_DIR), &before).expect("put back");
 
         let halts = |v: &pvsched_control::VcpuIdle| v.halts.iter().map(|b| b.1).sum::<u64>();
         assert!(halts(&polling) >= 100, "halts measured: {polling:?}");
@@ -326,5 +328,16 @@ kvm_test! {
             "the guest's FIFO task never boosted its vCPU thread; log:\n{}",
             d.log()
         );
+    }
+}
+
+/// Writes the kvm module's halt-polling parameters back when dropped.
+struct RestoreHaltPoll(HaltPoll);
+
+impl Drop for RestoreHaltPoll {
+    fn drop(&mut self) {
+        if let Err(e) = write_halt_poll_to(Path::new(DEFAULT_DIR), &self.0) {
+            eprintln!("cannot put the kvm module's halt polling back: {e}");
+        }
     }
 }

@@ -116,8 +116,13 @@ pub fn run_test(name: &str, cfg: &HostVmConfig, timeout: Duration) -> Result<Str
                 return Ok(out);
             }
             Ok((_, out)) if out.contains(GUEST_LOST_MARKER) => {
-                // The host VM is fine; its KVM guest was lost (the test's
-                // panic unwound and killed it): the test runs again.
+                // Its KVM guest was lost (the test's panic unwound and killed
+                // it): the test runs again, on a fresh host VM (6 s cached).
+                // Reusing the one that lost it lost the next guests too: in
+                // one CI-like run all three attempts of a test, with
+                // whatever the lost attempt left behind (its kvm module
+                // parameters, the emulated SVM's state).
+                state.vm = None;
                 let line = out
                     .lines()
                     .find(|l| l.contains(GUEST_LOST_MARKER))
