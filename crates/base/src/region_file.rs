@@ -148,6 +148,16 @@ impl RegionFile {
         Self::map(path, file, want, len)
     }
 
+    /// Maps a region handed over as an open file (the ivshmem server protocol
+    /// passes its descriptor), for `slot_count` vCPUs, with the checks of
+    /// [`RegionFile::open`] made on the file itself; `name` names it in
+    /// errors.
+    pub fn from_file(name: &Path, file: File, slot_count: u32) -> Result<Self, RegionFileError> {
+        let want = checked_size(name, slot_count)?;
+        let len = check_file(name, &file, want)?;
+        Self::map(name, file, want, len)
+    }
+
     /// Maps the first `want` bytes of `file` (checked to be `file_len` >=
     /// `want` long: if it shrinks later, the guard turns faults into zero
     /// pages).

@@ -114,8 +114,14 @@ fn a_region_file_of_another_size_than_the_vcpus_need_is_refused_untouched() {
 
         let opened = RegionFile::open(&path, 2);
         let created = RegionFile::create(&path, 2, 0o600);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let handed = RegionFile::from_file(&path, file, 2);
 
-        for r in [opened, created] {
+        for r in [opened, created, handed] {
             assert!(
                 matches!(r, Err(RegionFileError::WrongSize { len: l, want: 4096, .. }) if l == len),
                 "{len} bytes: {r:?}"

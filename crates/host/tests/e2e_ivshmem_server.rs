@@ -48,10 +48,18 @@ fn socket(dir: &Path) -> std::path::PathBuf {
 #[test]
 fn a_vmm_on_the_socket_is_served_by_its_name_with_the_doorbell() {
     let dir = tempdir("ivs-served");
-    let d = Daemon::start(&dir, CONFIG);
+    // Boosts also without a rival on the host: the test shows the region is
+    // shared, not the rivals rule.
+    let d = Daemon::start(
+        &dir,
+        &format!("{CONFIG}[defaults]\nboost_only_against_rivals = false\n"),
+    );
     let mut cfg = FakeVmmConfig::ivshmem(&socket(&dir), "vm-a");
     cfg.ivshmem.as_mut().unwrap().ring_every_ms = Some(20);
     cfg.guest_fifo = Some(3);
+    // Running, not sleeping: a sleeping vCPU's wakeups onto an idle CPU are
+    // quiet, and its boost would wait for a scan that finds it running.
+    cfg.spin = true;
 
     let vmm = FakeVmm::spawn(&cfg);
     d.wait_serving("vm-a", 2);

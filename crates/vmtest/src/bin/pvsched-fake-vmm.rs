@@ -156,10 +156,23 @@ fn parse_args() -> Args {
     a
 }
 
-/// Maps the region once it exists and has a valid header, polling.
-fn map_region_when_ready(path: PathBuf, vcpus: u32, into: Arc<OnceLock<RegionFile>>) {
+/// Maps the region once it exists and has a valid header, polling: the file
+/// at `path`, or the descriptor an ivshmem server handed over (`shm`).
+fn map_region_when_ready(
+    path: PathBuf,
+    shm: Option<OwnedFd>,
+    vcpus: u32,
+    into: Arc<OnceLock<RegionFile>>,
+) {
+    let open = move || match &shm {
+        Some(fd) => fd
+            .try_clone()
+            .ok()
+            .and_then(|fd| RegionFile::from_file(&path, std::fs::File::from(fd), vcpus).ok()),
+        None => RegionFile::open(&path, vcpus).ok(),
+    };
     std::thread::spawn(move || loop {
-        if let Ok(mut f) = RegionFile::open(&path, vcpus) {
+        if let Some(mut f) = open() {
             // Mapped from now on, as QEMU maps its memory backend whatever
             // the file holds: pvschedd finds the VMM by this mapping.
             loop {
@@ -278,7 +291,10 @@ fn main() {
     }
     let region: Arc<OnceLock<RegionFile>> = Arc::new(OnceLock::new());
     if !args.no_map {
-        map_region_when_ready(args.region.clone(), args.vcpus, region.clone());
+        let shm = served
+            .as_ref()
+            .and_then(|(_, _, shm, _)| shm.try_clone().ok());
+        map_region_when_ready(args.region.clone(), shm, args.vcpus, region.clone());
     }
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = std::sync::mpsc::channel();
