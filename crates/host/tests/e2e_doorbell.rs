@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use pvsched_abi::{F_DOORBELL, POLICY_FIFO};
 use pvsched_base::sched::ThreadParams;
-use pvsched_control::{Request, Response};
 use pvsched_host::discovery::threads_by_name;
 use pvsched_vmtest::{wait_until, GuestImage, ImageConfig, RegionSetup, Vm, VmConfig};
 use support::{params, tempdir, Daemon, RtObserver};
@@ -68,16 +67,6 @@ fn start_daemon(vm: &Vm, name: &str, daemon: &str) -> Daemon {
     );
     d.wait_serving("db", 2);
     d
-}
-
-fn metric(d: &Daemon, name: &str) -> f64 {
-    let Response::Metrics { text } = d.request(&Request::Metrics, Duration::from_secs(5)) else {
-        panic!("metrics");
-    };
-    text.lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum()
 }
 
 fn guest_rings(vm: &Vm) -> u64 {
@@ -152,7 +141,7 @@ fn a_guest_clearing_its_reason_rings_and_is_unboosted_without_the_recheck_timer(
     drop(observer);
     vm.wait_gone(task.pid, Duration::from_secs(20)).unwrap();
     delays.sort();
-    let rings = metric(&d, "pvsched_doorbell_rings_total");
+    let rings = d.metric("pvsched_doorbell_rings_total");
     let guest = guest_rings(&vm).saturating_sub(rings_before);
 
     // Assert: the guest rang, the daemon read the rings, and the unboost
@@ -188,8 +177,8 @@ fn a_doorbell_rung_in_a_loop_wakes_the_daemon_at_most_once_per_doorbell_interval
         &format!("doorbell_interval_us = {}", interval_ms * 1000),
     );
     let fd = vm.doorbell().expect("doorbell eventfd");
-    let wakeups = || metric(&d, "pvsched_wakeups_total{cause=\"doorbell\"}");
-    let (w0, r0) = (wakeups(), metric(&d, "pvsched_doorbell_rings_total"));
+    let wakeups = || d.metric("pvsched_wakeups_total{cause=\"doorbell\"}");
+    let (w0, r0) = (wakeups(), d.metric("pvsched_doorbell_rings_total"));
 
     // Act: 2 s of rings, as fast as this thread can write.
     let t = Instant::now();
@@ -204,7 +193,7 @@ fn a_doorbell_rung_in_a_loop_wakes_the_daemon_at_most_once_per_doorbell_interval
     std::thread::sleep(Duration::from_millis(50));
     let (woke, rings) = (
         wakeups() - w0,
-        metric(&d, "pvsched_doorbell_rings_total") - r0,
+        d.metric("pvsched_doorbell_rings_total") - r0,
     );
 
     // Assert: every ring read, few wakeups.
@@ -261,7 +250,7 @@ fn a_hand_started_qemu_on_pvschedds_socket_is_served_with_the_doorbell() {
     // Assert: the guest rang the doorbell pvschedd served, and pvschedd
     // read the rings from the eventfd it handed QEMU.
     let guest = guest_rings(&vm).saturating_sub(rings_before);
-    let rings = metric(&d, "pvsched_doorbell_rings_total");
+    let rings = d.metric("pvsched_doorbell_rings_total");
     eprintln!("rings: guest {guest}, daemon {rings}");
     assert!(guest >= 1, "the guest never rang");
     assert!(rings >= 1.0, "the daemon read no ring:\n{}", d.log());
@@ -281,7 +270,7 @@ fn a_hand_started_qemu_on_pvschedds_socket_is_served_with_the_doorbell() {
     );
     let task = vm.spawn("rttoggle 1 42 30 8").unwrap();
     vm.wait_gone(task.pid, Duration::from_secs(30)).unwrap();
-    let rings = metric(&again, "pvsched_doorbell_rings_total");
+    let rings = again.metric("pvsched_doorbell_rings_total");
     assert!(
         rings >= 1.0,
         "the restarted daemon read no ring:\n{}",

@@ -11,27 +11,16 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
-use pvsched_control::{Request, Response};
 use pvsched_vmtest::wait_until;
 use support::{tempdir, wait_boosted, Daemon, FakeVmm, FakeVmmConfig};
 
 /// Discovery every 100 ms, auto discovery off: only the socket serves.
 const CONFIG: &str = "discovery_interval_ms = 100\n[discovery]\nauto = false\n";
 
-fn metric(d: &Daemon, name: &str) -> f64 {
-    let Response::Metrics { text } = d.request(&Request::Metrics, Duration::from_secs(5)) else {
-        panic!("metrics");
-    };
-    text.lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum()
-}
-
 /// Waits until `d` has counted more than `above` doorbell rings.
 fn wait_rings_above(d: &Daemon, above: f64) -> f64 {
     wait_until(Duration::from_secs(10), Duration::from_millis(50), || {
-        let n = metric(d, "pvsched_doorbell_rings_total");
+        let n = d.metric("pvsched_doorbell_rings_total");
         (n > above).then_some(n)
     })
     .unwrap_or_else(|| panic!("no doorbell ring counted above {above}; log:\n{}", d.log()))

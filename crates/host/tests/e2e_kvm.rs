@@ -58,18 +58,6 @@ fn serve(name: &str, vm: &Vm, defaults: &str) -> Daemon {
     d
 }
 
-/// The sum of the metric lines that start with `prefix` (a name and labels).
-fn metric(d: &Daemon, prefix: &str) -> f64 {
-    let text = match d.request(&Request::Metrics, Duration::from_secs(5)) {
-        Response::Metrics { text } => text,
-        other => panic!("{other:?}"),
-    };
-    text.lines()
-        .filter(|l| l.starts_with(prefix))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 fn idle_report(d: &Daemon) -> IdleReport {
     match d.request(
         &Request::Idle {
@@ -138,7 +126,7 @@ kvm_test! {
         let task = guest_answers(&vm, vm.spawn(cmd), "spawn");
         // A halt boost also starts from the guest's idle flag or the thread
         // blocking; the HLT exits may arrive after it (read lazily).
-        let exits = || metric(&d, "pvsched_events_total{kind=\"kvm_exit\"}");
+        let exits = || d.metric("pvsched_events_total{kind=\"kvm_exit\"}");
         let mut seen = false;
         wait_until(Duration::from_secs(60), Duration::from_millis(1), || {
             if !seen {
@@ -235,8 +223,8 @@ kvm_test! {
             "for i in $(seq 300); do usleep 1000; done",
             Duration::from_secs(120),
         );
-        let targeted = metric(&d, "pvsched_events_total{kind=\"interrupt_targeted\"}");
-        let irq_boosts = metric(&d, "pvsched_decisions_total{vm=\"kvm\",reason=\"proactive_irq\"}");
+        let targeted = d.metric("pvsched_events_total{kind=\"interrupt_targeted\"}");
+        let irq_boosts = d.metric("pvsched_decisions_total{vm=\"kvm\",reason=\"proactive_irq\"}");
 
         assert!(targeted > 0.0, "no interrupt_targeted event; log:\n{}", d.log());
         assert!(

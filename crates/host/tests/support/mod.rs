@@ -254,6 +254,19 @@ impl Daemon {
         call(&self.socket(), req, timeout).unwrap_or_else(|e| panic!("{e}\nlog:\n{}", self.log()))
     }
 
+    /// The sum of the Prometheus samples whose line starts with `prefix` (a
+    /// name, and labels if given), from the control socket.
+    pub fn metric(&self, prefix: &str) -> f64 {
+        let Response::Metrics { text } = self.request(&Request::Metrics, Duration::from_secs(5))
+        else {
+            panic!("metrics: not a metrics reply\nlog:\n{}", self.log());
+        };
+        text.lines()
+            .filter(|l| l.starts_with(prefix))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum()
+    }
+
     /// `pvschedctl idle --apply TARGET` for every VM, budget 5 %.
     pub fn idle_apply(&self, target: pvsched_control::ApplyTarget) -> Response {
         self.request(
