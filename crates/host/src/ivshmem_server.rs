@@ -443,8 +443,11 @@ impl Server {
 
     /// Serves a client that just connected, or refuses it (closes it, logs).
     fn admit(&mut self, stream: UnixStream) -> Result<(), Disconnected> {
-        let cred = peer_cred(&stream).ok();
-        match self.serve_client(stream) {
+        let (cred, served) = match peer_cred(&stream) {
+            Ok(c) => (Some(c), self.serve_client(stream, c)),
+            Err(e) => (None, Err(Refusal::PeerCred(e))),
+        };
+        match served {
             Ok((peer, doorbell)) => {
                 info!(vm = %peer.name, pid = peer.pid, "served through the ivshmem socket");
                 self.send(DiscoveryMsg::Doorbell(doorbell))?;
@@ -462,9 +465,13 @@ impl Server {
         Ok(())
     }
 
-    /// The checks and the handshake of [`Server::admit`].
-    fn serve_client(&mut self, stream: UnixStream) -> Result<(Peer, Doorbell), Refusal> {
-        let cred = peer_cred(&stream).map_err(Refusal::PeerCred)?;
+    /// The checks and the handshake of [`Server::admit`], for the peer whose
+    /// credentials are `cred`.
+    fn serve_client(
+        &mut self,
+        stream: UnixStream,
+        cred: pvsched_base::qmp::PeerCred,
+    ) -> Result<(Peer, Doorbell), Refusal> {
         if !self.allowed.uids.contains(&cred.uid) {
             return Err(Refusal::User(cred.uid));
         }
