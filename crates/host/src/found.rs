@@ -14,6 +14,9 @@ pub struct Found {
     pub cfg_index: Option<usize>,
     pub region: PathBuf,
     pub region_mode: u32,
+    /// The region is pvschedd's ivshmem server's: opened, never created (a
+    /// VM the server ended meanwhile has had its region removed).
+    pub region_from_server: bool,
     pub threads: VmThreads,
 }
 

@@ -80,6 +80,7 @@ impl ServedVm {
             cfg_index,
             region: region_path,
             region_mode,
+            region_from_server,
             threads,
         } = found;
         let (name, cfg_index, region_mode) = (name.as_str(), *cfg_index, *region_mode);
@@ -90,11 +91,17 @@ impl ServedVm {
         // file with one link and exactly the size for `nr` slots, or it is
         // refused untouched. The mapping is that size and guarded against
         // truncation (`region_intact`).
-        let mut region =
-            RegionFile::create(region_path, nr, region_mode).map_err(|e| VmError::Region {
-                vm: name.to_string(),
-                source: e,
-            })?;
+        // The ivshmem server's region is only ever opened: one it removed
+        // (its VM ended) is not made again here.
+        let opened = if *region_from_server {
+            RegionFile::open(region_path, nr)
+        } else {
+            RegionFile::create(region_path, nr, region_mode)
+        };
+        let mut region = opened.map_err(|e| VmError::Region {
+            vm: name.to_string(),
+            source: e,
+        })?;
         // With a doorbell, the guest rings the host's vector of the ivshmem
         // server protocol (pvsched_base::ivshmem).
         let doorbell = if features & pvsched_abi::F_DOORBELL != 0 {

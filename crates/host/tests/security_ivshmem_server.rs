@@ -19,6 +19,15 @@ fn socket(dir: &Path) -> std::path::PathBuf {
     dir.join("ivshmem.sock")
 }
 
+/// Waits until pvschedd's log says `needle`: a refused client sees its
+/// connection closed before the refusal is written to the log.
+fn wait_log(d: &Daemon, needle: &str) {
+    wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
+        d.log().contains(needle).then_some(())
+    })
+    .unwrap_or_else(|| panic!("{needle:?} not in the log:\n{}", d.log()));
+}
+
 fn served(d: &Daemon) -> Vec<String> {
     d.status().vms.into_iter().map(|v| v.name).collect()
 }
@@ -35,11 +44,8 @@ fn a_vmm_of_an_account_not_allowed_gets_nothing_and_is_logged() {
         .expect("served a disallowed account");
 
     assert!(refused.starts_with("ivshmem-refused"), "{refused}");
-    let log = d.log();
-    assert!(
-        log.contains("refused a client") && log.contains("uid 65534 is not one of"),
-        "{log}"
-    );
+    wait_log(&d, "uid 65534 is not one of");
+    assert!(d.log().contains("refused a client"), "{}", d.log());
     assert!(!dir.join("ivshmem/intruder.region").exists());
     std::thread::sleep(Duration::from_millis(300));
     assert!(served(&d).is_empty());
@@ -72,7 +78,7 @@ fn a_client_that_writes_is_dropped_and_one_that_never_reads_stalls_no_one() {
         d.log().contains("not QEMU").then_some(())
     })
     .unwrap_or_else(|| panic!("the writing client was not dropped; log:\n{}", d.log()));
-    wait_until(Duration::from_secs(5), Duration::from_millis(50), || {
+    wait_until(Duration::from_secs(15), Duration::from_millis(50), || {
         (!served(&d).contains(&"garbage".to_string())
             && !dir.join("ivshmem/garbage.region").exists())
         .then_some(())
@@ -90,7 +96,7 @@ fn a_second_vmm_claiming_a_served_name_is_refused() {
     let second = FakeVmm::try_spawn(&FakeVmmConfig::ivshmem(&socket(&dir), "web"));
 
     assert!(second.is_err(), "a second VMM named web was served");
-    assert!(d.log().contains("VM web is served already"), "{}", d.log());
+    wait_log(&d, "VM web is served already");
     assert_eq!(d.status().vms[0].tgid, first.pid);
 }
 
@@ -110,11 +116,7 @@ fn a_vmm_without_a_usable_name_or_with_a_configured_ones_is_refused_with_the_rea
     let configured = FakeVmm::try_spawn(&FakeVmmConfig::ivshmem(&socket(&dir), "configured"));
 
     assert!(unnamed.is_err() && dotted.is_err() && configured.is_err());
-    let log = d.log();
-    assert!(log.contains("no -name"), "{log}");
-    assert!(log.contains("not starting with '.'"), "{log}");
-    assert!(
-        log.contains("a [[vm]] entry has the name configured"),
-        "{log}"
-    );
+    wait_log(&d, "no -name");
+    wait_log(&d, "not starting with '.'");
+    wait_log(&d, "a [[vm]] entry has the name configured");
 }

@@ -288,6 +288,7 @@ fn serve(
         cfg_index: None,
         region,
         region_mode: 0o600,
+        region_from_server: false,
         threads,
     })
 }
