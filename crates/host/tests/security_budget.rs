@@ -16,6 +16,10 @@ use support::{
     params, tempdir, vm_name, wait_boosted, workspace_bin, Daemon, FakeVmm, FakeVmmConfig, ShmFile,
 };
 
+/// How late pvschedd may unboost after the boost budget ran dry (the overdraft it leaves):
+/// far above what a loaded runner shows, far below the 100 ms budget.
+const MAX_UNBOOST_LATENESS_MS: f64 = 20.0;
+
 /// A fake VMM with one vCPU, spinning, whose guest says a FIFO 10 task runs; its QMP socket
 /// in `dir`; and its `[[vm]]` entry. One vCPU: the test's sampling thread keeps the other CPU
 /// while the vCPU thread spins boosted.
@@ -83,8 +87,11 @@ fn a_guest_asking_for_rt_forever_is_boosted_only_within_its_budget_and_status_sh
     );
     let latched = latched.unwrap_or_else(|| panic!("status never showed the latch"));
     let vm = &latched.vms[0];
+    // The debt is the window's budget plus the overdraft: the boosted time between the
+    // instant the bucket ran dry and pvschedd's unboost (its lateness; 0.95 ms was seen on a
+    // loaded 2-CPU CI runner). A debt beyond that would mean the latch did not stop charging.
     assert!(
-        vm.debt_ms > 0.0 && vm.debt_ms <= 100.5,
+        vm.debt_ms > 0.0 && vm.debt_ms <= 100.0 + MAX_UNBOOST_LATENESS_MS,
         "debt {} ms",
         vm.debt_ms
     );

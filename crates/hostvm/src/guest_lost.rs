@@ -4,15 +4,18 @@
 //! reset or stops answering with no message (README, "Emulation faults"); the
 //! bench measures such a session again on a new guest. A [`crate::kvm_test!`]
 //! does the same: a guest operation that fails, on a guest that then no
-//! longer runs `true`, ends the test with [`GUEST_LOST_MARKER`] in its panic,
-//! and [`crate::run_test`] runs the test again (at most [`crate::inside::ATTEMPTS`]
-//! times, each said). A guest that answers `true` after a failed operation
-//! is a result: the test fails as usual, never retried.
+//! longer runs `true`, or whose reply stopped mid-way (the output came, the
+//! end line did not: the guest stalled for longer than the command's whole
+//! timeout), ends the test with [`GUEST_LOST_MARKER`] in its panic, and
+//! [`crate::run_test`] runs the test again (at most
+//! [`crate::inside::ATTEMPTS`] times, each said). A guest that answered, and
+//! answers `true` after, is a result: the test fails as usual, never retried.
+//! A stall pvsched caused would come back in every attempt, and fail the test.
 
 use std::fmt::Display;
 use std::time::Duration;
 
-use pvsched_vmtest::Vm;
+use pvsched_vmtest::{Error, Vm};
 
 /// In a test's output: the test ended because its KVM guest was lost.
 pub const GUEST_LOST_MARKER: &str = "__PVSCHED_KVM_GUEST_LOST__";
@@ -22,14 +25,27 @@ pub const GUEST_LOST_MARKER: &str = "__PVSCHED_KVM_GUEST_LOST__";
 const ALIVE_TRIES: usize = 2;
 const ALIVE_TIMEOUT: Duration = Duration::from_secs(45);
 
-/// `r`'s value; on an error, panics with the marker when `vm` no longer
-/// answers (lost guest), or with `what` and the error when it does.
-pub fn guest_answers<T, E: Display>(vm: &Vm, r: Result<T, E>, what: &str) -> T {
+/// `r`'s value; on an error, panics with the marker when `vm` stalled or no
+/// longer answers (lost guest), or with `what` and the error when it does.
+pub fn guest_answers<T>(vm: &Vm, r: pvsched_vmtest::Result<T>, what: &str) -> T {
     match r {
         Ok(v) => v,
+        Err(e) if stalled(&e) => lost(format!("{what}: its reply stalled: {e}")),
         Err(e) if !alive(vm) => lost(format!("{what}: {e}")),
         Err(e) => panic!("{what}: {e}"),
     }
+}
+
+/// Whether the guest stopped replying mid-way: a timeout the guest did not
+/// report itself (it kills a command at its timeout and says so).
+fn stalled(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::CommandTimeout {
+            answered: false,
+            ..
+        }
+    )
 }
 
 /// Ends the test as lost to the emulation: `why` says what failed.

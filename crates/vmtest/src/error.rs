@@ -48,12 +48,15 @@ pub enum Error {
         console: String,
     },
 
-    /// A guest command did not finish in time (it was killed in the guest).
+    /// A guest command did not finish in time: the guest killed it
+    /// (`answered`), or its reply never ended on the console (the guest, or
+    /// its console, stalled).
     #[error("VM {vm}: command timed out after {timeout:?}: {command}\nconsole tail:\n{console}")]
     CommandTimeout {
         vm: String,
         command: String,
         timeout: Duration,
+        answered: bool,
         console: String,
     },
 

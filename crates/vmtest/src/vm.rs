@@ -761,6 +761,7 @@ impl Vm {
                         vm: self.name.clone(),
                         command: cmd.to_string(),
                         timeout,
+                        answered: true,
                         console: format!(
                             "{output}[killed in the guest; guest uptime {begin_up} -> {end_up}, \
                              host wait {:?}]",
@@ -794,6 +795,7 @@ impl Vm {
                     vm: self.name.clone(),
                     command: cmd.to_string(),
                     timeout,
+                    answered: false,
                     console: format!(
                         "{}[no end marker; {} console kicks so far]\nkernel log tail:\n{}",
                         self.console.tail(4000),
