@@ -171,6 +171,10 @@ pub struct BackendStatus {
     pub boost_queued: u64,
     pub extensions: u64,
     pub extensions_refused: u64,
+    /// Of `extensions`, those for a lock holder (a waiter's published wait
+    /// named the vCPU).
+    #[serde(default)]
+    pub lock_extensions: u64,
     /// Boosts granted to a vCPU waiting in the vtime queue, which was then
     /// moved ahead at once.
     #[serde(default)]
@@ -351,6 +355,10 @@ pub struct VcpuStatus {
     pub scx_extended_ms: f64,
     #[serde(default)]
     pub scx_extensions_refused: u64,
+    /// Of `scx_extensions`, those for a lock wait another vCPU of the VM
+    /// published naming this one as the holder.
+    #[serde(default)]
+    pub scx_lock_extensions: u64,
     /// sched_ext backend: boosted enqueues that preempted a task.
     #[serde(default)]
     pub scx_boost_preempts: u64,

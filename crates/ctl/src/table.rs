@@ -104,7 +104,7 @@ pub fn render(s: &Status) -> String {
                 out,
                 "  enqueues {}  boosted: preempting {}, queued {}, moved ahead {}, by the \
                  scheduler itself {} (throttled {})  wakeup preemptions {}  extensions {} \
-                 (refused {})",
+                 (for lock holders {}, refused {})",
                 b.enqueues,
                 b.boost_preempts,
                 b.boost_queued,
@@ -113,6 +113,7 @@ pub fn render(s: &Status) -> String {
                 b.kernel_throttles,
                 b.wakeup_preempts,
                 b.extensions,
+                b.lock_extensions,
                 b.extensions_refused
             );
         }
@@ -284,6 +285,7 @@ mod tests {
                 scx_extensions: 0,
                 scx_extended_ms: 0.0,
                 scx_extensions_refused: 0,
+                scx_lock_extensions: 0,
                 scx_boost_preempts: 0,
                 scx_kernel_boosts: 0,
                 kernel_boosted_ms: 0.0,

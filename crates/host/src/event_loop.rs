@@ -21,7 +21,7 @@ use pvsched_policy::{serving, Decision, Decisions, Event, SlotReads};
 use tracing::{debug, error, info, warn};
 
 use crate::actuator;
-use crate::backend::{BackendState, SchedExt, ScxAllowance};
+use crate::backend::{BackendState, LockScan, SchedExt, ScxAllowance};
 use crate::config::Resolved;
 use crate::control::{ControlServer, Served};
 use crate::discovery::{self, DiscoveryMsg, Snapshot};
@@ -657,6 +657,13 @@ impl Daemon {
             // The scheduler decides the guest's RT work where it can read every slot.
             let readable = vm.vcpus.iter().all(|m| m.scx_slot != 0);
             vm.policy.set_kernel_decides_rt(readable);
+            // Lock holders are extended by the scheduler at the preemption, where it can
+            // read the waiters' slots (and the policy then leaves them to it).
+            let (peers, stride) = if readable && vm.policy.limits().honor_lock_holders {
+                (vm.vcpus.len() as u32, vm.slot_stride())
+            } else {
+                (0, 0)
+            };
             for (i, m) in vm.vcpus.iter_mut().enumerate() {
                 let tid = m.handle.tid as u32;
                 let Some(done) = scx.vcpu(tid) else { continue };
@@ -677,6 +684,11 @@ impl Daemon {
                     extension_ns: m.ext_allowance.next(now, done.ext_ns, share, burst),
                     kernel_boost_ns: done.kboost_ns.saturating_add(kernel.allowance_ns),
                     kernel,
+                    lock: LockScan {
+                        index: i as u32,
+                        peers,
+                        stride,
+                    },
                 };
                 if let Err(e) = scx.allow(tid, allowance) {
                     debug!(vm = %vm.name, tid, error = %e, "allowance");

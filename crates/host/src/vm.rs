@@ -323,6 +323,11 @@ impl ServedVm {
             .collect()
     }
 
+    /// Bytes from one slot to the next in the region.
+    pub fn slot_stride(&self) -> u32 {
+        self.region.region().layout().slot_size as u32
+    }
+
     /// The strongest boost among the vCPUs (what the latency path gets).
     pub fn strongest_boost(&self) -> Option<pvsched_base::sched::ThreadParams> {
         self.vcpus

@@ -2403,6 +2403,18 @@ fn lock_holders_are_not_extended_when_not_honored() {
 }
 
 #[test]
+fn where_the_host_scheduler_decides_it_extends_lock_holders_and_the_policy_does_not() {
+    let mut vm = holder_and_waiter(locks());
+    vm.set_kernel_decides_rt(true);
+
+    let preempted = step(&mut vm, 2 * MS, was_preempted(1));
+
+    assert!(preempted.iter().all(|d| !d.params.is_rt()), "{preempted:?}");
+    assert!(!vm.reads_waiters_on(&was_preempted(1)));
+    assert_eq!(vm.vm_stats().lock_extensions, 0);
+}
+
+#[test]
 fn the_guests_lock_counters_are_summed_over_its_vcpus() {
     let mut vm = vm(base(), 2);
     let counted = |seq, c, p| GuestHalf {

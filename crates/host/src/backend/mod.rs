@@ -11,7 +11,7 @@ use tracing::{info, warn};
 pub mod sched_ext;
 
 pub use sched_ext::{
-    SchedExt, SchedExtError, SchedExtOptions, ScxAllowance, ScxBoost, ScxExit, ScxTotals,
+    LockScan, SchedExt, SchedExtError, SchedExtOptions, ScxAllowance, ScxBoost, ScxExit, ScxTotals,
 };
 
 /// `daemon.backend`: which backend to run.
@@ -120,6 +120,7 @@ impl BackendState {
         s.boost_queued = t.boost_queued;
         s.extensions = t.extensions;
         s.extensions_refused = t.ext_refused;
+        s.lock_extensions = t.ext_lock;
         s.boost_moved = t.boost_moved;
         s.kernel_boosts = t.kboosts;
         s.wakeup_preempts = t.wakeup_preempts;

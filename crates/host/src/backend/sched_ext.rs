@@ -109,6 +109,20 @@ pub struct ScxAllowance {
     pub kernel_boost_ns: u64,
     /// The policy's terms for those decisions.
     pub kernel: KernelGrant,
+    /// Where the other slots of the vCPU's VM are, for the extension of a
+    /// lock holder at its slice end; `peers` 0: none.
+    pub lock: LockScan,
+}
+
+/// The vCPU's place among its VM's slots (`grant.vcpu_index`, `lock_peers`,
+/// `slot_stride`): the program finds the other vCPUs' slots beside its own
+/// and extends this vCPU at a slice end while one of them publishes a lock
+/// wait naming it as the holder.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LockScan {
+    pub index: u32,
+    pub peers: u32,
+    pub stride: u32,
 }
 
 /// Why the kernel ended the scheduler (ops.exit's `scx_exit_info`).
@@ -346,6 +360,9 @@ impl SchedExt {
         g.demote_after_ns = k.demote_after_ns;
         g.max_boost_ns = k.max_boost_ns;
         g.throttle_ns = k.throttle_ns;
+        g.vcpu_index = allowance.lock.index;
+        g.lock_peers = allowance.lock.peers;
+        g.slot_stride = allowance.lock.stride;
         if as_bytes(&g) == as_bytes(&before) {
             return Ok(());
         }

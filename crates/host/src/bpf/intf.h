@@ -201,7 +201,23 @@ struct pvs_scx_grant {
 	__u64 demote_after_ns;
 	__u64 max_boost_ns;
 	__u64 throttle_ns;
+	/*
+	 * Lock holders (the VM's honor_lock_holders): this vCPU's index in its
+	 * VM, the VM's slots to look at (0: no lock-holder extension) and the
+	 * slot stride. At a slice end the program reads the other vCPUs'
+	 * slots, in the same mapping as this one's (slot_addr + (j - index) x
+	 * stride), for a published lock wait naming this vCPU as the holder:
+	 * such a vCPU is extended as one in a critical section is.
+	 */
+	__u32 vcpu_index;
+	__u32 lock_peers;
+	__u32 slot_stride;
+	__u32 pad_lock;
 };
+
+/* Slots a lock-holder check reads at most (grant.lock_peers beyond it are
+ * not looked at). */
+#define PVS_SCX_MAX_LOCK_PEERS 64
 
 /* struct pvs_scx_grant.kflags: the policy's speculative reasons the
  * program may act on (each refused below the budget's reserve). */
@@ -277,6 +293,10 @@ struct pvs_scx_vcpu {
 	__u64 kthrottles;	/* times it was throttled */
 	__u32 run_demoted;	/* the run in progress is boosted demoted */
 	__u32 enq_demoted;	/* the boost decided at the last enqueue is */
+	/* Of ext_count, extensions for a lock wait naming this vCPU (its own
+	 * slot showed no critical section), and their time. */
+	__u64 ext_lock_count;
+	__u64 ext_lock_ns;
 };
 
 /*
@@ -299,6 +319,7 @@ struct pvs_scx_totals {
 	__u64 kboosts;		/* enqueues the program boosted itself */
 	__u64 wakeup_preempts;	/* woken tasks that preempted a later one */
 	__u64 kthrottles;	/* vCPUs throttled for a long burst */
+	__u64 ext_lock;		/* of extensions, for a lock holder */
 	__u64 queued_to_run_boosted[PVS_SCX_LAT_BUCKETS];
 	__u64 queued_to_run_other[PVS_SCX_LAT_BUCKETS];
 };
@@ -329,7 +350,7 @@ struct pvs_scx_boost_queued {
 #define PVS_SCX_DSQ_BOOST 0
 #define PVS_SCX_DSQ_FAIR 1
 
-_Static_assert(sizeof(struct pvs_scx_grant) == 80, "pvs_scx_grant size");
-_Static_assert(sizeof(struct pvs_scx_vcpu) == 208, "pvs_scx_vcpu size");
+_Static_assert(sizeof(struct pvs_scx_grant) == 96, "pvs_scx_grant size");
+_Static_assert(sizeof(struct pvs_scx_vcpu) == 224, "pvs_scx_vcpu size");
 
 #endif /* __PVSCHED_INTF_H */

@@ -25,10 +25,12 @@
  *    policy's own rules (grant.demote_after_ns, max_boost_ns,
  *    throttle_ns);
  *  - at a slice end, a vCPU whose guest is in a critical section (the
- *    slot's cs_flags, read here while the vCPU thread is the current task)
- *    keeps its CPU for one extension of extension_ns, within the total
- *    the daemon allows it (grant.ext_allowed_ns). Its vtime is charged for
- *    it like for any time it ran.
+ *    slot's cs_flags, read here while the vCPU thread is the current task),
+ *    or that another vCPU of its VM waits on (a lock wait its guest
+ *    published naming this vCPU as the holder, grant.lock_peers), keeps
+ *    its CPU for one extension of extension_ns, within the total the
+ *    daemon allows it (grant.ext_allowed_ns). Its vtime is charged for it
+ *    like for any time it ran, so the fair queue takes it back later.
  *
  * The policy (budgets, throttles, demotion, fairness debt) stays in the
  * daemon: this program only acts within what a grant says.
@@ -568,15 +570,51 @@ void BPF_STRUCT_OPS(pvs_stopping, struct task_struct *p, bool runnable)
 }
 
 /*
+ * Whether another vCPU of the current vCPU's VM publishes a lock wait
+ * naming it as the holder (a mutex or a write-held rwsem: the guest names
+ * the holder; a spinning wait's holder is unknown and not counted). The
+ * other slots are in the same mapping, read while this vCPU's thread is the
+ * current task; a slot that faults is skipped. A wait read torn (the guest
+ * was writing) can only cost an extension the allowance bounds.
+ */
+static __always_inline bool waited_on(struct pvs_scx_grant *g,
+				      struct pvs_scx_vcpu *v)
+{
+	u64 base = g->slot_addr - (u64)g->vcpu_index * g->slot_stride;
+	u32 j, holder, peers = g->lock_peers;
+
+	if (peers > PVS_SCX_MAX_LOCK_PEERS)
+		peers = PVS_SCX_MAX_LOCK_PEERS;
+	for (j = 0; j < PVS_SCX_MAX_LOCK_PEERS; j++) {
+		if (j >= peers)
+			break;
+		if (j == g->vcpu_index)
+			continue;
+		if (bpf_probe_read_user(&holder, sizeof(holder),
+					(void *)(base + (u64)j * g->slot_stride +
+						 PVSCHED_OFFSETOF(struct pvsched_slot,
+								  guest.lock_holder)))) {
+			v->slot_read_failed++;
+			continue;
+		}
+		/* lock_holder is the holder's slot index + 1. */
+		if (holder == g->vcpu_index + 1)
+			return true;
+	}
+	return false;
+}
+
+/*
  * At a tick whose slice accounting left the current task nothing: a vCPU
- * whose guest is in a critical section gets one extension, if its
- * allowance has room. The kernel reschedules after this callback when the
- * slice is still 0.
+ * whose guest is in a critical section, or holds a lock another of its
+ * vCPUs waits for, gets one extension, if its allowance has room. The
+ * kernel reschedules after this callback when the slice is still 0.
  */
 void BPF_STRUCT_OPS(pvs_tick, struct task_struct *p)
 {
 	struct pvs_scx_grant *g;
 	struct pvs_scx_vcpu *v;
+	bool lock = false;
 	u32 cs = 0;
 
 	if (p->scx.slice || !extension_ns)
@@ -595,8 +633,11 @@ void BPF_STRUCT_OPS(pvs_tick, struct task_struct *p)
 		__sync_fetch_and_add(&totals.slot_read_failed, 1);
 		return;
 	}
-	if (!(cs & extension_cs))
-		return;
+	if (!(cs & extension_cs)) {
+		lock = g->lock_peers && g->slot_stride && waited_on(g, v);
+		if (!lock)
+			return;
+	}
 	if (v->ext_ns + extension_ns > g->ext_allowed_ns) {
 		v->ext_refused++;
 		__sync_fetch_and_add(&totals.ext_refused, 1);
@@ -607,6 +648,11 @@ void BPF_STRUCT_OPS(pvs_tick, struct task_struct *p)
 	v->ext_count++;
 	v->ext_in_slice = extension_ns;
 	__sync_fetch_and_add(&totals.extensions, 1);
+	if (lock) {
+		v->ext_lock_count++;
+		v->ext_lock_ns += extension_ns;
+		__sync_fetch_and_add(&totals.ext_lock, 1);
+	}
 }
 
 /*

@@ -333,6 +333,8 @@ pub struct FakeVmmConfig {
     pub guest_pending: Option<u32>,
     /// `--guest-rt-bursts`: an idle guest whose RT switch count moves each period.
     pub guest_rt_bursts: bool,
+    /// `--guest-lock-wait W=H`: vCPU W publishes a mutex wait naming vCPU H.
+    pub guest_lock_wait: Option<(u32, u32)>,
     pub spin: bool,
     /// Carry the region path in argv only, without mapping it.
     pub no_map: bool,
@@ -370,6 +372,7 @@ impl FakeVmmConfig {
             guest_cs: None,
             guest_pending: None,
             guest_rt_bursts: false,
+            guest_lock_wait: None,
             spin: false,
             no_map: false,
             qmp: None,
@@ -526,6 +529,9 @@ impl FakeVmm {
         }
         if cfg.guest_rt_bursts {
             cmd.arg("--guest-rt-bursts");
+        }
+        if let Some((w, h)) = cfg.guest_lock_wait {
+            cmd.args(["--guest-lock-wait", &format!("{w}={h}")]);
         }
         if cfg.spin {
             cmd.arg("--spin");

@@ -77,7 +77,9 @@ impl VmState {
     /// Extends vCPU `h` if it is preempted, waited on, not extended already, and the VM's
     /// lock debt is below its cap (else the refusal is counted). Returns whether it did.
     pub(super) fn try_extend(&mut self, h: usize, now: u64) -> bool {
-        if !self.limits.honor_lock_holders || !self.wanted_by_waiters(h) {
+        // Where the host scheduler decides, it extends a holder at the preemption itself
+        // (it reads the waiters' slots at the holder's slice end): no boost after the fact.
+        if !self.limits.honor_lock_holders || self.kernel_rt || !self.wanted_by_waiters(h) {
             return false;
         }
         // A running holder a wait names is extended too with `lock_extend_running`: its

@@ -372,8 +372,12 @@ impl VmState {
     /// (Also for a guest that never publishes waits: the policy does not know which
     /// guests do; N-1 reads per preemption, and those fresh reads end proactive boosts a
     /// little earlier.)
+    /// Not where the host scheduler decides ([`VmState::set_kernel_decides_rt`]): it
+    /// reads the waiters' slots itself, at the holder's slice end.
     pub fn reads_waiters_on(&self, event: &Event) -> bool {
-        self.limits.honor_lock_holders && matches!(event, Event::Preempted { .. })
+        self.limits.honor_lock_holders
+            && !self.kernel_rt
+            && matches!(event, Event::Preempted { .. })
     }
 
     /// Whether a lock wait names `vcpu` as the holder: its runs and preemptions matter at

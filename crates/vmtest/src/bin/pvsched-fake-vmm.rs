@@ -7,7 +7,7 @@
 //! ```text
 //! pvsched-fake-vmm --region PATH [--vcpus N] [--name-format "CPU {}/TCG"]
 //!                  [--guest-fifo PRIO] [--guest-cs FLAGS] [--guest-pending PRIO]
-//!                  [--guest-rt-bursts] [--spin]
+//!                  [--guest-rt-bursts] [--guest-lock-wait W=H] [--spin]
 //!                  [--no-map] [--qmp PATH]
 //!                  [--qmp-tids TID,TID,...] [--seconds S]
 //! pvsched-fake-vmm --ivshmem-server SOCKET [-name NAME] [--ring-every-ms MS]
@@ -21,6 +21,10 @@
 //! `--ivshmem-no-read` connects and never reads. `-name` is QEMU's
 //! spelling, read by the server from the command line. A handshake that
 //! fails prints `ivshmem-refused WHY` instead of `ready` and exits 3.
+//!
+//! `--guest-lock-wait W=H`: vCPU W's guest half publishes a wait for a mutex
+//! whose holder runs on vCPU H, all the time (as the guest module does for a
+//! contended mutex, `lock_holder` = H + 1).
 //!
 //! Prints `ready PID TID0 TID1 ...` on stdout once its threads run (and its
 //! QMP socket listens), then runs until killed or `--seconds` pass. It maps
@@ -37,7 +41,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use pvsched_abi::{
-    GuestHalf, GF_ACTIVE, GF_IDLE, PENDING_POLICY_SHIFT, PENDING_VALID, POLICY_FIFO,
+    GuestHalf, GF_ACTIVE, GF_IDLE, LOCK_F_MUTEX, PENDING_POLICY_SHIFT, PENDING_VALID, POLICY_FIFO,
 };
 use pvsched_base::ivshmem;
 use pvsched_base::region_file::RegionFile;
@@ -56,6 +60,8 @@ struct Args {
     /// The guest half always shows an idle guest whose RT switch count moves each
     /// period: RT work that runs between the host's reads, as under KVM.
     guest_rt_bursts: bool,
+    /// (waiter, holder): the waiter vCPU's guest half names the holder's vCPU.
+    guest_lock_wait: Option<(u32, u32)>,
     spin: bool,
     no_map: bool,
     qmp: Option<PathBuf>,
@@ -81,6 +87,7 @@ fn parse_args() -> Args {
         guest_cs: None,
         guest_pending: None,
         guest_rt_bursts: false,
+        guest_lock_wait: None,
         spin: false,
         no_map: false,
         qmp: None,
@@ -121,6 +128,16 @@ fn parse_args() -> Args {
                 )
             }
             "--guest-rt-bursts" => a.guest_rt_bursts = true,
+            "--guest-lock-wait" => {
+                let v = value();
+                a.guest_lock_wait = v
+                    .split_once('=')
+                    .and_then(|(w, h)| Some((w.parse().ok()?, h.parse().ok()?)))
+                    .filter(|(w, h)| w != h);
+                if a.guest_lock_wait.is_none() {
+                    usage("--guest-lock-wait WAITER=HOLDER (two different vCPU indexes)");
+                }
+            }
             "--spin" => a.spin = true,
             "--no-map" => a.no_map = true,
             "--qmp" => a.qmp = Some(PathBuf::from(value())),
@@ -304,6 +321,11 @@ fn main() {
         let (tx, region, stop) = (tx.clone(), region.clone(), stop.clone());
         let (fifo, cs, spin) = (args.guest_fifo, args.guest_cs, args.spin);
         let bursts = args.guest_rt_bursts;
+        // lock_holder: the holder's slot index + 1.
+        let waits_for = args
+            .guest_lock_wait
+            .filter(|&(w, _)| w == i)
+            .map(|(_, h)| h + 1);
         let pending = args.guest_pending.map_or(0, |p| {
             PENDING_VALID | (u64::from(POLICY_FIFO) << PENDING_POLICY_SHIFT) | u64::from(p)
         });
@@ -313,7 +335,11 @@ fn main() {
             .spawn(move || {
                 let _ = tx.send((i, gettid()));
                 while !stop.load(Ordering::Relaxed) {
-                    let says = fifo.is_some() || cs.is_some() || bursts || pending != 0;
+                    let says = fifo.is_some()
+                        || cs.is_some()
+                        || bursts
+                        || pending != 0
+                        || waits_for.is_some();
                     if let Some(r) = region.get().filter(|_| says) {
                         rt_switches += u64::from(bursts);
                         let g = GuestHalf {
@@ -323,6 +349,8 @@ fn main() {
                             cs_flags: cs.unwrap_or(0),
                             rt_switch_count: rt_switches,
                             guest_pending: pending,
+                            lock_holder: waits_for.unwrap_or(0),
+                            lock_flags: if waits_for.is_some() { LOCK_F_MUTEX } else { 0 },
                             ..GuestHalf::default()
                         };
                         let _ = r.region().write_guest(i, &g);
