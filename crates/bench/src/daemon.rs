@@ -662,28 +662,17 @@ mod tests {
 
     /// A status with one VM `name` whose vCPU threads are `tids` (0: not found).
     fn status(name: &str, tids: &[i32]) -> Status {
-        let vcpu = |(index, &tid): (usize, &i32)| pvsched_control::VcpuStatus {
-            index: index as u32,
-            tid,
-            params: pvsched_base::sched::ThreadParams::other(0),
-            reason: "none".into(),
-            throttled: false,
-            host_status: "running".into(),
-            guest_policy: 0,
-            guest_rt_priority: 0,
-            guest_cs_flags: 0,
-            boosts: 0,
-            throttles: 0,
-            boosted_ms: 0.0,
-            cs_budget_ms: 0.0,
-            cs_debt_ms: 0.0,
-            cs_latched: false,
-            scx_extensions: 0,
-            scx_extended_ms: 0.0,
-            scx_extensions_refused: 0,
-            scx_boost_preempts: 0,
-            scx_kernel_boosts: 0,
-            kernel_boosted_ms: 0.0,
+        // From JSON with only the fields without a default: the control
+        // crate's counters added since (serde defaults) need no change here.
+        let vcpu = |(index, &tid): (usize, &i32)| -> pvsched_control::VcpuStatus {
+            let params = pvsched_base::sched::ThreadParams::other(0);
+            serde_json::from_value(serde_json::json!({
+                "index": index, "tid": tid, "params": params, "reason": "none",
+                "throttled": false, "host_status": "running", "guest_policy": 0,
+                "guest_rt_priority": 0, "guest_cs_flags": 0, "boosts": 0, "throttles": 0,
+                "boosted_ms": 0.0
+            }))
+            .expect("a vCPU status")
         };
         Status {
             pid: 1,

@@ -72,8 +72,14 @@ struct Cli {
     #[arg(long, value_delimiter = ',', default_value = "overcommitted,alone")]
     lock_cases: Vec<LockCase>,
     /// Lock scenario: the modes, interleaved: vanilla (no daemon),
-    /// pvsched-nolock (pvschedd, honor_lock_holders = false), pvsched-lock
-    /// (pvschedd, honor_lock_holders = true).
+    /// pvsched-nolock (pvschedd on the rt backend, honor_lock_holders =
+    /// false), pvsched-lock (rt, honor_lock_holders = true); only where
+    /// asked for, pvsched-scx-nolock (pvschedd on the sched_ext backend,
+    /// scx_extension_us = 0, honor_lock_holders = false) and
+    /// pvsched-scx-lock (sched_ext, scx_extension_us at the daemon's default
+    /// or --pvschedd-config's, honor_lock_holders = true), which need a
+    /// kernel with sched_ext (--platform kvm runs them in the host VM, which
+    /// has it; elsewhere pvschedd does not start and they are skipped).
     #[arg(
         long,
         value_delimiter = ',',

@@ -77,6 +77,8 @@ pub fn mode_color(mode: &str) -> RGBColor {
         // The lock-holder scenario's modes.
         "pvsched-nolock" => RGBColor(255, 127, 14),
         "pvsched-lock" => RGBColor(44, 160, 44),
+        "pvsched-scx-nolock" => RGBColor(148, 103, 189),
+        "pvsched-scx-lock" => RGBColor(31, 119, 180),
         _ => RGBColor(90, 90, 90),
     }
 }

@@ -67,6 +67,7 @@ fn vm_summary(phases: &[&Phase], name: &str, index: usize) -> VmSummary {
     let mut guest_window = 0.0;
     let mut guest_repeats = 0;
     let mut daemon: Option<DaemonLocks> = None;
+    let mut scx: Option<ScxExtensions> = None;
     let mut kernel: Option<u64> = None;
     for (p, v) in &of {
         if let Some(g) = &v.guest_locks {
@@ -77,6 +78,9 @@ fn vm_summary(phases: &[&Phase], name: &str, index: usize) -> VmSummary {
         if let Some(d) = &v.daemon {
             daemon.get_or_insert_with(DaemonLocks::default).add(d);
         }
+        if let Some(x) = &v.scx_extensions {
+            scx.get_or_insert_with(ScxExtensions::default).add(x);
+        }
         if let Some(k) = v.kernel_contentions {
             *kernel.get_or_insert(0) += k;
         }
@@ -85,6 +89,9 @@ fn vm_summary(phases: &[&Phase], name: &str, index: usize) -> VmSummary {
         d.extended_ms = round(d.extended_ms, 3);
         d.repaid_ms = round(d.repaid_ms, 3);
         d.debt_ms_at_end = round(d.debt_ms_at_end, 3);
+    }
+    if let Some(x) = scx.as_mut() {
+        x.extended_ms = round(x.extended_ms, 3);
     }
     VmSummary {
         name: name.to_string(),
@@ -121,6 +128,7 @@ fn vm_summary(phases: &[&Phase], name: &str, index: usize) -> VmSummary {
         guest_locks_repeats: guest_repeats,
         kernel_contentions: kernel,
         daemon,
+        scx_extensions: scx,
     }
 }
 
@@ -210,6 +218,16 @@ pub fn paired_ratios(
         .collect()
 }
 
+/// The pvsched modes in the order their ratios to vanilla are listed: each
+/// backend's mode with lock handling first (the order of reports from
+/// before the sched_ext modes).
+pub const RATIO_ORDER: [LockMode; 4] = [
+    LockMode::PvschedLock,
+    LockMode::PvschedNolock,
+    LockMode::PvschedScxLock,
+    LockMode::PvschedScxNolock,
+];
+
 /// The ratios of every pvsched mode to vanilla in one case: per VM that
 /// ran the workload, and `both` (the sum) when more than one did.
 fn case_ratios(raw: &LocksRaw, case: LockCase, names: &[String]) -> Vec<Ratio> {
@@ -218,7 +236,7 @@ fn case_ratios(raw: &LocksRaw, case: LockCase, names: &[String]) -> Vec<Ratio> {
         return Vec::new();
     }
     let mut out = Vec::new();
-    for mode in [LockMode::PvschedLock, LockMode::PvschedNolock] {
+    for mode in RATIO_ORDER {
         if !raw.modes.contains(&mode) {
             continue;
         }
@@ -269,10 +287,30 @@ pub fn avoided(without: GuestLocks, with: GuestLocks) -> Option<f64> {
     (r0 > 0.0).then(|| 1.0 - r1 / r0)
 }
 
+/// The backends whose avoided holder preemptions a report gives, in order.
+pub const BACKENDS: [LockBackend; 2] = [LockBackend::Rt, LockBackend::SchedExt];
+
+/// The avoided share of every backend whose two modes ran in `case`.
 fn case_avoided(raw: &LocksRaw, case: LockCase, names: &[String]) -> Vec<Avoided> {
+    BACKENDS
+        .iter()
+        .flat_map(|b| backend_avoided(raw, case, names, *b))
+        .collect()
+}
+
+/// The avoided share on `backend` (its mode with lock handling against the
+/// one without) in `case`: `both` and each VM that ran the workload; empty
+/// unless both modes ran.
+fn backend_avoided(
+    raw: &LocksRaw,
+    case: LockCase,
+    names: &[String],
+    backend: LockBackend,
+) -> Vec<Avoided> {
+    let (without_mode, with_mode) = backend.lock_pair();
     let (without, with) = (
-        phases_of(raw, case, LockMode::PvschedNolock),
-        phases_of(raw, case, LockMode::PvschedLock),
+        phases_of(raw, case, without_mode),
+        phases_of(raw, case, with_mode),
     );
     if without.is_empty() || with.is_empty() {
         return Vec::new();
@@ -295,6 +333,7 @@ fn case_avoided(raw: &LocksRaw, case: LockCase, names: &[String]) -> Vec<Avoided
                 summed_guest(&with, &members),
             );
             Avoided {
+                backend,
                 vm,
                 without: a,
                 with: b,
@@ -306,9 +345,18 @@ fn case_avoided(raw: &LocksRaw, case: LockCase, names: &[String]) -> Vec<Avoided
         .collect()
 }
 
-/// The issue's three targets, from the overcommitted case.
-pub fn targets(cases: &[CaseReport]) -> Vec<LockTarget> {
-    let t = |what: &str, value: Option<f64>, limit: f64, unit: &str, why: &str| LockTarget {
+/// Whether `modes` has a sched_ext mode: its run is judged by issue 33's
+/// targets, from `pvsched-scx-lock`.
+pub fn has_scx_modes(modes: &[LockMode]) -> bool {
+    modes
+        .iter()
+        .any(|m| m.backend() == Some(LockBackend::SchedExt))
+}
+
+/// One target: met when `value` is at least `limit` (`x`, `%>=`) or at
+/// most (`%<=`); `why` says what it needs when it is not measured.
+fn target(what: &str, value: Option<f64>, limit: f64, unit: &str, why: &str) -> LockTarget {
+    LockTarget {
         what: what.to_string(),
         value,
         limit,
@@ -325,53 +373,130 @@ pub fn targets(cases: &[CaseReport]) -> Vec<LockTarget> {
         } else {
             String::new()
         },
-    };
-    let oc = cases
+    }
+}
+
+fn case_of(cases: &[CaseReport], case: LockCase) -> Option<&CaseReport> {
+    cases.iter().find(|c| c.case == case.name())
+}
+
+/// The median ratio of `mode` to vanilla for `vm` (or `both`) in `case`.
+fn median_ratio(cases: &[CaseReport], case: LockCase, vm: &str, mode: LockMode) -> Option<f64> {
+    case_of(cases, case)?
+        .ratios
         .iter()
-        .find(|c| c.case == LockCase::Overcommitted.name());
-    let speedup = oc.and_then(|c| {
-        c.ratios
-            .iter()
-            .find(|r| r.vm == "both" && r.mode == LockMode::PvschedLock.name())
-            .map(|r| r.ratio.median)
-    });
-    let avoided = oc.and_then(|c| {
-        c.avoided
-            .iter()
-            .find(|a| a.vm == "both")
-            .and_then(|a| a.avoided_pct)
-    });
-    let split = oc.and_then(|c| {
-        c.modes
-            .get(LockMode::PvschedLock.name())
-            .and_then(|m| m.split_deviation_pct.as_ref())
-            .map(|s| s.max)
-    });
+        .find(|r| r.vm == vm && r.mode == mode.name())
+        .map(|r| r.ratio.median)
+}
+
+/// The share of holder preemptions avoided on `backend`, both VMs, overcommitted.
+fn avoided_both(cases: &[CaseReport], backend: LockBackend) -> Option<f64> {
+    case_of(cases, LockCase::Overcommitted)?
+        .avoided
+        .iter()
+        .find(|a| a.vm == "both" && a.backend == backend)
+        .and_then(|a| a.avoided_pct)
+}
+
+/// The worst repeat's deviation from an equal split of `mode`, overcommitted.
+fn worst_split(cases: &[CaseReport], mode: LockMode) -> Option<f64> {
+    case_of(cases, LockCase::Overcommitted)?
+        .modes
+        .get(mode.name())
+        .and_then(|m| m.split_deviation_pct.as_ref())
+        .map(|s| s.max)
+}
+
+/// The targets: a run with a sched_ext mode among `modes` gets issue 33's
+/// ([`scx_targets`]), any other the issue's three from the rt pair
+/// ([`rt_targets`]).
+pub fn targets(cases: &[CaseReport], modes: &[LockMode]) -> Vec<LockTarget> {
+    if has_scx_modes(modes) {
+        scx_targets(cases)
+    } else {
+        rt_targets(cases)
+    }
+}
+
+/// The issue's three targets (issue 14), from the overcommitted case and
+/// the rt pair.
+pub fn rt_targets(cases: &[CaseReport]) -> Vec<LockTarget> {
     vec![
-        t(
+        target(
             "overcommitted: throughput of both VMs, pvsched-lock / vanilla (median of the \
              per-repeat ratios)",
-            speedup,
+            median_ratio(
+                cases,
+                LockCase::Overcommitted,
+                "both",
+                LockMode::PvschedLock,
+            ),
             SPEEDUP_TARGET,
             "x",
             "needs the overcommitted case with vanilla and pvsched-lock",
         ),
-        t(
+        target(
             "overcommitted: holder preemptions avoided, counted by the guests over the run \
              (pvsched-lock vs pvsched-nolock)",
-            avoided,
+            avoided_both(cases, LockBackend::Rt),
             AVOIDED_TARGET_PCT,
             "%>=",
             "needs pvsched-nolock and pvsched-lock, guests publishing F_LOCK_WAIT, and \
              holder-preempted contentions without lock handling",
         ),
-        t(
+        target(
             "overcommitted, pvsched-lock: each VM's CPU time within 5 % of an equal split \
              (the worst repeat's deviation)",
-            split,
+            worst_split(cases, LockMode::PvschedLock),
             SPLIT_TARGET_PCT,
             "%<=",
             "needs the overcommitted case with pvsched-lock",
+        ),
+    ]
+}
+
+/// Issue 33's four targets, from pvsched-scx-lock: overcommitted
+/// throughput, alone throughput, holder preemptions avoided on sched_ext,
+/// the CPU split.
+pub fn scx_targets(cases: &[CaseReport]) -> Vec<LockTarget> {
+    vec![
+        target(
+            "overcommitted: throughput of both VMs, pvsched-scx-lock / vanilla (median of the \
+             per-repeat ratios)",
+            median_ratio(
+                cases,
+                LockCase::Overcommitted,
+                "both",
+                LockMode::PvschedScxLock,
+            ),
+            SPEEDUP_TARGET,
+            "x",
+            "needs the overcommitted case with vanilla and pvsched-scx-lock",
+        ),
+        target(
+            "alone: throughput of lock-a, pvsched-scx-lock / vanilla (median of the per-repeat \
+             ratios)",
+            median_ratio(cases, LockCase::Alone, VM_A, LockMode::PvschedScxLock),
+            ALONE_TARGET,
+            "x",
+            "needs the alone case with vanilla and pvsched-scx-lock",
+        ),
+        target(
+            "overcommitted: holder preemptions avoided, counted by the guests over the run \
+             (pvsched-scx-lock vs pvsched-scx-nolock)",
+            avoided_both(cases, LockBackend::SchedExt),
+            AVOIDED_TARGET_PCT,
+            "%>=",
+            "needs pvsched-scx-nolock and pvsched-scx-lock, guests publishing F_LOCK_WAIT, and \
+             holder-preempted contentions without lock handling",
+        ),
+        target(
+            "overcommitted, pvsched-scx-lock: each VM's CPU time within 5 % of an equal split \
+             (the worst repeat's deviation)",
+            worst_split(cases, LockMode::PvschedScxLock),
+            SPLIT_TARGET_PCT,
+            "%<=",
+            "needs the overcommitted case with pvsched-scx-lock",
         ),
     ]
 }
@@ -403,7 +528,7 @@ pub fn build(raw: &LocksRaw) -> LocksReport {
     LocksReport {
         schema: "pvsched-bench-locks/1".into(),
         meta: raw.meta.clone(),
-        targets: targets(&cases),
+        targets: targets(&cases, &raw.modes),
         efficiency: efficiency(&cases),
         cases,
         plots: Vec::new(),

@@ -66,16 +66,83 @@ pub fn parse_run(out: &str) -> Result<(LockstressResult, Option<u64>)> {
 }
 
 /// The overlay of a pvsched mode: `--pvschedd-config`'s, with the mode's
-/// `honor_lock_holders` in `[defaults]` (the mode's value wins).
-pub fn mode_overlay(overlay: &toml::Table, honor: bool) -> toml::Table {
+/// `[daemon] backend`, `[defaults] honor_lock_holders` and, where the mode
+/// fixes it, `[daemon] scx_extension_us` (the mode's values win; a
+/// `scx_extension_us` the mode leaves open stays the user's, else the
+/// daemon's default).
+pub fn mode_overlay(overlay: &toml::Table, daemon: ModeDaemon) -> toml::Table {
     let mut o = overlay.clone();
-    let defaults = o
-        .entry("defaults")
-        .or_insert_with(|| toml::Value::Table(toml::Table::new()));
-    if let toml::Value::Table(t) = defaults {
-        t.insert("honor_lock_holders".into(), honor.into());
+    let table = |o: &mut toml::Table, name: &str| -> toml::Table {
+        match o.remove(name) {
+            Some(toml::Value::Table(t)) => t,
+            _ => toml::Table::new(),
+        }
+    };
+    let mut d = table(&mut o, "daemon");
+    // Explicit even for rt, the generated config's default: the mode, not
+    // the config, decides which backend is measured.
+    d.insert("backend".into(), daemon.backend.name().into());
+    if let Some(us) = daemon.scx_extension_us {
+        d.insert("scx_extension_us".into(), saturating_i64(us).into());
     }
+    o.insert("daemon".into(), d.into());
+    let mut defaults = table(&mut o, "defaults");
+    defaults.insert(
+        "honor_lock_holders".into(),
+        daemon.honor_lock_holders.into(),
+    );
+    o.insert("defaults".into(), defaults.into());
     o
+}
+
+/// TOML integers are i64.
+fn saturating_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// The journal's notes on `--pvschedd-config` settings the pvsched modes of
+/// `modes` set themselves (the mode's value wins) or keep.
+pub fn overlay_notes(overlay: &toml::Table, modes: &[LockMode]) -> Vec<String> {
+    let sets = |section: &str, key: &str| overlay.get(section).and_then(|t| t.get(key));
+    let with_daemon: Vec<(LockMode, ModeDaemon)> = modes
+        .iter()
+        .filter_map(|m| Some((*m, m.daemon()?)))
+        .collect();
+    let mut notes = Vec::new();
+    if sets("defaults", "honor_lock_holders").is_some() {
+        notes.push(
+            "--pvschedd-config sets honor_lock_holders: each pvsched mode sets its own".into(),
+        );
+    }
+    if let Some(backend) = sets("daemon", "backend").filter(|_| !with_daemon.is_empty()) {
+        let each: Vec<String> = with_daemon
+            .iter()
+            .map(|(m, d)| format!("{m}: {}", d.backend))
+            .collect();
+        notes.push(format!(
+            "--pvschedd-config sets [daemon] backend = {backend}: each pvsched mode sets its \
+             own, which wins ({})",
+            each.join(", ")
+        ));
+    }
+    let scx: Vec<&(LockMode, ModeDaemon)> = with_daemon
+        .iter()
+        .filter(|(_, d)| d.backend == LockBackend::SchedExt)
+        .collect();
+    if let Some(us) = sets("daemon", "scx_extension_us").filter(|_| !scx.is_empty()) {
+        let each: Vec<String> = scx
+            .iter()
+            .map(|(m, d)| match d.scx_extension_us {
+                Some(own) => format!("{m} runs with its own {own}, which wins"),
+                None => format!("{m} keeps the config's {us}"),
+            })
+            .collect();
+        notes.push(format!(
+            "--pvschedd-config sets [daemon] scx_extension_us = {us}: {}",
+            each.join("; ")
+        ));
+    }
+    notes
 }
 
 /// Whether the guest module accepted `F_LOCK_WAIT`, and its lock counters

@@ -36,6 +36,19 @@ fn opt<T: fmt::Display>(v: Option<T>) -> String {
     v.map(|x| x.to_string()).unwrap_or_else(|| "n/a".into())
 }
 
+/// Whether `mode` has a summary in some case of `r`.
+fn ran(r: &LocksReport, mode: LockMode) -> bool {
+    r.cases.iter().any(|c| c.modes.contains_key(mode.name()))
+}
+
+/// Whether a sched_ext mode ran: the report then names each pvsched mode's
+/// backend (runs without one read as they always did).
+fn scx_ran(r: &LocksReport) -> bool {
+    LockMode::ALL
+        .into_iter()
+        .any(|m| m.backend() == Some(LockBackend::SchedExt) && ran(r, m))
+}
+
 /// The Markdown report (also what the bench prints at the end).
 pub fn markdown(r: &LocksReport) -> String {
     let m = &r.meta.base;
@@ -65,8 +78,29 @@ pub fn markdown(r: &LocksReport) -> String {
             .keys()
             .any(|k| k.as_str() != LockMode::Vanilla.name())
     });
+    let scx = scx_ran(r);
+    // What each mode sets itself, whatever --pvschedd-config says.
+    let own = if ran(r, LockMode::PvschedScxNolock) {
+        "each mode's `backend` and `honor_lock_holders`, and pvsched-scx-nolock's \
+         `scx_extension_us = 0`"
+    } else {
+        "each mode's `backend` and `honor_lock_holders`"
+    };
     if !pvsched_modes {
         let _ = writeln!(o, "pvschedd: not used (no pvsched mode ran)  ");
+    } else if scx && m.pvschedd_settings.trim().is_empty() {
+        let _ = writeln!(
+            o,
+            "pvschedd: {}, default configuration but {own}, serving both VMs  ",
+            lm.pvschedd
+        );
+    } else if scx {
+        let _ = writeln!(
+            o,
+            "pvschedd: {}, defaults plus `{}` (but {own}), serving both VMs  ",
+            lm.pvschedd,
+            m.pvschedd_settings.trim().replace('\n', "; ")
+        );
     } else if m.pvschedd_settings.trim().is_empty() {
         let _ = writeln!(
             o,
@@ -97,8 +131,14 @@ pub fn markdown(r: &LocksReport) -> String {
     }
     let _ = writeln!(o, "\nModes:");
     for mode in LockMode::ALL {
-        if r.cases.iter().any(|c| c.modes.contains_key(mode.name())) {
-            let _ = writeln!(o, "- `{}`: {}", mode.name(), mode.describe());
+        if ran(r, mode) {
+            // The rt modes' text does not name their backend: beside the
+            // sched_ext modes it must.
+            let backend = match mode.backend() {
+                Some(LockBackend::Rt) if scx => "; rt backend",
+                _ => "",
+            };
+            let _ = writeln!(o, "- `{}`: {}{backend}", mode.name(), mode.describe());
         }
     }
     let _ = writeln!(o, "\nDefinitions:");
@@ -239,15 +279,37 @@ pub fn markdown(r: &LocksReport) -> String {
             o,
             "\n## Holder preemptions avoided (guest counters, whole run)\n"
         );
-        let _ = writeln!(
-            o,
-            "| case | VM | pvsched-nolock: preempted / contentions | % | pvsched-lock: preempted / contentions | % | avoided |"
-        );
-        let _ = writeln!(o, "|---|---|--:|--:|--:|--:|--:|");
-        for (c, a) in avoided_rows {
+        // Only rt rows: the table of the reports from before the sched_ext
+        // modes; else a column names each row's backend and pair.
+        let per_backend = avoided_rows.iter().any(|(_, a)| !a.backend.is_rt());
+        if per_backend {
             let _ = writeln!(
                 o,
-                "| {} | {} | {} / {} | {} | {} / {} | {} | {} |",
+                "Per backend, its mode with lock handling against the one without: rt, \
+                 pvsched-lock vs pvsched-nolock; sched_ext, pvsched-scx-lock vs \
+                 pvsched-scx-nolock.\n"
+            );
+            let _ = writeln!(
+                o,
+                "| case | backend | VM | without: preempted / contentions | % | with: preempted / contentions | % | avoided |"
+            );
+            let _ = writeln!(o, "|---|---|---|--:|--:|--:|--:|--:|");
+        } else {
+            let _ = writeln!(
+                o,
+                "| case | VM | pvsched-nolock: preempted / contentions | % | pvsched-lock: preempted / contentions | % | avoided |"
+            );
+            let _ = writeln!(o, "|---|---|--:|--:|--:|--:|--:|");
+        }
+        for (c, a) in avoided_rows {
+            let backend = if per_backend {
+                format!(" {} |", a.backend)
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                o,
+                "| {} |{backend} {} | {} / {} | {} | {} / {} | {} | {} |",
                 c.case,
                 a.vm,
                 a.without.preempted,
@@ -315,6 +377,8 @@ pub fn markdown(r: &LocksReport) -> String {
             );
         }
     }
+
+    scx_extension_table(&mut o, r);
 
     let _ = writeln!(
         o,
@@ -449,4 +513,48 @@ pub fn markdown(r: &LocksReport) -> String {
         }
     }
     o
+}
+
+/// The sched_ext scheduler's slice-end extensions per case, mode and VM:
+/// rows of the sched_ext modes, and of any other mode that counted some;
+/// nothing for runs without them.
+fn scx_extension_table(o: &mut String, r: &LocksReport) {
+    let rows: Vec<_> = r
+        .cases
+        .iter()
+        .flat_map(|c| {
+            ordered(&c.modes).into_iter().flat_map(move |(mode, ms)| {
+                ms.vms.iter().filter_map(move |v| {
+                    let x = v.scx_extensions.as_ref()?;
+                    let shown = mode.backend() == Some(LockBackend::SchedExt) || x.any();
+                    shown.then_some((c, mode, v, x))
+                })
+            })
+        })
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "\n## sched_ext extensions at the preemption (slice end; sums over the repeats)\n\n\
+         The sched_ext scheduler decides at the instant it would preempt a vCPU: one whose \
+         guest shows a critical section when its slice ends, or that another vCPU's \
+         published lock wait names as the holder (for a lock holder), keeps its CPU for \
+         `scx_extension_us` more (granted), unless the extensions would take more than its \
+         allowance (`scx_extension_share_permille`; refused). pvsched-scx-nolock runs with \
+         `scx_extension_us = 0`: none.\n"
+    );
+    let _ = writeln!(
+        o,
+        "| case | mode | VM | extensions granted at the preemption (slice end) | of them for a lock holder | refused (allowance) | extended ms |"
+    );
+    let _ = writeln!(o, "|---|---|---|--:|--:|--:|--:|");
+    for (c, mode, v, x) in rows {
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {} | {} | {:.1} |",
+            c.case, mode, v.name, x.granted, x.for_lock_holder, x.refused, x.extended_ms
+        );
+    }
 }

@@ -19,7 +19,7 @@ pub const VM_B: &str = "lock-b";
 
 /// What the report's derived figures mean (printed under the header and
 /// kept in the JSON).
-pub const DEFINITIONS: [&str; 5] = [
+pub const DEFINITIONS: [&str; 6] = [
     "Throughput: the operations lockstress finished in its window / the window (ops/s), \
      per VM; `both` is the sum of the two VMs' ops/s of the same repeat.",
     "Ratios (mode / vanilla): per repeat, the mode's ops/s over vanilla's ops/s of the same \
@@ -35,9 +35,73 @@ pub const DEFINITIONS: [&str; 5] = [
      daemon writes the host halves, so the guest cannot see a preempted holder: the \
      holder-preempted count is shown for the pvsched modes only.",
     "Holder preemptions avoided = 1 - (holder-preempted contentions per contention with lock \
-     handling, pvsched-lock) / (the same without, pvsched-nolock), each rate summed over \
-     every repeat of the case (and over both VMs for `both`).",
+     handling) / (the same without), each rate summed over every repeat of the case (and over \
+     both VMs for `both`); per backend: rt, pvsched-lock against pvsched-nolock; sched_ext, \
+     pvsched-scx-lock against pvsched-scx-nolock.",
+    "sched_ext extensions: the slice-end extensions the sched_ext scheduler granted the VM's \
+     vCPUs over the window (a vCPU whose guest showed a critical section when its slice ended, \
+     kept on its CPU for `scx_extension_us` more) and those it refused over their allowance, \
+     `scx_extensions` and `scx_extensions_refused` of every vCPU in pvschedd's status, summed \
+     per VM: a lock holder kept running at the moment it would have been preempted; of them, \
+     those for a lock holder (another vCPU's published wait named it, `scx_lock_extensions`).",
 ];
+
+/// pvschedd's `[daemon] backend`: the mechanism that carries its boosts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum LockBackend {
+    /// The RT class (`sched_setattr`); every run before the sched_ext
+    /// modes, hence the default of a report row without a backend.
+    #[default]
+    #[serde(rename = "rt")]
+    Rt,
+    /// pvschedd's own sched_ext scheduler for the whole host.
+    #[serde(rename = "sched_ext")]
+    SchedExt,
+}
+
+impl LockBackend {
+    /// The name pvschedd's config and status use.
+    pub fn name(self) -> &'static str {
+        match self {
+            LockBackend::Rt => "rt",
+            LockBackend::SchedExt => "sched_ext",
+        }
+    }
+
+    /// For `skip_serializing_if`: rt rows stay as they were before the
+    /// field existed, so old reports render again byte for byte.
+    pub fn is_rt(&self) -> bool {
+        *self == LockBackend::Rt
+    }
+
+    /// The pair of modes that measures lock handling on this backend:
+    /// (without, with).
+    pub fn lock_pair(self) -> (LockMode, LockMode) {
+        match self {
+            LockBackend::Rt => (LockMode::PvschedNolock, LockMode::PvschedLock),
+            LockBackend::SchedExt => (LockMode::PvschedScxNolock, LockMode::PvschedScxLock),
+        }
+    }
+}
+
+impl fmt::Display for LockBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What pvschedd runs with in a pvsched mode; the mode's values win over
+/// `--pvschedd-config`'s.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModeDaemon {
+    /// `[daemon] backend`.
+    pub backend: LockBackend,
+    /// `[defaults] honor_lock_holders`.
+    pub honor_lock_holders: bool,
+    /// `[daemon] scx_extension_us`; None: `--pvschedd-config`'s, else the
+    /// daemon's default.
+    pub scx_extension_us: Option<u64>,
+}
 
 /// How the host treats the VMs' vCPU threads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ValueEnum)]
@@ -45,17 +109,26 @@ pub const DEFINITIONS: [&str; 5] = [
 pub enum LockMode {
     /// No daemon: plain CFS.
     Vanilla,
-    /// pvschedd serving both VMs, `honor_lock_holders = false`.
+    /// pvschedd serving both VMs on the rt backend, `honor_lock_holders = false`.
     PvschedNolock,
-    /// pvschedd serving both VMs, `honor_lock_holders = true`.
+    /// pvschedd serving both VMs on the rt backend, `honor_lock_holders = true`.
     PvschedLock,
+    /// pvschedd serving both VMs on the sched_ext backend, no slice-end
+    /// extension (`scx_extension_us = 0`), `honor_lock_holders = false`.
+    PvschedScxNolock,
+    /// pvschedd serving both VMs on the sched_ext backend, slice-end
+    /// extensions at `scx_extension_us`, `honor_lock_holders = true`.
+    PvschedScxLock,
 }
 
 impl LockMode {
-    pub const ALL: [LockMode; 3] = [
+    /// Every mode, in the order reports show them.
+    pub const ALL: [LockMode; 5] = [
         LockMode::Vanilla,
         LockMode::PvschedNolock,
         LockMode::PvschedLock,
+        LockMode::PvschedScxNolock,
+        LockMode::PvschedScxLock,
     ];
 
     pub fn name(self) -> &'static str {
@@ -63,16 +136,37 @@ impl LockMode {
             LockMode::Vanilla => "vanilla",
             LockMode::PvschedNolock => "pvsched-nolock",
             LockMode::PvschedLock => "pvsched-lock",
+            LockMode::PvschedScxNolock => "pvsched-scx-nolock",
+            LockMode::PvschedScxLock => "pvsched-scx-lock",
         }
+    }
+
+    /// What pvschedd runs with in this mode; None: no daemon.
+    pub fn daemon(self) -> Option<ModeDaemon> {
+        let (backend, honor_lock_holders, scx_extension_us) = match self {
+            LockMode::Vanilla => return None,
+            LockMode::PvschedNolock => (LockBackend::Rt, false, None),
+            LockMode::PvschedLock => (LockBackend::Rt, true, None),
+            // No extension at all: the sched_ext scheduler alone, without
+            // any lock handling, is what its lock handling is measured against.
+            LockMode::PvschedScxNolock => (LockBackend::SchedExt, false, Some(0)),
+            LockMode::PvschedScxLock => (LockBackend::SchedExt, true, None),
+        };
+        Some(ModeDaemon {
+            backend,
+            honor_lock_holders,
+            scx_extension_us,
+        })
     }
 
     /// The `honor_lock_holders` pvschedd runs with; None: no daemon.
     pub fn honor_lock_holders(self) -> Option<bool> {
-        match self {
-            LockMode::Vanilla => None,
-            LockMode::PvschedNolock => Some(false),
-            LockMode::PvschedLock => Some(true),
-        }
+        self.daemon().map(|d| d.honor_lock_holders)
+    }
+
+    /// pvschedd's backend in this mode; None: no daemon.
+    pub fn backend(self) -> Option<LockBackend> {
+        self.daemon().map(|d| d.backend)
     }
 
     pub fn describe(self) -> &'static str {
@@ -84,6 +178,15 @@ impl LockMode {
             LockMode::PvschedLock => {
                 "pvschedd serving both VMs, `honor_lock_holders = true` (preempted \
                  lock holders extended)"
+            }
+            LockMode::PvschedScxNolock => {
+                "pvschedd serving both VMs on the sched_ext backend, `scx_extension_us = 0`, \
+                 `honor_lock_holders = false` (no lock-holder handling)"
+            }
+            LockMode::PvschedScxLock => {
+                "pvschedd serving both VMs on the sched_ext backend, `honor_lock_holders = \
+                 true` (a vCPU in a critical section extended at its slice end by \
+                 `scx_extension_us`, preempted lock holders extended)"
             }
         }
     }
@@ -312,6 +415,73 @@ impl DaemonLocks {
     }
 }
 
+/// The sched_ext scheduler's slice-end extensions of one VM's vCPUs over a
+/// window (`scx_*` of every vCPU in pvschedd's status, summed; 0 on the rt
+/// backend).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ScxExtensions {
+    /// Extensions granted at a slice end (`scx_extensions`): the vCPU's
+    /// guest showed a critical section when the scheduler would have
+    /// preempted it.
+    pub granted: u64,
+    /// Refused over the vCPU's allowance (`scx_extensions_refused`).
+    pub refused: u64,
+    /// On-CPU time the granted extensions gave, ms (`scx_extended_ms`).
+    pub extended_ms: f64,
+    /// Of `granted`, those for a lock holder: a waiter's published wait
+    /// named the vCPU (`scx_lock_extensions`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub for_lock_holder: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl ScxExtensions {
+    /// The VM's counters in one status: its vCPUs' summed.
+    pub fn of(status: &VmStatus) -> ScxExtensions {
+        let mut sum = ScxExtensions::default();
+        for c in &status.vcpus {
+            sum.granted += c.scx_extensions;
+            sum.refused += c.scx_extensions_refused;
+            sum.extended_ms += c.scx_extended_ms;
+            sum.for_lock_holder += c.scx_lock_extensions;
+        }
+        sum
+    }
+
+    /// The counters between two statuses of the same VM. A VM served anew
+    /// in between (another generation, or counters that went back) gives
+    /// what `after` shows.
+    pub fn between(before: &VmStatus, after: &VmStatus) -> ScxExtensions {
+        let (b, a) = (ScxExtensions::of(before), ScxExtensions::of(after));
+        let fresh =
+            after.generation != before.generation || a.granted < b.granted || a.refused < b.refused;
+        if fresh {
+            return a;
+        }
+        ScxExtensions {
+            granted: a.granted - b.granted,
+            refused: a.refused - b.refused,
+            extended_ms: (a.extended_ms - b.extended_ms).max(0.0),
+            for_lock_holder: a.for_lock_holder.saturating_sub(b.for_lock_holder),
+        }
+    }
+
+    pub fn add(&mut self, o: &ScxExtensions) {
+        self.granted += o.granted;
+        self.refused += o.refused;
+        self.extended_ms += o.extended_ms;
+        self.for_lock_holder += o.for_lock_holder;
+    }
+
+    /// Whether the scheduler granted or refused any.
+    pub fn any(&self) -> bool {
+        self.granted > 0 || self.refused > 0
+    }
+}
+
 /// One VM in one measurement.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct VmPhase {
@@ -337,6 +507,11 @@ pub struct VmPhase {
     /// pvschedd's lock counters over the window (pvsched modes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub daemon: Option<DaemonLocks>,
+    /// The sched_ext scheduler's slice-end extensions of the VM's vCPUs over
+    /// the window (pvsched modes; None in raw files from before they were
+    /// kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scx_extensions: Option<ScxExtensions>,
 }
 
 /// One measurement: one (case, mode, repeat).
@@ -363,6 +538,12 @@ pub struct Phase {
     /// event-thread wakeups by cause, doorbell rings, BPF records).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub daemon_counters: BTreeMap<String, f64>,
+    /// The backend pvschedd served on at the end of the window
+    /// (`backend.active` of its status: `rt` after the kernel ended the
+    /// sched_ext scheduler; None: no daemon, or a raw file from before it
+    /// was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend_active: Option<String>,
 }
 
 impl Phase {

@@ -150,14 +150,8 @@ fn run_in(
              case is not overcommitted"
         ));
     }
-    if b.pvschedd_overlay
-        .get("defaults")
-        .and_then(|d| d.get("honor_lock_holders"))
-        .is_some()
-    {
-        bench.note(
-            "--pvschedd-config sets honor_lock_holders: each pvsched mode sets its own".into(),
-        );
+    for note in overlay_notes(&b.pvschedd_overlay, &s.modes) {
+        bench.note(note);
     }
     'outer: for rep in 1..=b.repeat {
         for (ci, &case) in s.cases.iter().enumerate() {

@@ -58,8 +58,8 @@ fn each_pvsched_mode_sets_its_own_lock_handling() {
         .unwrap();
 
     // Act
-    let off = mode_overlay(&user, false);
-    let on = mode_overlay(&toml::Table::new(), true);
+    let off = mode_overlay(&user, daemon_of(LockMode::PvschedNolock));
+    let on = mode_overlay(&toml::Table::new(), daemon_of(LockMode::PvschedLock));
 
     // Assert
     assert_eq!(off["defaults"]["honor_lock_holders"].as_bool(), Some(false));
@@ -71,6 +71,168 @@ fn each_pvsched_mode_sets_its_own_lock_handling() {
     assert_eq!(on["defaults"]["honor_lock_holders"].as_bool(), Some(true));
     let cfg = crate::daemon::config_toml_vms(Path::new("/r"), &[], &off);
     assert!(cfg.contains("honor_lock_holders = false"), "{cfg}");
+}
+
+/// The daemon settings of a pvsched mode.
+fn daemon_of(mode: LockMode) -> ModeDaemon {
+    mode.daemon().expect("a pvsched mode")
+}
+
+/// The config pvschedd gets in `mode` with `--pvschedd-config` `user`, parsed.
+fn generated_config(user: &str, mode: LockMode) -> toml::Table {
+    let user: toml::Table = user.parse().unwrap();
+    let overlay = mode_overlay(&user, daemon_of(mode));
+    crate::daemon::config_toml_vms(Path::new("/r"), &[], &overlay)
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn the_rt_modes_run_the_rt_backend_whatever_the_config_names() {
+    // Arrange
+    let user = "[daemon]\nbackend = \"sched_ext\"\nscx_extension_us = 2000\n";
+
+    // Act
+    let nolock = generated_config(user, LockMode::PvschedNolock);
+    let lock = generated_config(user, LockMode::PvschedLock);
+
+    // Assert
+    for (cfg, honor) in [(&nolock, false), (&lock, true)] {
+        assert_eq!(cfg["daemon"]["backend"].as_str(), Some("rt"), "{cfg}");
+        assert_eq!(cfg["defaults"]["honor_lock_holders"].as_bool(), Some(honor));
+        // Nothing of the rt backend's: the user's value stays, unused.
+        assert_eq!(cfg["daemon"]["scx_extension_us"].as_integer(), Some(2000));
+    }
+    // Explicit in the mode's overlay, not left to the generated default.
+    let overlay = mode_overlay(&toml::Table::new(), daemon_of(LockMode::PvschedLock));
+    assert_eq!(overlay["daemon"]["backend"].as_str(), Some("rt"));
+}
+
+#[test]
+fn pvsched_scx_nolock_runs_sched_ext_without_extensions_or_lock_handling() {
+    // Arrange: a config asking for the rt backend, an extension and lock handling.
+    let user = "[daemon]\nbackend = \"rt\"\nscx_extension_us = 2000\nlazy_events = false\n\
+                [defaults]\nhonor_lock_holders = true\n";
+
+    // Act
+    let cfg = generated_config(user, LockMode::PvschedScxNolock);
+    let bare = generated_config("", LockMode::PvschedScxNolock);
+
+    // Assert
+    for c in [&cfg, &bare] {
+        assert_eq!(c["daemon"]["backend"].as_str(), Some("sched_ext"), "{c}");
+        assert_eq!(c["daemon"]["scx_extension_us"].as_integer(), Some(0));
+        assert_eq!(c["defaults"]["honor_lock_holders"].as_bool(), Some(false));
+    }
+    assert_eq!(cfg["daemon"]["lazy_events"].as_bool(), Some(false));
+}
+
+#[test]
+fn pvsched_scx_lock_keeps_the_configs_extension_or_the_daemons_default() {
+    // Act
+    let configured = generated_config(
+        "[daemon]\nbackend = \"rt\"\nscx_extension_us = 2000\n",
+        LockMode::PvschedScxLock,
+    );
+    let default = generated_config("", LockMode::PvschedScxLock);
+
+    // Assert
+    for c in [&configured, &default] {
+        assert_eq!(c["daemon"]["backend"].as_str(), Some("sched_ext"), "{c}");
+        assert_eq!(c["defaults"]["honor_lock_holders"].as_bool(), Some(true));
+    }
+    assert_eq!(
+        configured["daemon"]["scx_extension_us"].as_integer(),
+        Some(2000)
+    );
+    // Not set: pvschedd's own default (4000 µs) applies.
+    assert!(
+        default["daemon"].get("scx_extension_us").is_none(),
+        "{default}"
+    );
+}
+
+#[test]
+fn every_mode_names_its_backend_and_only_vanilla_has_no_daemon() {
+    use LockMode::*;
+    assert_eq!(Vanilla.daemon(), None);
+    assert_eq!(PvschedNolock.backend(), Some(LockBackend::Rt));
+    assert_eq!(PvschedLock.backend(), Some(LockBackend::Rt));
+    assert_eq!(PvschedScxNolock.backend(), Some(LockBackend::SchedExt));
+    assert_eq!(PvschedScxLock.backend(), Some(LockBackend::SchedExt));
+    assert_eq!(
+        LockBackend::SchedExt.lock_pair(),
+        (PvschedScxNolock, PvschedScxLock)
+    );
+    assert_eq!(LockBackend::Rt.lock_pair(), (PvschedNolock, PvschedLock));
+    assert_eq!(
+        LockMode::ALL,
+        [
+            Vanilla,
+            PvschedNolock,
+            PvschedLock,
+            PvschedScxNolock,
+            PvschedScxLock
+        ]
+    );
+}
+
+#[test]
+fn the_journal_says_which_config_values_the_modes_override_or_keep() {
+    // Arrange
+    let user: toml::Table = "[daemon]\nbackend = \"sched_ext\"\nscx_extension_us = 2000\n\
+                             [defaults]\nhonor_lock_holders = true\n"
+        .parse()
+        .unwrap();
+    use LockMode::*;
+
+    // Act
+    let all = overlay_notes(&user, &LockMode::ALL);
+    let rt_only = overlay_notes(&user, &[Vanilla, PvschedNolock, PvschedLock]);
+    let vanilla = overlay_notes(&user, &[Vanilla]);
+    let quiet = overlay_notes(&toml::Table::new(), &LockMode::ALL);
+
+    // Assert
+    assert_eq!(
+        all,
+        [
+            "--pvschedd-config sets honor_lock_holders: each pvsched mode sets its own",
+            "--pvschedd-config sets [daemon] backend = \"sched_ext\": each pvsched mode sets \
+             its own, which wins (pvsched-nolock: rt, pvsched-lock: rt, pvsched-scx-nolock: \
+             sched_ext, pvsched-scx-lock: sched_ext)",
+            "--pvschedd-config sets [daemon] scx_extension_us = 2000: pvsched-scx-nolock runs \
+             with its own 0, which wins; pvsched-scx-lock keeps the config's 2000",
+        ]
+    );
+    // The extension only matters to the sched_ext modes.
+    assert_eq!(rt_only.len(), 2, "{rt_only:?}");
+    assert!(rt_only[1].contains("(pvsched-nolock: rt, pvsched-lock: rt)"));
+    assert_eq!(vanilla.len(), 1, "{vanilla:?}");
+    assert!(quiet.is_empty());
+}
+
+#[test]
+fn a_window_ended_on_another_backend_than_the_modes_is_named() {
+    use LockMode::*;
+    let note = backend_mismatch(
+        "rep1-overcommitted-pvsched-scx-lock",
+        PvschedScxLock,
+        Some("rt"),
+    );
+    assert!(
+        note.as_deref().is_some_and(|n| n.starts_with(
+            "rep1-overcommitted-pvsched-scx-lock: pvschedd served on the rt backend at the end \
+             of the window, not sched_ext"
+        )),
+        "{note:?}"
+    );
+    assert_eq!(
+        backend_mismatch("t", PvschedScxLock, Some("sched_ext")),
+        None
+    );
+    assert_eq!(backend_mismatch("t", PvschedLock, Some("rt")), None);
+    assert_eq!(backend_mismatch("t", PvschedLock, None), None);
+    assert_eq!(backend_mismatch("t", Vanilla, Some("rt")), None);
 }
 
 #[test]
@@ -85,7 +247,8 @@ fn plan_counts_one_phase_per_case_mode_and_repeat() {
         workload: Workload::Rename,
         threads: 0,
     };
-    assert_eq!(plan(&s), (30, 300.0));
+    // 5 repeats x 2 cases x 5 modes, 10 s each.
+    assert_eq!(plan(&s), (50, 500.0));
 }
 
 #[test]
@@ -138,6 +301,7 @@ fn the_least_disturbed_try_is_kept() {
         machine_busy: None,
         daemon_cpu_s: None,
         daemon_counters: BTreeMap::new(),
+        backend_active: None,
     };
     assert_eq!(
         least_disturbed(Some(p(0.3)), Some(p(0.2))).map(|x| x.foreign_cpu),
@@ -166,6 +330,7 @@ fn the_progress_line_names_each_vm() {
         machine_busy: None,
         daemon_cpu_s: None,
         daemon_counters: BTreeMap::new(),
+        backend_active: None,
         vms: vec![
             VmPhase {
                 name: VM_A.into(),
@@ -189,6 +354,19 @@ fn the_progress_line_names_each_vm() {
         ],
     };
     let l = phase_line(&p);
+    let mut scx = p.clone();
+    scx.vms[0].scx_extensions = Some(ScxExtensions {
+        granted: 12,
+        refused: 3,
+        extended_ms: 48.0,
+        for_lock_holder: 0,
+    });
+    assert!(
+        phase_line(&scx).contains("1 holder preempted, 12 slice-end extensions (3 refused) |"),
+        "{}",
+        phase_line(&scx)
+    );
+    assert!(!l.contains("slice-end"), "{l}");
     assert!(
         l.starts_with("lock-a 1234 ops/s (CPU 15.00 s, 75.0 % of the VMs), 7 contentions, 1 holder preempted | lock-b idle (CPU 5.00 s, 25.0 % of the VMs)"),
         "{l}"

@@ -23,6 +23,8 @@ struct Ends {
     ticks: Vec<u64>,
     locks: Vec<(bool, Option<GuestLocks>)>,
     status: BTreeMap<String, pvsched_control::VmStatus>,
+    /// The backend pvschedd serves on (`backend.active`; pvsched modes).
+    backend_active: Option<String>,
     /// The machine's busy ticks.
     busy: Option<u64>,
     /// pvschedd's own ticks and its counters (pvsched modes).
@@ -54,6 +56,7 @@ impl Journaled for Bench<'_> {
 
 impl Bench<'_> {
     fn ends(&self, daemon: Option<&Daemon>) -> Ends {
+        let status = daemon.and_then(|d| d.status().ok());
         Ends {
             at: Instant::now(),
             ticks: self
@@ -66,8 +69,8 @@ impl Bench<'_> {
                 .iter()
                 .map(|(_, g)| guest_locks(&g.vm, g.cpus))
                 .collect(),
-            status: daemon
-                .and_then(|d| d.status().ok())
+            backend_active: status.as_ref().map(|st| st.backend.active.clone()),
+            status: status
                 .map(|st| st.vms.into_iter().map(|v| (v.name.clone(), v)).collect())
                 .unwrap_or_default(),
             busy: foreign::machine_busy_ticks(),
@@ -79,10 +82,11 @@ impl Bench<'_> {
         }
     }
 
-    /// pvschedd serving both VMs with the mode's `honor_lock_holders` (over
-    /// QMP; once more by thread names if that fails), or nothing for vanilla.
+    /// pvschedd serving both VMs with the mode's backend and lock handling
+    /// (over QMP; once more by thread names if that fails), or nothing for
+    /// vanilla.
     fn apply(&mut self, mode: LockMode) -> Result<Option<Daemon>> {
-        let Some(honor) = mode.honor_lock_holders() else {
+        let Some(mode_daemon) = mode.daemon() else {
             return Ok(None);
         };
         if let Some(why) = self.broken.get(&mode) {
@@ -91,7 +95,7 @@ impl Bench<'_> {
         let bins = self.bins.clone().ok_or_else(|| {
             BenchError::PvschedUnavailable("pvsched modes without pvschedd binaries".into())
         })?;
-        let overlay = mode_overlay(&self.s.base.pvschedd_overlay, honor);
+        let overlay = mode_overlay(&self.s.base.pvschedd_overlay, mode_daemon);
         let guests = &self.guests;
         let entries = |by_pid: bool| -> Result<Vec<VmEntry>> {
             guests
@@ -229,10 +233,14 @@ impl Bench<'_> {
                 (Some(a), Some(b)) if lock_wait => Some(GuestLocks::between(&a, &b)),
                 _ => None,
             };
-            let daemon_locks = match (start.status.get(*name), end.status.get(*name)) {
-                (Some(a), Some(b)) => Some(DaemonLocks::between(a, b)),
-                _ => None,
-            };
+            let (daemon_locks, scx_extensions) =
+                match (start.status.get(*name), end.status.get(*name)) {
+                    (Some(a), Some(b)) => (
+                        Some(DaemonLocks::between(a, b)),
+                        Some(ScxExtensions::between(a, b)),
+                    ),
+                    _ => (None, None),
+                };
             vms.push(VmPhase {
                 name: name.to_string(),
                 ran: case.runs(name),
@@ -242,6 +250,7 @@ impl Bench<'_> {
                 guest_locks,
                 kernel_contentions: kernel,
                 daemon: daemon_locks,
+                scx_extensions,
             });
         }
         let machine_s = window_s * self.host_cpus as f64;
@@ -268,7 +277,11 @@ impl Bench<'_> {
                 .iter()
                 .filter_map(|(k, a)| Some((k.clone(), (end.daemon_counters.get(k)? - a).max(0.0))))
                 .collect(),
+            backend_active: end.backend_active,
         };
+        if let Some(note) = backend_mismatch(&tag, mode, phase.backend_active.as_deref()) {
+            self.note(note);
+        }
         eprintln!("    {}", phase_line(&phase));
         self.phases.push(phase);
         Ok(foreign_cpu)
@@ -370,6 +383,22 @@ impl Bench<'_> {
     }
 }
 
+/// What to say when pvschedd ended a window of `mode` on another backend
+/// than the mode's (the kernel ended the sched_ext scheduler and the daemon
+/// fell back to rt): the measurement is not the mode's. None when it served
+/// on the mode's, or its backend is unknown.
+pub fn backend_mismatch(tag: &str, mode: LockMode, active: Option<&str>) -> Option<String> {
+    let wanted = mode.backend()?;
+    let active = active.filter(|a| !a.is_empty())?;
+    (active != wanted.name()).then(|| {
+        format!(
+            "{tag}: pvschedd served on the {active} backend at the end of the window, not \
+             {wanted} (the kernel ended the sched_ext scheduler?): the measurement is kept but \
+             is not {mode}'s"
+        )
+    })
+}
+
 /// Of two measurements (either may be missing), the one others disturbed
 /// least.
 pub fn least_disturbed(a: Option<Phase>, b: Option<Phase>) -> Option<Phase> {
@@ -402,8 +431,15 @@ pub fn phase_line(p: &Phase) -> String {
                 Some(d) => format!(", {} extensions", d.extensions),
                 None => String::new(),
             };
+            let scx = match &v.scx_extensions {
+                Some(x) if x.any() => format!(
+                    ", {} slice-end extensions ({} refused)",
+                    x.granted, x.refused
+                ),
+                _ => String::new(),
+            };
             format!(
-                "{} {ops} (CPU {:.2} s, {:.1} % of the VMs){locks}{ext}",
+                "{} {ops} (CPU {:.2} s, {:.1} % of the VMs){locks}{ext}{scx}",
                 v.name,
                 v.cpu_s,
                 split.get(i).copied().unwrap_or(0.0) * 100.0
