@@ -23,6 +23,10 @@ use crate::host::Machine;
 use crate::plot;
 use crate::progress::Progress;
 
+/// Guests lost in a run (each booted again with its partner, the session
+/// measured again) before the run is given up.
+const MAX_LOST_GUESTS: usize = 3;
+
 /// Runs the scenario; returns the report and whether every phase worked.
 pub fn run(s: &LockSettings) -> Result<(LocksReport, bool)> {
     let b = &s.base;
@@ -67,7 +71,138 @@ fn run_in(
     let b = &s.base;
     let (phases, nominal) = plan(s);
     let machine = Machine::probe(&pvsched_vmtest::workspace_root());
-    let (avm, bvm, accel_reason, accel) = boot_pair(b, VM_A, VM_B)?;
+    let booted = boot_guests(s, pvsched)?;
+    let (accel_reason, accel) = (booted.accel_reason, booted.accel);
+    let (guests, notes, kernel_counter) = (booted.guests, booted.notes, booted.kernel_counter);
+    let host_cpus = machine.cpus;
+    let mut bench = Bench {
+        s,
+        guests,
+        bins,
+        run_dir,
+        raw_dir,
+        host_cpus,
+        phases: Vec::new(),
+        sessions: Vec::new(),
+        journal: Journal::with_notes(notes),
+        progress: Progress::new(phases, nominal),
+        broken: BTreeMap::new(),
+    };
+    let vcpus: u32 = bench.guests.iter().map(|(_, g)| g.cpus).sum();
+    if vcpus as usize <= host_cpus {
+        bench.note(format!(
+            "the two guests have {vcpus} vCPUs on {host_cpus} host CPUs: the overcommitted \
+             case is not overcommitted"
+        ));
+    }
+    for note in overlay_notes(&b.pvschedd_overlay, &s.modes) {
+        bench.note(note);
+    }
+    let mut lost = 0;
+    'outer: for rep in 1..=b.repeat {
+        for (ci, &case) in s.cases.iter().enumerate() {
+            for mode in mode_order(&s.modes, rep - 1, ci) {
+                loop {
+                    let errors = bench.journal.errors;
+                    bench.session(rep, case, mode);
+                    if bench.journal.errors == errors || bench.vms_alive() {
+                        break;
+                    }
+                    // A guest lost (under KVM in the host VM, to the emulation: a reset or
+                    // a silent stop): both are booted again and the session measured
+                    // again, a few times per run; its failure stays in the notes.
+                    lost += 1;
+                    if lost > MAX_LOST_GUESTS {
+                        bench.error(format!(
+                            "a guest stopped answering, the {lost}th time: run aborted"
+                        ));
+                        break 'outer;
+                    }
+                    bench.guests.clear();
+                    match boot_guests(s, pvsched) {
+                        Ok(again) => {
+                            bench.guests = again.guests;
+                            bench.journal.errors = errors;
+                            bench.note(format!(
+                                "rep{rep}-{case}-{mode}: a guest stopped answering (lost {lost} \
+                                 of at most {MAX_LOST_GUESTS}); both booted again, measured again"
+                            ));
+                            bench.progress.add(b.duration as f64);
+                        }
+                        Err(e) => {
+                            bench.error(format!(
+                                "a guest stopped answering and booting both again failed: {e}: \
+                                 run aborted"
+                            ));
+                            break 'outer;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let threads = bench
+        .phases
+        .iter()
+        .flat_map(|p| p.vms.iter())
+        .find_map(|v| v.result.as_ref().map(|r| r.threads))
+        .unwrap_or(s.threads);
+    let first = &bench.guests[0].1;
+    let meta = LocksMeta {
+        base: Meta {
+            guest_cpus: first.cpus,
+            guest_kernel: first.vm.kernel_release().to_string(),
+            guest_module: first.module.clone(),
+            notes: bench.journal.notes.clone(),
+            load_cmd: String::new(),
+            static_rt_priority: 0,
+            ..Meta::of_run(b, (started, t0), (accel, accel_reason), machine)
+        },
+        vms: bench
+            .guests
+            .iter()
+            .map(|(n, g)| (n.to_string(), g.module.clone()))
+            .collect(),
+        workload: s.workload.name().to_string(),
+        workload_describe: s.workload.describe().to_string(),
+        workload_cmd: lockstress_args(b.duration, s.workload, s.threads).replacen(
+            &format!("-d {}", b.duration),
+            "-d {secs}",
+            1,
+        ),
+        threads,
+        pvschedd,
+        kernel_counter,
+        definitions: DEFINITIONS.iter().map(|d| d.to_string()).collect(),
+    };
+    let raw = LocksRaw {
+        scenario: "locks".into(),
+        meta,
+        cases: s.cases.clone(),
+        modes: s.modes.clone(),
+        phases: bench.phases,
+        sessions: bench.sessions,
+    };
+    let ok = bench.journal.errors == 0;
+    drop(bench.guests);
+    let report = render(out, &raw)?;
+    Ok((report, ok))
+}
+
+/// Both guests booted and ready to measure: module loaded, the kernel's
+/// contention counter set, the workload warmed up.
+struct Booted {
+    guests: Vec<(&'static str, Guest)>,
+    accel_reason: String,
+    accel: pvsched_vmtest::Accel,
+    /// What the run's notes say about them.
+    notes: Vec<String>,
+    /// How the kernel's own contention count is read, for the report.
+    kernel_counter: String,
+}
+
+fn boot_guests(s: &LockSettings, pvsched: bool) -> Result<Booted> {
+    let (avm, bvm, accel_reason, accel) = boot_pair(&s.base, VM_A, VM_B)?;
     let guests = vec![
         (VM_A, Guest::new(avm, pvsched)?),
         (VM_B, Guest::new(bvm, pvsched)?),
@@ -129,86 +264,11 @@ fn run_in(
             });
         }
     });
-    let host_cpus = machine.cpus;
-    let mut bench = Bench {
-        s,
+    Ok(Booted {
         guests,
-        bins,
-        run_dir,
-        raw_dir,
-        host_cpus,
-        phases: Vec::new(),
-        sessions: Vec::new(),
-        journal: Journal::with_notes(notes),
-        progress: Progress::new(phases, nominal),
-        broken: BTreeMap::new(),
-    };
-    let vcpus: u32 = bench.guests.iter().map(|(_, g)| g.cpus).sum();
-    if vcpus as usize <= host_cpus {
-        bench.note(format!(
-            "the two guests have {vcpus} vCPUs on {host_cpus} host CPUs: the overcommitted \
-             case is not overcommitted"
-        ));
-    }
-    for note in overlay_notes(&b.pvschedd_overlay, &s.modes) {
-        bench.note(note);
-    }
-    'outer: for rep in 1..=b.repeat {
-        for (ci, &case) in s.cases.iter().enumerate() {
-            for mode in mode_order(&s.modes, rep - 1, ci) {
-                let errors = bench.journal.errors;
-                bench.session(rep, case, mode);
-                if bench.journal.errors > errors && !bench.vms_alive() {
-                    bench.error("a guest stopped answering: run aborted".into());
-                    break 'outer;
-                }
-            }
-        }
-    }
-    let threads = bench
-        .phases
-        .iter()
-        .flat_map(|p| p.vms.iter())
-        .find_map(|v| v.result.as_ref().map(|r| r.threads))
-        .unwrap_or(s.threads);
-    let first = &bench.guests[0].1;
-    let meta = LocksMeta {
-        base: Meta {
-            guest_cpus: first.cpus,
-            guest_kernel: first.vm.kernel_release().to_string(),
-            guest_module: first.module.clone(),
-            notes: bench.journal.notes.clone(),
-            load_cmd: String::new(),
-            static_rt_priority: 0,
-            ..Meta::of_run(b, (started, t0), (accel, accel_reason), machine)
-        },
-        vms: bench
-            .guests
-            .iter()
-            .map(|(n, g)| (n.to_string(), g.module.clone()))
-            .collect(),
-        workload: s.workload.name().to_string(),
-        workload_describe: s.workload.describe().to_string(),
-        workload_cmd: lockstress_args(b.duration, s.workload, s.threads).replacen(
-            &format!("-d {}", b.duration),
-            "-d {secs}",
-            1,
-        ),
-        threads,
-        pvschedd,
+        accel_reason,
+        accel,
+        notes,
         kernel_counter,
-        definitions: DEFINITIONS.iter().map(|d| d.to_string()).collect(),
-    };
-    let raw = LocksRaw {
-        scenario: "locks".into(),
-        meta,
-        cases: s.cases.clone(),
-        modes: s.modes.clone(),
-        phases: bench.phases,
-        sessions: bench.sessions,
-    };
-    let ok = bench.journal.errors == 0;
-    drop(bench.guests);
-    let report = render(out, &raw)?;
-    Ok((report, ok))
+    })
 }
