@@ -56,7 +56,7 @@ typedef uint64_t __u64;
 /* "PVSCHED\0" read as a little-endian 64-bit word. */
 #define PVSCHED_MAGIC		0x0044454843535650ULL
 #define PVSCHED_ABI_MAJOR	1
-#define PVSCHED_ABI_MINOR	4
+#define PVSCHED_ABI_MINOR	5
 
 #define PVSCHED_CACHELINE	64
 #define PVSCHED_HEADER_SIZE	128
@@ -117,15 +117,18 @@ typedef uint64_t __u64;
 #define PVSCHED_GF_ALL		(PVSCHED_GF_ACTIVE | PVSCHED_GF_IDLE | \
 				 PVSCHED_GF_BOOST_REQ)
 
-/* struct pvsched_guest_half.cs_flags: kernel critical sections in progress. */
-#define PVSCHED_CS_NMI		(1U << 0)
+/*
+ * struct pvsched_guest_half.cs_flags: kernel critical sections in progress.
+ * Since minor 5, bits 0, 3 and 4 are reserved (never set; a host ignores
+ * them): until minor 4 they were named CS_NMI, CS_PREEMPT_OFF and CS_LOCK,
+ * which no guest set, as a module on a stock kernel cannot observe them
+ * (no NMI entry/exit tracepoint, no preempt-toggle tracepoints in a
+ * distribution kernel, no lock-acquire tracepoint without lockdep). A lock
+ * holder is named by its waiters instead (lock_holder, F_LOCK_WAIT).
+ */
 #define PVSCHED_CS_HARDIRQ	(1U << 1)
 #define PVSCHED_CS_SOFTIRQ	(1U << 2)
-#define PVSCHED_CS_PREEMPT_OFF	(1U << 3)
-#define PVSCHED_CS_LOCK		(1U << 4)
-#define PVSCHED_CS_ALL		(PVSCHED_CS_NMI | PVSCHED_CS_HARDIRQ | \
-				 PVSCHED_CS_SOFTIRQ | PVSCHED_CS_PREEMPT_OFF | \
-				 PVSCHED_CS_LOCK)
+#define PVSCHED_CS_ALL		(PVSCHED_CS_HARDIRQ | PVSCHED_CS_SOFTIRQ)
 
 /*
  * struct pvsched_guest_half.lock_holder (PVSCHED_F_LOCK_WAIT): whose lock a

@@ -504,7 +504,8 @@ static void pvsched_probe_contention_end(void *data, void *lock, int ret)
 
 /*
  * nmi:nmi_handler fires after each NMI handler ran; there is no NMI entry or
- * exit tracepoint, so PVSCHED_CS_NMI stays clear. Publish the NMI count,
+ * exit tracepoint, so no NMI critical section is published (the ABI's former
+ * CS_NMI bit is reserved since minor 5). Publish the NMI count,
  * unless the NMI interrupted an update of this CPU's state.
  */
 static void pvsched_probe_nmi(void *data, void *handler, s64 delta_ns,

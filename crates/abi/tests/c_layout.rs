@@ -127,7 +127,7 @@ fn every_constant_matches_the_c_compiler() {
     let rust: BTreeMap<String, u64> = rust.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
 
     // Not vacuous: the header's constants and its one function-like macro.
-    assert!(rust.len() >= 60, "{rust:?}");
+    assert!(rust.len() >= 55, "{rust:?}");
     assert_eq!(rust.get("PVSCHED_MAGIC"), Some(&0x0044_4548_4353_5650));
     assert_eq!(rust.get("PVSCHED_REGION_BYTES(3)"), Some(&(128 + 3 * 256)));
     assert_eq!(c, rust);

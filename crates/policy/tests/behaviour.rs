@@ -196,7 +196,7 @@ fn boost_priority_is_capped_by_max_rt_priority() {
     };
     let mut vm = vm(limits, 1);
 
-    let out = step(&mut vm, 10, upd(0, cs(2, abi::CS_NMI)));
+    let out = step(&mut vm, 10, upd(0, cs(2, abi::CS_HARDIRQ)));
 
     assert_eq!(out[0].params, rt(HostPolicy::Rr, 5));
 }
@@ -212,7 +212,7 @@ fn boost_uses_the_other_rt_class_when_boost_policy_is_not_allowed() {
     };
     let mut vm = vm(limits, 1);
 
-    let out = step(&mut vm, 10, upd(0, cs(2, abi::CS_LOCK)));
+    let out = step(&mut vm, 10, upd(0, cs(2, abi::CS_SOFTIRQ)));
 
     assert_eq!(out[0].params, rt(HostPolicy::Fifo, 8));
 }
@@ -225,7 +225,7 @@ fn no_boost_when_no_rt_class_is_allowed() {
     };
     let mut vm = vm(limits, 1);
 
-    let out = step(&mut vm, 10, upd(0, cs(2, abi::CS_LOCK)));
+    let out = step(&mut vm, 10, upd(0, cs(2, abi::CS_SOFTIRQ)));
     let out2 = step(&mut vm, 20, upd(0, task(4, abi::POLICY_FIFO, 50, 0)));
 
     assert!(out.is_empty() && out2.is_empty());
@@ -1766,7 +1766,7 @@ fn scheduler_events_without_consequences_emit_nothing() {
 fn out_of_range_vcpu_is_ignored_and_counted() {
     let mut vm = vm(base(), 2);
 
-    let out = step(&mut vm, 10, upd(7, cs(2, abi::CS_NMI)));
+    let out = step(&mut vm, 10, upd(7, cs(2, abi::CS_HARDIRQ)));
     let out2 = step(
         &mut vm,
         20,
