@@ -133,6 +133,15 @@ pub(crate) fn boot(
     }
 }
 
+/// A guest's vCPU threads as the start-up lines print them: `index:tid ...`.
+pub(crate) fn listed_threads(vcpus: &[(u32, i32)]) -> String {
+    vcpus
+        .iter()
+        .map(|(i, t)| format!("{i}:{t}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// One of the two guests, with what the bench knows of it (also the lock
 /// scenario's).
 pub(crate) struct Guest {

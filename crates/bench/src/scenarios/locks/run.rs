@@ -18,7 +18,7 @@ use crate::harness::journal::{first_line, Journal, Journaled};
 use crate::harness::meta::Meta;
 use crate::harness::plan::{announce, listed};
 use crate::harness::start::{in_private_tmp, Start};
-use crate::harness::vm::{boot_pair, Guest};
+use crate::harness::vm::{boot_pair, listed_threads, Guest};
 use crate::host::Machine;
 use crate::plot;
 use crate::progress::Progress;
@@ -215,11 +215,7 @@ fn boot_guests(s: &LockSettings, pvsched: bool) -> Result<Booted> {
             "pvsched-bench: {name} up: {} vCPUs (threads {}), QEMU pid {}, pvsched.ko {}, \
              F_LOCK_WAIT {}",
             g.cpus,
-            g.vcpus
-                .iter()
-                .map(|(i, t)| format!("{i}:{t}"))
-                .collect::<Vec<_>>()
-                .join(" "),
+            listed_threads(&g.vcpus),
             g.vm.qemu_pid(),
             g.module,
             if lock_wait {

@@ -12,6 +12,7 @@ use crate::harness::journal::{Journal, Journaled};
 use crate::harness::meta::Meta;
 use crate::harness::plan::{announce, listed};
 use crate::harness::start::{in_private_tmp, Start};
+use crate::harness::vm::listed_threads;
 use crate::host::Machine;
 use crate::progress::Progress;
 use crate::{guest as gp, plot};
@@ -90,12 +91,7 @@ fn run_in(s: &MsgSettings, start: Start, bins: Binaries) -> Result<(MsgReport, b
     eprintln!(
         "pvsched-bench: guest up: {} vCPUs (threads {}), kernel {}, pvsched.ko {params}: {}",
         guest_cpus,
-        bench
-            .vcpus
-            .iter()
-            .map(|(i, t)| format!("{i}:{t}"))
-            .collect::<Vec<_>>()
-            .join(" "),
+        listed_threads(&bench.vcpus),
         bench.vm.kernel_release(),
         idle_driver
     );

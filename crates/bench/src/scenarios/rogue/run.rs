@@ -15,7 +15,7 @@ use crate::harness::journal::{first_line, Journal, Journaled};
 use crate::harness::meta::Meta;
 use crate::harness::plan::{announce, listed};
 use crate::harness::start::{in_private_tmp, Start};
-use crate::harness::vm::{boot_pair, Guest};
+use crate::harness::vm::{boot_pair, listed_threads, Guest};
 use crate::host::Machine;
 use crate::progress::Progress;
 use crate::{guest as gp, plot};
@@ -95,11 +95,7 @@ fn run_in(
         eprintln!(
             "pvsched-bench: {name} up: {} vCPUs (threads {}), QEMU pid {}, pvsched.ko {}",
             g.cpus,
-            g.vcpus
-                .iter()
-                .map(|(i, t)| format!("{i}:{t}"))
-                .collect::<Vec<_>>()
-                .join(" "),
+            listed_threads(&g.vcpus),
             g.vm.qemu_pid(),
             g.module
         );

@@ -19,7 +19,7 @@ use crate::harness::meta::Meta;
 use crate::harness::plan::{announce, listed};
 use crate::harness::settings::Settings;
 use crate::harness::start::{in_private_tmp, Start};
-use crate::harness::vm::{boot, thread_baseline, vcpu_threads};
+use crate::harness::vm::{boot, listed_threads, thread_baseline, vcpu_threads};
 use crate::host::Machine;
 use crate::plot;
 use crate::progress::Progress;
@@ -77,11 +77,7 @@ fn run_in(s: &Settings, start: Start, bins: Option<Binaries>) -> Result<(Report,
     eprintln!(
         "pvsched-bench: guest up: {} vCPUs (threads {}), kernel {}, pvsched.ko {}",
         guest_cpus,
-        vcpus
-            .iter()
-            .map(|(i, t)| format!("{i}:{t}"))
-            .collect::<Vec<_>>()
-            .join(" "),
+        listed_threads(&vcpus),
         vm.kernel_release(),
         guest_module
     );
