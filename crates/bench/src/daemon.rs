@@ -108,16 +108,23 @@ pub struct VmEntry {
 }
 
 /// `overlay` (`--pvschedd-config`) with `[daemon] backend` set to `mode`'s
-/// backend (for the pvsched modes).
+/// backend (for the pvsched modes), and `[defaults] honor_lock_holders` where
+/// the mode sets it.
 pub fn overlay_for(overlay: &toml::Table, mode: Mode) -> toml::Table {
     let mut out = overlay.clone();
-    if let Some(backend) = mode.backend() {
-        let daemon = out
-            .entry("daemon")
+    let mut set = |table: &str, key: &str, value: toml::Value| {
+        let t = out
+            .entry(table)
             .or_insert_with(|| toml::Value::Table(toml::Table::new()));
-        if let toml::Value::Table(d) = daemon {
-            d.insert("backend".into(), backend.into());
+        if let toml::Value::Table(t) = t {
+            t.insert(key.into(), value);
         }
+    };
+    if let Some(backend) = mode.backend() {
+        set("daemon", "backend", backend.into());
+    }
+    if let Some(honor) = mode.honor_lock_holders() {
+        set("defaults", "honor_lock_holders", honor.into());
     }
     out
 }
@@ -745,6 +752,30 @@ mod tests {
         );
         assert_eq!(without, ["--config", "/r/pvschedd.toml"]);
         assert_eq!(args(Mode::PvschedScx), with);
+    }
+
+    #[test]
+    fn pvsched_scx_lock_honours_lock_holders_on_sched_ext_and_pvsched_scx_keeps_the_config() {
+        // Arrange: a user config that turns lock holders off and names rt.
+        let user: toml::Table = "[daemon]\nbackend = \"rt\"\n[defaults]\nhonor_lock_holders = \
+                                 false\nboost_priority = 9\n"
+            .parse()
+            .unwrap();
+        let key = |t: &toml::Table, table: &str, key: &str| t[table][key].clone();
+
+        // Act
+        let lock = overlay_for(&user, Mode::PvschedScxLock);
+        let plain = overlay_for(&user, Mode::PvschedScx);
+
+        // Assert: the mode's backend and lock handling win; the rest is kept.
+        assert_eq!(key(&lock, "daemon", "backend"), "sched_ext".into());
+        assert_eq!(key(&lock, "defaults", "honor_lock_holders"), true.into());
+        assert_eq!(key(&lock, "defaults", "boost_priority"), 9.into());
+        assert_eq!(key(&plain, "daemon", "backend"), "sched_ext".into());
+        assert_eq!(key(&plain, "defaults", "honor_lock_holders"), false.into());
+        assert!(overlay_for(&toml::Table::new(), Mode::PvschedScx)
+            .get("defaults")
+            .is_none());
     }
 
     #[test]

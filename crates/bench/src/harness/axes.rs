@@ -24,18 +24,22 @@ pub enum Mode {
     /// pvschedd on the sched_ext backend (kernels with sched_ext: the host
     /// VM's), same policy.
     PvschedScx,
+    /// `pvsched-scx` with lock holders honoured (`honor_lock_holders`):
+    /// what lock handling costs a latency workload, beside `pvsched-scx`.
+    PvschedScxLock,
 }
 
 impl Mode {
     /// The default modes (`pvsched-scx` only where asked for).
     pub const ALL: [Mode; 3] = [Mode::Vanilla, Mode::StaticRt, Mode::Pvsched];
     /// Every mode, in the order reports show them.
-    pub const EVERY: [Mode; 5] = [
+    pub const EVERY: [Mode; 6] = [
         Mode::Vanilla,
         Mode::StaticRt,
         Mode::Pvsched,
         Mode::PvschedTimer,
         Mode::PvschedScx,
+        Mode::PvschedScxLock,
     ];
 
     pub fn name(self) -> &'static str {
@@ -45,26 +49,39 @@ impl Mode {
             Mode::Pvsched => "pvsched",
             Mode::PvschedTimer => "pvsched-timer",
             Mode::PvschedScx => "pvsched-scx",
+            Mode::PvschedScxLock => "pvsched-scx-lock",
         }
     }
 
     /// pvschedd serves the VM in this mode.
     pub fn is_pvsched(self) -> bool {
-        matches!(self, Mode::Pvsched | Mode::PvschedTimer | Mode::PvschedScx)
+        matches!(
+            self,
+            Mode::Pvsched | Mode::PvschedTimer | Mode::PvschedScx | Mode::PvschedScxLock
+        )
     }
 
     /// pvschedd in this mode is handed the VM's doorbell (when the VM has
     /// one): every pvsched mode but `pvsched-timer`, whose point is to serve
     /// the same VM without it.
     pub fn hands_doorbell(self) -> bool {
-        matches!(self, Mode::Pvsched | Mode::PvschedScx)
+        matches!(
+            self,
+            Mode::Pvsched | Mode::PvschedScx | Mode::PvschedScxLock
+        )
+    }
+
+    /// The `[defaults] honor_lock_holders` this mode sets over
+    /// `--pvschedd-config`'s; None: the config's.
+    pub fn honor_lock_holders(self) -> Option<bool> {
+        (self == Mode::PvschedScxLock).then_some(true)
     }
 
     /// pvschedd's `daemon.backend` in this mode.
     pub fn backend(self) -> Option<&'static str> {
         match self {
             Mode::Pvsched | Mode::PvschedTimer => Some("rt"),
-            Mode::PvschedScx => Some("sched_ext"),
+            Mode::PvschedScx | Mode::PvschedScxLock => Some("sched_ext"),
             Mode::Vanilla | Mode::StaticRt => None,
         }
     }

@@ -285,7 +285,12 @@ pub fn doorbell_vs_timer(scenarios: &[Scenario], shares: &[LoadShare]) -> Vec<Do
 /// the one without the doorbell named as such).
 pub fn targets(s: &Scenario) -> Vec<Target> {
     let mut out = Vec::new();
-    for mode in [Mode::Pvsched, Mode::PvschedTimer, Mode::PvschedScx] {
+    for mode in [
+        Mode::Pvsched,
+        Mode::PvschedTimer,
+        Mode::PvschedScx,
+        Mode::PvschedScxLock,
+    ] {
         mode_targets(s, mode, &mut out);
     }
     out

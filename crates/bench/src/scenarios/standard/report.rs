@@ -225,7 +225,7 @@ pub struct DoorbellVsTimer {
 pub const DOORBELL_VS_TIMER: &str = "pvsched (doorbell) / pvsched-timer";
 
 /// The pairs compared in every scenario, when both modes ran.
-pub const PAIRS: [(Mode, Mode); 7] = [
+pub const PAIRS: [(Mode, Mode); 9] = [
     (Mode::Pvsched, Mode::StaticRt),
     (Mode::Pvsched, Mode::Vanilla),
     (Mode::StaticRt, Mode::Vanilla),
@@ -234,6 +234,9 @@ pub const PAIRS: [(Mode, Mode); 7] = [
     (Mode::PvschedScx, Mode::Pvsched),
     // What the doorbell changes for the guest and the host's latency.
     (Mode::Pvsched, Mode::PvschedTimer),
+    // What lock handling on the sched_ext backend costs the latency workload.
+    (Mode::PvschedScxLock, Mode::PvschedScx),
+    (Mode::PvschedScxLock, Mode::Vanilla),
 ];
 
 /// The project's targets under load: (what, side, other mode, allowed ratio).

@@ -100,7 +100,7 @@ impl Bench<'_> {
                 }
                 Ok(Applied::StaticRt)
             }
-            Mode::Pvsched | Mode::PvschedTimer | Mode::PvschedScx => {
+            Mode::Pvsched | Mode::PvschedTimer | Mode::PvschedScx | Mode::PvschedScxLock => {
                 let unavailable = |why: &str| BenchError::PvschedUnavailable(why.to_string());
                 if let Some(why) = &self.pvsched_broken {
                     return Err(unavailable(why));
