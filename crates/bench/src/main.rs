@@ -117,7 +117,8 @@ struct Cli {
     #[arg(long, value_delimiter = ',')]
     loads: Option<Vec<Load>>,
     /// Modes: vanilla, static-rt, pvsched; pvsched-scx (pvschedd on the
-    /// sched_ext backend) and pvsched-timer (pvschedd as in pvsched but not
+    /// sched_ext backend), pvsched-scx-lock (the same with
+    /// honor_lock_holders = true) and pvsched-timer (pvschedd as in pvsched but not
     /// handed the VM's doorbell: the same VM served on its recheck timer,
     /// to set pvschedd's wakeups and CPU against pvsched's; not with
     /// --no-doorbell) only where asked for.
