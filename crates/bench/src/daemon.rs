@@ -112,21 +112,27 @@ pub struct VmEntry {
 /// the mode sets it.
 pub fn overlay_for(overlay: &toml::Table, mode: Mode) -> toml::Table {
     let mut out = overlay.clone();
-    let mut set = |table: &str, key: &str, value: toml::Value| {
-        let t = out
-            .entry(table)
-            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
-        if let toml::Value::Table(t) = t {
-            t.insert(key.into(), value);
-        }
-    };
     if let Some(backend) = mode.backend() {
-        set("daemon", "backend", backend.into());
+        overlay_set(&mut out, "daemon", "backend", backend.into());
     }
     if let Some(honor) = mode.honor_lock_holders() {
-        set("defaults", "honor_lock_holders", honor.into());
+        overlay_set(&mut out, "defaults", "honor_lock_holders", honor.into());
     }
     out
+}
+
+/// Sets `[table] key = value` in an overlay, over what it held (a mode's
+/// value wins over `--pvschedd-config`'s).
+pub fn overlay_set(overlay: &mut toml::Table, table: &str, key: &str, value: toml::Value) {
+    let t = overlay
+        .entry(table)
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+    if !t.is_table() {
+        *t = toml::Value::Table(toml::Table::new());
+    }
+    if let toml::Value::Table(t) = t {
+        t.insert(key.into(), value);
+    }
 }
 
 /// The daemon config the bench generates: nothing but our VM, metrics off,

@@ -8,6 +8,7 @@ use pvsched_abi::F_LOCK_WAIT;
 use pvsched_vmtest::Vm;
 
 use super::model::*;
+use crate::daemon::overlay_set;
 use crate::error::Result;
 use crate::guest as gp;
 
@@ -72,26 +73,23 @@ pub fn parse_run(out: &str) -> Result<(LockstressResult, Option<u64>)> {
 /// daemon's default).
 pub fn mode_overlay(overlay: &toml::Table, daemon: ModeDaemon) -> toml::Table {
     let mut o = overlay.clone();
-    let table = |o: &mut toml::Table, name: &str| -> toml::Table {
-        match o.remove(name) {
-            Some(toml::Value::Table(t)) => t,
-            _ => toml::Table::new(),
-        }
-    };
-    let mut d = table(&mut o, "daemon");
     // Explicit even for rt, the generated config's default: the mode, not
     // the config, decides which backend is measured.
-    d.insert("backend".into(), daemon.backend.name().into());
+    overlay_set(&mut o, "daemon", "backend", daemon.backend.name().into());
     if let Some(us) = daemon.scx_extension_us {
-        d.insert("scx_extension_us".into(), saturating_i64(us).into());
+        overlay_set(
+            &mut o,
+            "daemon",
+            "scx_extension_us",
+            saturating_i64(us).into(),
+        );
     }
-    o.insert("daemon".into(), d.into());
-    let mut defaults = table(&mut o, "defaults");
-    defaults.insert(
-        "honor_lock_holders".into(),
+    overlay_set(
+        &mut o,
+        "defaults",
+        "honor_lock_holders",
         daemon.honor_lock_holders.into(),
     );
-    o.insert("defaults".into(), defaults.into());
     o
 }
 
