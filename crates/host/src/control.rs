@@ -180,9 +180,12 @@ impl ControlServer {
     fn answer(&mut self, req: Request, d: &mut Served<'_>) -> Response {
         match req {
             Request::Status => Response::Status(self.status(d)),
-            Request::Metrics => Response::Metrics {
-                text: d.metrics.encode(),
-            },
+            Request::Metrics => {
+                d.metrics.set_source_counters(&d.source.counters());
+                Response::Metrics {
+                    text: d.metrics.encode(),
+                }
+            }
             Request::Set { vm, key, value } => set(d, vm.as_deref(), &key, &value),
             Request::Idle {
                 vm,

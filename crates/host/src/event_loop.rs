@@ -46,6 +46,8 @@ const TOKEN_DISCOVERY: u64 = 4;
 const TOKEN_CONTROL: u64 = 5;
 /// Doorbell `i` (`Daemon::doorbells`) is `TOKEN_DOORBELL + i`.
 const TOKEN_DOORBELL: u64 = 16;
+/// How often the event source's counters are copied into the metrics.
+const COUNTERS_INTERVAL_NS: u64 = 1_000_000_000;
 
 /// pvschedd's event thread: the policy's mechanism, one part per job.
 pub struct Daemon {
@@ -66,6 +68,8 @@ pub struct Daemon {
     decisions: Vec<Decision>,
     next_scan: u64,
     next_recheck: u64,
+    /// When the event source's counters are next copied into the metrics.
+    next_counters: u64,
     /// When the event thread last returned from epoll: the end of the
     /// wakeup part of a reaction (`reaction_wakeup_seconds`).
     woke_ns: u64,
@@ -153,6 +157,7 @@ impl Daemon {
             scratch: Decisions::with_capacity(64),
             decisions: Vec::with_capacity(64),
             next_scan: 0,
+            next_counters: 0,
             woke_ns: 0,
             armed_ns: 0,
             batch: Vec::with_capacity(256),
@@ -576,13 +581,13 @@ impl Daemon {
                 d.scan_interval_us
             };
             self.next_scan = now + interval_us * 1000;
-            // A map read (syscall): once per scan, not per drain.
-            self.metrics
-                .dropped_events
-                .set(self.source.dropped_events() as i64);
-            let (records, lazy) = self.source.record_counts();
-            self.metrics.records.set(records as i64);
-            self.metrics.lazy_records.set(lazy as i64);
+            // Map reads (syscalls, ~0.2 ms each in an emulated host): for
+            // the metrics endpoint once a second; a metrics request over the
+            // control socket reads them itself.
+            if now >= self.next_counters {
+                self.next_counters = now + COUNTERS_INTERVAL_NS;
+                self.metrics.set_source_counters(&self.source.counters());
+            }
             self.retry_leftover();
             self.check_backend(now);
             // A region truncated under us is no longer the guest's: its VM
@@ -633,7 +638,9 @@ impl Daemon {
         let Some(scx) = self.scx.as_ref() else {
             return;
         };
-        if let Some(exit) = scx.exited() {
+        // One map read for both.
+        let (exited, totals) = scx.state();
+        if let Some(exit) = exited {
             error!(reason = %exit, "the kernel ended pvsched's sched_ext scheduler; falling back to the rt backend");
             self.metrics.scx_fallbacks.inc();
             self.backend.fell_back(exit.to_string());
@@ -695,7 +702,7 @@ impl Daemon {
                 }
             }
         }
-        self.backend.record(scx.totals());
+        self.backend.record(totals);
     }
 
     /// Restores every thread and clears the host halves; removes the state

@@ -162,6 +162,15 @@ fn run(
     // dropped below).
     let (mut doorbells, socket_peers) = pvsched_host::ivshmem_server::recover(&resolved).split();
     doorbells.extend(given_doorbells);
+    // SCHED_FIFO above every boost it applies (a boosted vCPU must never
+    // delay its own unboost), memory locked; from here, before the BPF
+    // programs load: on a loaded host a SCHED_OTHER start-up waited behind
+    // the load for its verification (65 s in the loaded host VM, where 4 s
+    // idle). Only this, the event thread, runs RT: reset on fork, the
+    // helper threads spawned below start in the default policy.
+    if let Err(e) = pvsched_base::sched::make_current_thread_fifo(u32::from(d.priority), d.mlock) {
+        warn!(error = %e, "event thread stays SCHED_OTHER: reactions may be late under load");
+    }
     let source = EventSource::open(&d.source_options())?;
     info!(source = source.name(), "event source");
     // The scheduler loads while the daemon still has CAP_BPF/CAP_SYS_ADMIN.
@@ -189,13 +198,6 @@ fn run(
         scx,
         backend,
     )?;
-    // Only the event thread runs RT: the helper threads were spawned above
-    // and keep the default policy.
-    // SCHED_FIFO above every boost it applies (a boosted vCPU must never
-    // delay its own unboost), memory locked.
-    if let Err(e) = pvsched_base::sched::make_current_thread_fifo(u32::from(d.priority), d.mlock) {
-        warn!(error = %e, "event thread stays SCHED_OTHER: reactions may be late under load");
-    }
     daemon.run()?;
     Ok(())
 }

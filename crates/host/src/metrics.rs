@@ -279,6 +279,13 @@ impl Metrics {
         Self { registry, ..m }
     }
 
+    /// The event source's counters, as [`crate::events::EventSource::counters`] read them.
+    pub fn set_source_counters(&self, c: &crate::events::SourceCounters) {
+        self.dropped_events.set(c.dropped_events as i64);
+        self.records.set(c.records as i64);
+        self.lazy_records.set(c.lazy_records as i64);
+    }
+
     pub fn vm(&self, name: &str) -> VmMetrics {
         let label = VmLabel {
             vm: name.to_string(),

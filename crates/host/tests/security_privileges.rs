@@ -170,6 +170,30 @@ fn every_daemon_thread_keeps_only_the_documented_capabilities_and_no_new_privile
     for (name, got) in &threads {
         assert_eq!(got, &expected, "thread {name}");
     }
+
+    // Only the event thread runs RT (it turns SCHED_FIFO before its BPF
+    // programs load, reset on fork): a helper that inherited it would take
+    // the CPU from boosted vCPUs for QMP and status answers.
+    let event_thread = params(d.pid());
+    assert_eq!(
+        (event_thread.policy, event_thread.priority),
+        (SCHED_FIFO, 5),
+        "the event thread runs at the documented default priority"
+    );
+    for task in std::fs::read_dir(format!("/proc/{}/task", d.pid())).unwrap() {
+        let tid: i32 = task.unwrap().file_name().to_str().unwrap().parse().unwrap();
+        if tid == d.pid() {
+            continue;
+        }
+        let Ok(p) = pvsched_base::sched::get_params(tid) else {
+            continue; // exited meanwhile
+        };
+        assert_eq!(
+            (p.policy, p.priority, p.nice),
+            (pvsched_base::sched::SCHED_OTHER, 0, 0),
+            "helper thread {tid}"
+        );
+    }
 }
 
 #[test]

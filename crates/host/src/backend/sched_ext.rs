@@ -5,9 +5,11 @@
 //! every task goes back to the kernel's fair class, as it does when the
 //! daemon dies and the link's file descriptor closes.
 
+use std::collections::HashMap;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
+use std::sync::Mutex;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, OpenObject};
@@ -156,6 +158,10 @@ pub struct SchedExt {
     // Drop order: the link first (the scheduler is detached), then the maps.
     _link: Link,
     grants: MapHandle,
+    /// What this daemon last wrote to `grants`, which only it writes (the
+    /// program reads them): a change is one map update, not a lookup and
+    /// an update (each a syscall, ~0.2 ms in an emulated host).
+    written: Mutex<HashMap<u32, pvs_scx_grant>>,
     vcpus: MapHandle,
     bss: MapHandle,
     /// `pvs_boost_queued`, run with BPF_PROG_TEST_RUN.
@@ -223,7 +229,9 @@ impl SchedExt {
             .cpu_run
             .set_max_entries(cpus.max(1))
             .map_err(SchedExtError::bpf("size map cpu_run"))?;
+        let started = std::time::Instant::now();
         let mut skel: SchedExtSkel<'_> = open.load().map_err(SchedExtError::bpf("load"))?;
+        let verified = started.elapsed();
         let handle = |m: &libbpf_rs::MapMut<'_>, name: &str| {
             MapHandle::try_from(m).map_err(SchedExtError::bpf(format!("map {name} handle")))
         };
@@ -244,11 +252,18 @@ impl SchedExt {
             .pvsched_ops
             .attach_struct_ops()
             .map_err(SchedExtError::bpf("attach the scheduler (struct_ops)"))?;
+        // Both are slow on an emulated or loaded host: say which.
+        tracing::debug!(
+            load_ms = verified.as_millis() as u64,
+            attach_ms = (started.elapsed() - verified).as_millis() as u64,
+            "sched_ext: scheduler loaded and attached"
+        );
         // The link keeps the scheduler, the handles its maps.
         drop(skel);
         Ok(Self {
             _link: link,
             grants,
+            written: Mutex::default(),
             vcpus,
             bss,
             boost_queued,
@@ -281,22 +296,25 @@ impl SchedExt {
     pub fn unregister(&self, tid: u32) {
         // Absent entries are fine: the thread was never registered.
         let _ = self.grants.delete(&tid.to_ne_bytes());
+        self.written_grants().remove(&tid);
         let _ = self.vcpus.delete(&tid.to_ne_bytes());
     }
 
+    fn written_grants(&self) -> std::sync::MutexGuard<'_, HashMap<u32, pvs_scx_grant>> {
+        self.written.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Thread `tid`'s grant as last written (all zero: none yet).
     fn grant(&self, tid: u32) -> Result<pvs_scx_grant, SchedExtError> {
-        let bytes = self
-            .grants
-            .lookup(&tid.to_ne_bytes(), MapFlags::ANY)
-            .map_err(SchedExtError::bpf(format!("scx_grants[{tid}]")))?
-            .unwrap_or_default();
-        Ok(from_bytes(&bytes))
+        Ok(self.written_grants().get(&tid).copied().unwrap_or_default())
     }
 
     fn write_grant(&self, tid: u32, grant: &pvs_scx_grant) -> Result<(), SchedExtError> {
         self.grants
             .update(&tid.to_ne_bytes(), as_bytes(grant), MapFlags::ANY)
-            .map_err(SchedExtError::bpf(format!("scx_grants[{tid}]")))
+            .map_err(SchedExtError::bpf(format!("scx_grants[{tid}]")))?;
+        self.written_grants().insert(tid, *grant);
+        Ok(())
     }
 
     /// Sets the boost thread `tid` is dispatched with.
@@ -388,18 +406,29 @@ impl SchedExt {
         self.bss().map(|b| b.totals).unwrap_or_default()
     }
 
+    /// [`SchedExt::exited`] and [`SchedExt::totals`] from one map read.
+    pub fn state(&self) -> (Option<ScxExit>, ScxTotals) {
+        match self.bss() {
+            Some(b) => (exit_of(&b), b.totals),
+            None => (None, ScxTotals::default()),
+        }
+    }
+
     /// Why the kernel ended the scheduler, once it has (its watchdog, an
     /// error, `sysrq-S`, ...): then every task is back in the fair class.
     pub fn exited(&self) -> Option<ScxExit> {
-        let b = self.bss()?;
-        let e = b.exit_info;
-        (e.exited != 0).then(|| ScxExit {
-            kind: e.kind,
-            exit_code: e.exit_code,
-            reason: c_string(&e.reason),
-            msg: c_string(&e.msg),
-        })
+        exit_of(&self.bss()?)
     }
+}
+
+fn exit_of(b: &skel::types::bss) -> Option<ScxExit> {
+    let e = &b.exit_info;
+    (e.exited != 0).then(|| ScxExit {
+        kind: e.kind,
+        exit_code: e.exit_code,
+        reason: c_string(&e.reason),
+        msg: c_string(&e.msg),
+    })
 }
 
 fn c_string<C: Copy + Into<i32>>(chars: &[C]) -> String {

@@ -35,9 +35,11 @@ use crate::found::Found;
 use crate::ivshmem_server::SocketVms;
 use crate::metrics::VmMetrics;
 use crate::vm::ServedVm;
+use qmp_cache::QmpCache;
 use vmm::{mappers, vmm_among};
 
 pub mod libvirt;
+mod qmp_cache;
 mod vmm;
 
 pub use vmm::{
@@ -141,12 +143,14 @@ pub fn spawn(
         .name("pvsched-discovery".into())
         .spawn(move || {
             let mut notes = Notes::default();
+            let mut qmp_answers = QmpCache::default();
             let mut next_round = Instant::now();
             // Extra rounds after a rescan request, soonest last.
             let mut follow_ups: Vec<Instant> = Vec::new();
             let handle = |req: DiscoveryRequest,
                           next_round: &mut Instant,
-                          follow_ups: &mut Vec<Instant>|
+                          follow_ups: &mut Vec<Instant>,
+                          qmp_answers: &mut QmpCache|
              -> Option<DiscoveryMsg> {
                 match req {
                     DiscoveryRequest::Open(req) => Some(DiscoveryMsg::Opened {
@@ -155,6 +159,7 @@ pub fn spawn(
                         result: open_vm(*req, &cfg.allowed),
                     }),
                     DiscoveryRequest::Rescan => {
+                        qmp_answers.clear();
                         let now = Instant::now();
                         *next_round = now;
                         *follow_ups = RESCAN_FOLLOW_UPS.iter().rev().map(|d| now + *d).collect();
@@ -169,13 +174,13 @@ pub fn spawn(
                 // Requests first: a round slowed by hostile QMP peers must
                 // not starve them.
                 let msg = if let Ok(req) = open.try_recv() {
-                    match handle(req, &mut next_round, &mut follow_ups) {
+                    match handle(req, &mut next_round, &mut follow_ups, &mut qmp_answers) {
                         Some(msg) => msg,
                         None => continue,
                     }
                 } else if Instant::now() >= next_round {
                     next_round = Instant::now() + interval;
-                    let found = discover_once(&cfg, &socket_vms, &mut notes);
+                    let found = discover_once(&cfg, &socket_vms, &mut notes, &mut qmp_answers);
                     let limit = cfg.config.daemon.overload_cpu_pressure_percent;
                     let overloaded =
                         cpu_pressure_some_avg10().is_some_and(|p| serving::overloaded(p, limit));
@@ -183,10 +188,12 @@ pub fn spawn(
                 } else {
                     let left = next_round.saturating_duration_since(Instant::now());
                     match open.recv_timeout(left) {
-                        Ok(req) => match handle(req, &mut next_round, &mut follow_ups) {
-                            Some(msg) => msg,
-                            None => continue,
-                        },
+                        Ok(req) => {
+                            match handle(req, &mut next_round, &mut follow_ups, &mut qmp_answers) {
+                                Some(msg) => msg,
+                                None => continue,
+                            }
+                        }
                         Err(RecvTimeoutError::Timeout) => continue,
                         Err(RecvTimeoutError::Disconnected) => break,
                     }
@@ -251,9 +258,16 @@ struct ByRegion {
     file: FileId,
 }
 
-fn discover_once(cfg: &Resolved, socket_vms: &SocketVms, notes: &mut Notes) -> Vec<Found> {
+fn discover_once(
+    cfg: &Resolved,
+    socket_vms: &SocketVms,
+    notes: &mut Notes,
+    qmp_answers: &mut QmpCache,
+) -> Vec<Found> {
     let c = &cfg.config;
     let allowed = &cfg.allowed;
+    let configured: Vec<&str> = c.vms.iter().map(|v| v.name.as_str()).collect();
+    qmp_answers.retain(&configured);
     let mut found = Vec::new();
     let mut by_region: Vec<ByRegion> = Vec::new();
     for (i, vm) in c.vms.iter().enumerate() {
@@ -275,9 +289,11 @@ fn discover_once(cfg: &Resolved, socket_vms: &SocketVms, notes: &mut Notes) -> V
             }
         };
         let threads = if let Some(qmp) = &vm.qmp {
-            Qmp::connect(qmp, QMP_TIMEOUT)
-                .map_err(DiscoveryError::from)
-                .and_then(|mut q| threads_by_qmp(&mut q, allowed))
+            qmp_answers.threads(&vm.name, qmp, allowed, Instant::now(), || {
+                Qmp::connect(qmp, QMP_TIMEOUT)
+                    .map_err(DiscoveryError::from)
+                    .and_then(|mut q| threads_by_qmp(&mut q, allowed))
+            })
         } else if let Some(pid) = vm.pid {
             check_vmm(pid, allowed).and_then(|()| threads_by_name(pid))
         } else if let Some(file) = file {

@@ -112,6 +112,16 @@ pub enum EventKind {
     KvmIrq,
 }
 
+/// What the event source counted since the start (see [`EventSource::counters`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SourceCounters {
+    /// Records submitted (BPF), and of those the lazy ones.
+    pub records: u64,
+    pub lazy_records: u64,
+    /// Events lost (ring buffer full, or undecodable).
+    pub dropped_events: u64,
+}
+
 /// Errors of the event sources.
 #[derive(Debug, thiserror::Error)]
 pub enum EventSourceError {
@@ -321,6 +331,17 @@ impl EventSource {
         match self {
             EventSource::Bpf(s) => s.dropped_events(),
             EventSource::Poll(_) => 0,
+        }
+    }
+
+    /// Its counters now: three map reads (syscalls) on the BPF source, so
+    /// read for a metrics answer or once a second, not at every scan.
+    pub fn counters(&self) -> SourceCounters {
+        let (records, lazy_records) = self.record_counts();
+        SourceCounters {
+            records,
+            lazy_records,
+            dropped_events: self.dropped_events(),
         }
     }
 }

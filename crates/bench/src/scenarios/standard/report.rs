@@ -324,6 +324,9 @@ pub struct ModeShare {
     /// pvsched: pvschedd's own process, percent of the machine.
     #[serde(default)]
     pub daemon_pct: Option<f64>,
+    /// The same by thread name (`pvschedd` is its event loop).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub daemon_threads_pct: BTreeMap<String, f64>,
     /// Of the vCPU threads' time: the guest's idle driver polling, percent
     /// of the machine (None: its counters were not read).
     #[serde(default)]

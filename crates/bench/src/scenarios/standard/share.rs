@@ -55,6 +55,10 @@ pub struct CpuUse {
     /// pvsched: pvschedd's own process (utime + stime of every thread).
     #[serde(default)]
     pub daemon_s: Option<f64>,
+    /// pvsched: pvschedd's time by thread name (its event loop `pvschedd`,
+    /// `pvsched-discovery`, ...), threads alive at both ends.
+    #[serde(default)]
+    pub daemon_threads_s: BTreeMap<String, f64>,
     /// Time the guest's idle driver (pvsched.ko) spent polling, summed over
     /// the vCPUs, from its debugfs counters read just before and just after
     /// the phase; None when they could not be read.
@@ -80,6 +84,8 @@ pub struct Snapshot {
     pub boosted_s: Option<f64>,
     /// pvschedd's ticks (the pvsched mode).
     pub daemon: Option<u64>,
+    /// pvschedd's threads: tid -> (name, own ticks).
+    pub daemon_threads: BTreeMap<u32, (String, u64)>,
 }
 
 /// The difference `b - a` in CPU-seconds (`hz`: clock ticks per second).
@@ -117,9 +123,42 @@ pub fn between(a: &Snapshot, b: &Snapshot, hz: u64, host_cpus: usize) -> CpuUse 
             (Some(x), Some(y)) => Some(secs(x, y)),
             _ => None,
         },
+        daemon_threads_s: by_thread_name(&a.daemon_threads, &b.daemon_threads, hz),
         guest_poll_s: None,
         guest_idle: None,
     }
+}
+
+/// Seconds per thread name between two readings of a process's threads
+/// (tid -> name, ticks): a thread present at one end only is left out.
+fn by_thread_name(
+    a: &BTreeMap<u32, (String, u64)>,
+    b: &BTreeMap<u32, (String, u64)>,
+    hz: f64,
+) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for (tid, (name, x)) in a {
+        if let Some((_, y)) = b.get(tid) {
+            *out.entry(name.clone()).or_insert(0.0) += y.saturating_sub(*x) as f64 / hz;
+        }
+    }
+    out
+}
+
+/// A process's threads now: tid -> (name, own utime + stime ticks); a
+/// thread that ended while it was read is left out.
+fn threads_of(pid: u32) -> BTreeMap<u32, (String, u64)> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return BTreeMap::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|tid| {
+            let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+            let e = parse_entry(&text)?;
+            Some((tid, (e.comm, e.own)))
+        })
+        .collect()
 }
 
 /// The guest's idle debugfs file now; None when it cannot be read (no idle
@@ -255,8 +294,8 @@ impl Probe<'_> {
             what: "/proc/stat".into(),
             msg: "unreadable, or no `cpu ` line with 8 counters".into(),
         })?;
-        let (boosted_s, daemon) = match self.daemon {
-            None => (None, None),
+        let (boosted_s, daemon, daemon_threads) = match self.daemon {
+            None => (None, None, BTreeMap::new()),
             Some(d) => {
                 let st = d.status()?;
                 let vm = st.vms.iter().find(|v| v.name == VM_NAME).ok_or_else(|| {
@@ -265,6 +304,7 @@ impl Probe<'_> {
                 (
                     Some(vm.boosted_s),
                     Some(stat(format!("/proc/{}/stat", d.pid()))?),
+                    threads_of(d.pid()),
                 )
             }
         };
@@ -277,6 +317,7 @@ impl Probe<'_> {
             busy,
             boosted_s,
             daemon,
+            daemon_threads,
         })
     }
 
@@ -349,6 +390,7 @@ mod tests {
             busy: 0,
             boosted_s: None,
             daemon: None,
+            daemon_threads: BTreeMap::new(),
         }
     }
 
@@ -371,6 +413,20 @@ mod tests {
         b.boosted_s = Some(3.5);
         a.daemon = Some(40);
         b.daemon = Some(90);
+        let thread = |name: &str, ticks: u64| (name.to_string(), ticks);
+        a.daemon_threads = [
+            (1, thread("pvschedd", 30)),
+            (2, thread("pvsched-discovery", 10)),
+        ]
+        .into_iter()
+        .collect();
+        b.daemon_threads = [
+            (1, thread("pvschedd", 60)),
+            (2, thread("pvsched-discovery", 25)),
+            (3, thread("pvsched-control", 5)),
+        ]
+        .into_iter()
+        .collect();
 
         // Act
         let u = between(&a, &b, 100, 2);
@@ -384,6 +440,16 @@ mod tests {
         assert!((u.busy_s - 19.0).abs() < 1e-9);
         assert_eq!(u.boosted_s, Some(2.5));
         assert_eq!(u.daemon_s, Some(0.5));
+        let by_thread: Vec<(&str, f64)> = u
+            .daemon_threads_s
+            .iter()
+            .map(|(k, v)| (k.as_str(), *v))
+            .collect();
+        assert_eq!(
+            by_thread,
+            vec![("pvsched-discovery", 0.15), ("pvschedd", 0.3)],
+            "per thread name; a thread seen at one end only is left out"
+        );
         assert!((u.pct(u.vm_s) - 25.0).abs() < 1e-9);
         assert!((u.pct(u.busy_s) - 95.0).abs() < 1e-9);
     }

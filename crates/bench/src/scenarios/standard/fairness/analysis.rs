@@ -31,6 +31,8 @@ pub(super) struct Pool {
     pub(super) busy: f64,
     /// (seconds, wall x host CPUs) of the phases pvschedd's time was read in.
     pub(super) daemon: Option<(f64, f64)>,
+    /// pvschedd's seconds by thread name (over the phases in `daemon`).
+    pub(super) daemon_threads: BTreeMap<String, f64>,
     /// (seconds, wall x host CPUs) of the phases with the guest's idle counters.
     pub(super) poll: Option<(f64, f64)>,
     pub(super) idle_drivers: Vec<String>,
@@ -69,6 +71,9 @@ impl Pool {
             let (s, w) = self.daemon.get_or_insert((0.0, 0.0));
             *s += d;
             *w += machine;
+            for (name, secs) in &u.daemon_threads_s {
+                *self.daemon_threads.entry(name.clone()).or_insert(0.0) += secs;
+            }
         }
         if let Some(p) = u.guest_poll_s {
             let (s, w) = self.poll.get_or_insert((0.0, 0.0));
@@ -242,6 +247,15 @@ pub fn build(
                     load_throughput_vs_vanilla: throughput(mode),
                     busy_pct: all.pct(all.busy),
                     daemon_pct: all.daemon.map(|(s, w)| pct_of(s, w)),
+                    daemon_threads_pct: all
+                        .daemon
+                        .map(|(_, w)| {
+                            all.daemon_threads
+                                .iter()
+                                .map(|(name, s)| (name.clone(), pct_of(*s, w)))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
                     guest_poll_pct: all.poll.map(|(s, w)| pct_of(s, w)),
                     guest_idle: all.idle_drivers.clone(),
                     phases: all.phases,

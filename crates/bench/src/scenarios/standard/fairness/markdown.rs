@@ -96,6 +96,26 @@ pub fn markdown(o: &mut String, shares: &[LoadShare]) {
                 r.busy_pct
             );
         }
+        for m in Mode::EVERY {
+            let Some(r) = ls
+                .modes
+                .get(m.name())
+                .filter(|r| !r.daemon_threads_pct.is_empty())
+            else {
+                continue;
+            };
+            let by_thread: Vec<String> = r
+                .daemon_threads_pct
+                .iter()
+                .map(|(name, pct)| format!("{name} {pct:.2}"))
+                .collect();
+            let _ = writeln!(
+                o,
+                "\npvschedd % by thread, {}: {} (`pvschedd` is its event thread).",
+                m.name(),
+                by_thread.join(", ")
+            );
+        }
         match &ls.entitlement {
             Some(e) => {
                 let demand = e.demand_cpus.as_ref().map_or_else(

@@ -23,6 +23,10 @@ fn phase(vm: f64, vcpu: f64, load: f64, hog: f64, boosted: Option<f64>) -> CpuUs
         boosted_s: boosted,
         boost_budget_permille: boosted.map(|_| 200),
         daemon_s: boosted.map(|_| 0.4),
+        daemon_threads_s: match boosted {
+            Some(_) => [("pvschedd".into(), 0.3), ("pvsched-discove".into(), 0.1)].into(),
+            None => Default::default(),
+        },
         // pvsched (boosted) polls 1 s of the 20 in the guest's idle driver.
         guest_poll_s: Some(if boosted.is_some() { 1.0 } else { 0.0 }),
         guest_idle: Some(
@@ -131,7 +135,16 @@ fn shares_ratios_and_the_entitlement_are_computed_from_the_phases() {
     assert_eq!(pv.load_cpu_vs_vanilla, Some(0.833));
     assert_eq!(pv.load_throughput_vs_vanilla, Some(0.9));
     assert_eq!(pv.phases, 2);
+    // pvschedd: 0.4 CPU-s of 20 per phase, 0.3 of them its event thread.
+    assert_eq!(pv.daemon_pct, Some(2.0));
+    let by_thread: Vec<(&str, f64)> = pv
+        .daemon_threads_pct
+        .iter()
+        .map(|(k, v)| (k.as_str(), *v))
+        .collect();
+    assert_eq!(by_thread, vec![("pvsched-discove", 0.5), ("pvschedd", 1.5)]);
     assert_eq!(ls.modes["static-rt"].boosted_pct, None);
+    assert!(ls.modes["static-rt"].daemon_threads_pct.is_empty());
 }
 
 #[test]
@@ -292,6 +305,7 @@ fn markdown_has_a_table_per_load_and_nothing_without_shares() {
         "### loaded host (2 CPUs, 2 vCPUs)",
         "| vanilla | 20.0 | 20.0 (15.0 + 5.0) | 1.00x | 0.50x |  | 0.0 (none (auto)) | 60.0 | 1.00x | 100.0 % |  | 95.0 |",
         "| pvsched | 25.0, 30.0 | 27.5 (22.5 + 5.0) | 1.38x | 0.75x | 15.0 (20) | 5.0 (hinted) | 50.0 | 0.83x | 90.0 % | 2.00 | 95.0 |",
+        "pvschedd % by thread, pvsched: pvsched-discove 0.50, pvschedd 1.50 (",
         "r = 0.300 CPUs, from stress-ng's --cpu workers under vanilla; d = [0.400, 0.400] CPUs",
     ] {
         assert!(md.contains(needle), "{needle:?} not in\n{md}");

@@ -1,0 +1,245 @@
+//! The vCPU threads QMP named for each configured VM, reused between full
+//! queries while the VMM and every one of those threads live on unchanged.
+//!
+//! A full query connects to QEMU's monitor and asks `query-cpus-fast` and
+//! `query-kvm`: work for pvschedd and for QEMU's main loop, every round
+//! (each second) otherwise; in an emulated host it cost QEMU's main loop
+//! 2 % of the machine. Between full queries a round re-checks from /proc
+//! what the query established: the process (same start time, still an
+//! allowed VMM) and each thread (same start time, still its own). vCPU
+//! hotplug adds a thread no /proc check sees: a full query every
+//! [`REQUERY`] bounds how late it is served.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use pvsched_base::thread::start_time;
+
+use super::DiscoveryError;
+use crate::config::Allowed;
+use crate::discovery::vmm::check_vmm;
+use crate::found::VmThreads;
+
+/// Longest a QMP answer is reused.
+pub const REQUERY: Duration = Duration::from_secs(10);
+
+struct Entry {
+    socket: PathBuf,
+    threads: VmThreads,
+    /// Start time of the process and of each of its threads in `threads`.
+    started: Vec<(i32, u64)>,
+    queried: Instant,
+}
+
+#[derive(Default)]
+pub struct QmpCache {
+    entries: HashMap<String, Entry>,
+}
+
+impl QmpCache {
+    /// VM `name`'s threads: the last answer of its QMP socket `socket` while
+    /// it holds, else `query`'s (remembered when it succeeds).
+    pub fn threads(
+        &mut self,
+        name: &str,
+        socket: &Path,
+        allowed: &Allowed,
+        now: Instant,
+        query: impl FnOnce() -> Result<VmThreads, DiscoveryError>,
+    ) -> Result<VmThreads, DiscoveryError> {
+        if let Some(e) = self.entries.get(name) {
+            if e.socket == socket
+                && now.saturating_duration_since(e.queried) < REQUERY
+                && still_holds(e, allowed)
+            {
+                return Ok(e.threads.clone());
+            }
+        }
+        self.entries.remove(name);
+        let threads = query()?;
+        if let Some(started) = start_times(&threads) {
+            self.entries.insert(
+                name.to_string(),
+                Entry {
+                    socket: socket.to_path_buf(),
+                    threads: threads.clone(),
+                    started,
+                    queried: now,
+                },
+            );
+        }
+        Ok(threads)
+    }
+
+    /// Forgets every answer: the next round queries each VM (a rescan was
+    /// asked for: something changed that /proc may not show).
+    pub fn clear(&mut self) {
+        self.entries.clear();
+    }
+
+    /// Forgets the VMs not named in `names` (no longer configured).
+    pub fn retain(&mut self, names: &[&str]) {
+        self.entries.retain(|n, _| names.contains(&n.as_str()));
+    }
+}
+
+/// The process's and its threads' start times now; None if any is gone.
+fn start_times(t: &VmThreads) -> Option<Vec<(i32, u64)>> {
+    std::iter::once(t.tgid)
+        .chain(t.vcpus.iter().map(|&(_, tid)| tid))
+        .chain(t.latency_path.iter().copied())
+        .map(|tid| start_time(t.tgid, tid).ok().map(|s| (tid, s)))
+        .collect()
+}
+
+fn still_holds(e: &Entry, allowed: &Allowed) -> bool {
+    check_vmm(e.threads.tgid, allowed).is_ok()
+        && e.started
+            .iter()
+            .all(|&(tid, s)| start_time(e.threads.tgid, tid).is_ok_and(|now| now == s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pvsched_base::vcpu_names::Accel;
+    use std::cell::Cell;
+    use std::process::{Child, Command};
+
+    /// A real process standing for a VMM whose main thread is its one vCPU.
+    struct Vmm(Child);
+
+    impl Vmm {
+        fn start() -> Self {
+            Vmm(Command::new("sleep").arg("60").spawn().unwrap())
+        }
+        fn threads(&self) -> VmThreads {
+            let pid = self.0.id() as i32;
+            VmThreads {
+                tgid: pid,
+                vcpus: vec![(0, pid)],
+                latency_path: Vec::new(),
+                accel: Accel::Kvm,
+            }
+        }
+    }
+
+    impl Drop for Vmm {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    fn us() -> Allowed {
+        Allowed {
+            uids: [nix::unistd::getuid().as_raw()].into_iter().collect(),
+            ..Allowed::default()
+        }
+    }
+
+    #[test]
+    fn an_answer_is_reused_while_the_vmm_and_its_threads_live_on() {
+        let vmm = Vmm::start();
+        let mut cache = QmpCache::default();
+        let sock = Path::new("/run/vm.qmp");
+        let t0 = Instant::now();
+        let queries = Cell::new(0);
+        let query = || {
+            queries.set(queries.get() + 1);
+            Ok(vmm.threads())
+        };
+
+        let first = cache.threads("vm", sock, &us(), t0, query).unwrap();
+        let later = t0 + Duration::from_secs(1);
+        let again = cache.threads("vm", sock, &us(), later, query).unwrap();
+
+        assert_eq!((queries.get(), &again), (1, &first));
+        cache
+            .threads("vm", Path::new("/run/other.qmp"), &us(), later, query)
+            .unwrap();
+        assert_eq!(queries.get(), 2, "another socket is asked");
+    }
+
+    #[test]
+    fn an_answer_is_asked_again_when_a_thread_is_not_the_one_it_named() {
+        let vmm = Vmm::start();
+        let mut cache = QmpCache::default();
+        let sock = Path::new("/run/vm.qmp");
+        let t0 = Instant::now();
+        let queries = Cell::new(0);
+        let query = || {
+            queries.set(queries.get() + 1);
+            Ok(vmm.threads())
+        };
+        cache.threads("vm", sock, &us(), t0, query).unwrap();
+        // A thread id reused by a later thread: its start time differs.
+        let e = cache.entries.get_mut("vm").unwrap();
+        e.started.last_mut().unwrap().1 += 1;
+
+        cache.threads("vm", sock, &us(), t0, query).unwrap();
+
+        assert_eq!(queries.get(), 2);
+    }
+
+    #[test]
+    fn an_answer_is_asked_again_when_the_vmm_ends() {
+        let mut vmm = Vmm::start();
+        let mut cache = QmpCache::default();
+        let sock = Path::new("/run/vm.qmp");
+        let t0 = Instant::now();
+        let gone = vmm.threads();
+        cache
+            .threads("vm", sock, &us(), t0, || Ok(gone.clone()))
+            .unwrap();
+        vmm.0.kill().unwrap();
+        vmm.0.wait().unwrap();
+
+        let r = cache.threads("vm", sock, &us(), t0, || {
+            Err(DiscoveryError::SelfProcess(1))
+        });
+
+        assert!(
+            r.is_err(),
+            "the old answer is not served for a VMM that ended"
+        );
+    }
+
+    #[test]
+    fn an_answer_is_asked_again_after_the_requery_interval_a_clear_or_a_refusal() {
+        let vmm = Vmm::start();
+        let mut cache = QmpCache::default();
+        let sock = Path::new("/run/vm.qmp");
+        let t0 = Instant::now();
+        let queries = Cell::new(0);
+        let query = || {
+            queries.set(queries.get() + 1);
+            Ok(vmm.threads())
+        };
+        cache.threads("vm", sock, &us(), t0, query).unwrap();
+        cache
+            .threads("vm", sock, &us(), t0 + REQUERY, query)
+            .unwrap();
+        assert_eq!(queries.get(), 2, "old answer");
+        cache.clear();
+        cache
+            .threads("vm", sock, &us(), t0 + REQUERY, query)
+            .unwrap();
+        assert_eq!(queries.get(), 3, "cleared");
+        cache
+            .threads("vm", sock, &Allowed::default(), t0 + REQUERY, query)
+            .unwrap();
+        assert_eq!(
+            queries.get(),
+            4,
+            "its account no longer allowed: the query's checks again"
+        );
+
+        let mut failing = QmpCache::default();
+        let refused = || Err(DiscoveryError::SelfProcess(1));
+        assert!(failing.threads("vm", sock, &us(), t0, refused).is_err());
+        failing.threads("vm", sock, &us(), t0, query).unwrap();
+        assert_eq!(queries.get(), 5, "a failed query is not remembered");
+    }
+}
