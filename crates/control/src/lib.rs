@@ -191,6 +191,10 @@ pub struct BackendStatus {
     /// of its own boosts (the policy's `max_boost_ns`, `throttle_ns`).
     #[serde(default)]
     pub kernel_throttles: u64,
+    /// Fair-class tasks a CPU took from another CPU's queue (the others
+    /// run where they ran last).
+    #[serde(default)]
+    pub fair_pulls: u64,
     /// The scheduling decision's own latency on the sched_ext backend: vCPU
     /// threads queued (woken or enqueued) to running, boosted and not, from
     /// the program's timestamps: how many, and the median and 99th

@@ -104,7 +104,7 @@ pub fn render(s: &Status) -> String {
                 out,
                 "  enqueues {}  boosted: preempting {}, queued {}, moved ahead {}, by the \
                  scheduler itself {} (throttled {})  wakeup preemptions {}  extensions {} \
-                 (for lock holders {}, refused {})",
+                 (for lock holders {}, refused {})  pulled from another CPU {}",
                 b.enqueues,
                 b.boost_preempts,
                 b.boost_queued,
@@ -114,7 +114,8 @@ pub fn render(s: &Status) -> String {
                 b.wakeup_preempts,
                 b.extensions,
                 b.lock_extensions,
-                b.extensions_refused
+                b.extensions_refused,
+                b.fair_pulls
             );
         }
         for (what, d) in [

@@ -222,6 +222,41 @@ kvm_test! {
 }
 
 kvm_test! {
+    /// Each CPU runs from its own queue, but three hogs on the host VM's two
+    /// CPUs still share them evenly: a CPU whose own tasks ran ahead by more
+    /// than a slice of virtual time takes the oldest from the other (counted),
+    /// so none of them keeps a CPU to itself.
+    fn sched_ext_per_cpu_queues_share_the_machine_evenly_among_more_tasks_than_cpus() {
+        let dir = tempdir("scx-balance");
+        let d = sched_ext_daemon(&dir, "", "[discovery]\nauto = false\n");
+        let hogs: Vec<Hog> = (0..3)
+            .map(|_| {
+                Hog(Command::new("sh")
+                    .args(["-c", "while :; do :; done"])
+                    .spawn()
+                    .expect("start a hog"))
+            })
+            .collect();
+        std::thread::sleep(Duration::from_secs(1));
+        let before: Vec<u64> = hogs.iter().map(|h| cpu_ticks(h.0.id())).collect();
+        let pulls_before = d.status().backend.fair_pulls;
+
+        std::thread::sleep(Duration::from_secs(6));
+
+        let got: Vec<u64> = hogs
+            .iter()
+            .zip(&before)
+            .map(|(h, b)| cpu_ticks(h.0.id()) - b)
+            .collect();
+        let b = d.status().backend;
+        let (min, max) = (got.iter().min().unwrap(), got.iter().max().unwrap());
+        // Even: 2/3 of a CPU each; one hog alone on a CPU would have 2x the others.
+        assert!(*min as f64 >= 0.75 * *max as f64, "ticks per hog {got:?}: {b:?}");
+        assert!(b.fair_pulls > pulls_before, "no task taken from another CPU: {b:?}");
+    }
+}
+
+kvm_test! {
     /// A guest that claims a critical section all the time, on a busy CPU:
     /// at its slice ends the scheduler extends it, one extension of
     /// `scx_extension_us` per slice, until its allowance (a share of its

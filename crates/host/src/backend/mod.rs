@@ -125,6 +125,7 @@ impl BackendState {
         s.kernel_boosts = t.kboosts;
         s.wakeup_preempts = t.wakeup_preempts;
         s.kernel_throttles = t.kthrottles;
+        s.fair_pulls = t.fair_pulls;
         s.queued_to_run_boosted =
             pvsched_control::DelaySummary::of_log2_buckets(&t.queued_to_run_boosted);
         s.queued_to_run_other =

@@ -320,6 +320,7 @@ struct pvs_scx_totals {
 	__u64 wakeup_preempts;	/* woken tasks that preempted a later one */
 	__u64 kthrottles;	/* vCPUs throttled for a long burst */
 	__u64 ext_lock;		/* of extensions, for a lock holder */
+	__u64 fair_pulls;	/* tasks a CPU took from another CPU's fair queue */
 	__u64 queued_to_run_boosted[PVS_SCX_LAT_BUCKETS];
 	__u64 queued_to_run_other[PVS_SCX_LAT_BUCKETS];
 };
@@ -346,7 +347,8 @@ struct pvs_scx_boost_queued {
 	__u32 moved;
 };
 
-/* The scheduler's own dispatch queues. */
+/* The scheduler's own dispatch queues: the boost queue, shared; and from
+ * PVS_SCX_DSQ_FAIR on, one fair queue per CPU (PVS_SCX_DSQ_FAIR + cpu). */
 #define PVS_SCX_DSQ_BOOST 0
 #define PVS_SCX_DSQ_FAIR 1
 

@@ -4,10 +4,15 @@
  *
  * Every task of the fair class (SCHED_NORMAL/BATCH/IDLE; the RT and
  * deadline classes stay above it) is scheduled here by weighted virtual
- * time, as the sched-ext project's scx_simple does: one shared queue ordered
- * by vtime, a task charged for the time it ran over its weight, a sleeper
- * credited at most one slice, a woken task preempting a running one whose
- * vtime is ahead of its own by more than wakeup_preempt_ns. On top of that,
+ * time, as the sched-ext project's scx_simple does: a task charged for the
+ * time it ran over its weight, a sleeper credited at most one slice, a woken
+ * task preempting a running one whose vtime is ahead of its own by more than
+ * wakeup_preempt_ns. Each CPU has its own queue ordered by vtime, and takes
+ * from another CPU's only when that one's oldest task is more than a slice
+ * of vtime behind its own (or it has none): fair within a slice, and a task
+ * stays on its CPU (one shared queue moved each task to whichever CPU came
+ * next, so a process's threads ran on every CPU at once and each of its
+ * unmaps sent TLB shootdowns to them all). On top of that,
  * two mechanisms the daemon's policy drives through `scx_grants`
  * (docs/DESIGN.md, "The sched_ext backend"):
  *
@@ -129,6 +134,33 @@ struct {
 
 /* Possible CPUs (cpu_boost's size), set by the loader. */
 const volatile u32 nr_cpu_ids = 1;
+
+/* The CPUs this program has a fair queue for (the maps' bound). */
+#define PVS_MAX_CPUS 1024
+
+/* CPU cpu's own fair queue. */
+static __always_inline u64 fair_dsq(u32 cpu)
+{
+	return PVS_SCX_DSQ_FAIR + cpu;
+}
+
+/* The vtime of the task first in CPU cpu's fair queue; false if it is empty. */
+static __always_inline bool fair_head(u32 cpu, u64 *vtime)
+{
+	struct bpf_iter_scx_dsq it;
+	struct task_struct *p;
+	bool found = false;
+
+	if (!bpf_iter_scx_dsq_new(&it, fair_dsq(cpu), 0)) {
+		p = bpf_iter_scx_dsq_next(&it);
+		if (p) {
+			*vtime = p->scx.dsq_vtime;
+			found = true;
+		}
+	}
+	bpf_iter_scx_dsq_destroy(&it);
+	return found;
+}
 
 static __always_inline bool vtime_before(u64 a, u64 b)
 {
@@ -378,15 +410,79 @@ void BPF_STRUCT_OPS(pvs_enqueue, struct task_struct *p, u64 enq_flags)
 		mark_queued(p, false);
 	if (vtime_before(vtime, vtime_now - slice_ns))
 		vtime = vtime_now - slice_ns;
-	scx_bpf_dsq_insert_vtime(p, PVS_SCX_DSQ_FAIR, slice_ns, vtime, enq_flags);
+	scx_bpf_dsq_insert_vtime(p, fair_dsq(scx_bpf_task_cpu(p)), slice_ns, vtime,
+				 enq_flags);
 	if (enq_flags & SCX_ENQ_WAKEUP)
 		preempt_on_wakeup(p, vtime);
 }
 
+/* The vtime of `prev`, whose slice just ended here and which may run on,
+ * as of now: stopping charges the time it ran only after the dispatch. */
+static __always_inline u64 vtime_so_far(struct task_struct *prev)
+{
+	struct pvs_task_run *r = bpf_task_storage_get(&task_run, prev, 0, 0);
+	u64 exec = prev->se.sum_exec_runtime, vtime = prev->scx.dsq_vtime;
+	u32 weight = prev->scx.weight;
+
+	if (r && exec > r->exec_at_run)
+		vtime += (exec - r->exec_at_run) * 100 / (weight ? weight : 100);
+	return vtime;
+}
+
+/*
+ * The boost queue first; then this CPU's own: the task that just ran here,
+ * if it may run on, or the oldest of its fair queue, whichever is older;
+ * unless another CPU's oldest is more than a slice of vtime older still
+ * (or this CPU has nothing): then that one is taken.
+ */
 void BPF_STRUCT_OPS(pvs_dispatch, s32 cpu, struct task_struct *prev)
 {
-	if (!scx_bpf_dsq_move_to_local(PVS_SCX_DSQ_BOOST))
-		scx_bpf_dsq_move_to_local(PVS_SCX_DSQ_FAIR);
+	u64 own = 0, vt = 0, oldest = 0;
+	bool have_own, have_other = false, keep = false;
+	struct bpf_iter_num it;
+	u32 from = 0;
+	int *i;
+
+	if (scx_bpf_dsq_move_to_local(PVS_SCX_DSQ_BOOST))
+		return;
+	have_own = fair_head(cpu, &own);
+	if (prev && (prev->scx.flags & SCX_TASK_QUEUED)) {
+		vt = vtime_so_far(prev);
+		if (!have_own || vtime_before(vt, own)) {
+			own = vt;
+			have_own = true;
+			keep = true;
+		}
+	}
+	bpf_iter_num_new(&it, 0, nr_cpu_ids < PVS_MAX_CPUS ? nr_cpu_ids : PVS_MAX_CPUS);
+	while ((i = bpf_iter_num_next(&it))) {
+		u32 other = *i;
+
+		if (other == (u32)cpu || !fair_head(other, &vt))
+			continue;
+		if (!have_other || vtime_before(vt, oldest)) {
+			oldest = vt;
+			from = other;
+			have_other = true;
+		}
+	}
+	bpf_iter_num_destroy(&it);
+	if (have_other && (!have_own || vtime_before(oldest + slice_ns, own))) {
+		if (scx_bpf_dsq_move_to_local(fair_dsq(from))) {
+			__sync_fetch_and_add(&totals.fair_pulls, 1);
+			return;
+		}
+	}
+	if (keep) {
+		/* It runs on for another slice; it is charged at its stop. */
+		prev->scx.slice = slice_ns;
+		return;
+	}
+	if (have_own && scx_bpf_dsq_move_to_local(fair_dsq(cpu)))
+		return;
+	/* Its own queue held only tasks that may not run here. */
+	if (have_other && scx_bpf_dsq_move_to_local(fair_dsq(from)))
+		__sync_fetch_and_add(&totals.fair_pulls, 1);
 }
 
 void BPF_STRUCT_OPS(pvs_running, struct task_struct *p)
@@ -672,11 +768,24 @@ int pvs_boost_queued(struct pvs_scx_boost_queued *ctx)
 	u32 tid = ctx->tid, n = 0;
 	bool moved = false;
 
+	s32 on = -1;
+
+	/* The thread's CPU now, to look in that CPU's fair queue only. */
+	p = bpf_task_from_pid(tid);
+	if (p) {
+		on = scx_bpf_task_cpu(p);
+		bpf_task_release(p);
+	}
+	if (on < 0 || on >= PVS_MAX_CPUS) {
+		ctx->moved = 0;
+		return 0;
+	}
 	/* The iterator walks the queue under RCU. */
 	bpf_rcu_read_lock();
-	if (bpf_iter_scx_dsq_new(&it, PVS_SCX_DSQ_FAIR, 0)) {
+	if (bpf_iter_scx_dsq_new(&it, fair_dsq(on), 0)) {
 		bpf_iter_scx_dsq_destroy(&it);
 		bpf_rcu_read_unlock();
+		ctx->moved = 0;
 		return 0;
 	}
 	while ((p = bpf_iter_scx_dsq_next(&it))) {
@@ -723,10 +832,11 @@ void BPF_STRUCT_OPS(pvs_enable, struct task_struct *p)
 s32 BPF_STRUCT_OPS_SLEEPABLE(pvs_init)
 {
 	s32 err = scx_bpf_create_dsq(PVS_SCX_DSQ_BOOST, -1);
+	u32 i;
 
-	if (err)
-		return err;
-	return scx_bpf_create_dsq(PVS_SCX_DSQ_FAIR, -1);
+	for (i = 0; !err && i < nr_cpu_ids && i < PVS_MAX_CPUS; i++)
+		err = scx_bpf_create_dsq(fair_dsq(i), -1);
+	return err;
 }
 
 void BPF_STRUCT_OPS(pvs_exit, struct scx_exit_info *ei)

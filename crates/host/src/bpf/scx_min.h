@@ -23,10 +23,14 @@ struct cpumask;
 struct scx_init_task_args;
 
 struct sched_ext_entity {
+	u32 flags;
 	u32 weight;
 	u64 slice;
 	u64 dsq_vtime;
 } __attribute__((preserve_access_index));
+
+/* sched_ext_entity.flags: the task is runnable (enum scx_ent_flags). */
+#define SCX_TASK_QUEUED		(1 << 0)
 
 /* The fair class's accounting, which the kernel keeps for sched_ext tasks
  * too (update_curr_scx, before ops.stopping). */
@@ -101,5 +105,15 @@ bool scx_bpf_dsq_move_to_local(u64 dsq_id) __ksym;
 void scx_bpf_kick_cpu(s32 cpu, u64 flags) __ksym;
 s32 scx_bpf_task_cpu(const struct task_struct *p) __ksym;
 s32 scx_bpf_pick_idle_cpu(const struct cpumask *cpus_allowed, u64 flags) __ksym;
+/* Open-coded numeric iteration: a loop over CPUs the verifier checks once. */
+struct bpf_iter_num {
+	u64 __opaque[1];
+} __attribute__((aligned(8)));
+
+int bpf_iter_num_new(struct bpf_iter_num *it, int start, int end) __ksym;
+int *bpf_iter_num_next(struct bpf_iter_num *it) __ksym;
+void bpf_iter_num_destroy(struct bpf_iter_num *it) __ksym;
+struct task_struct *bpf_task_from_pid(s32 pid) __ksym;
+void bpf_task_release(struct task_struct *p) __ksym;
 
 #endif /* __PVSCHED_SCX_MIN_H */
