@@ -139,17 +139,33 @@ mod tests {
         }
     }
 
+    /// A VMM's QMP socket that counts the queries it answers.
+    struct Socket {
+        vmm: Vmm,
+        queries: Cell<u32>,
+    }
+
+    impl Socket {
+        fn new() -> Self {
+            Socket {
+                vmm: Vmm::start(),
+                queries: Cell::new(0),
+            }
+        }
+        fn query(&self) -> Result<VmThreads, DiscoveryError> {
+            self.queries.set(self.queries.get() + 1);
+            Ok(self.vmm.threads())
+        }
+    }
+
     #[test]
     fn an_answer_is_reused_while_the_vmm_and_its_threads_live_on() {
-        let vmm = Vmm::start();
+        let qmp = Socket::new();
+        let query = || qmp.query();
+        let queries = &qmp.queries;
         let mut cache = QmpCache::default();
         let sock = Path::new("/run/vm.qmp");
         let t0 = Instant::now();
-        let queries = Cell::new(0);
-        let query = || {
-            queries.set(queries.get() + 1);
-            Ok(vmm.threads())
-        };
 
         let first = cache.threads("vm", sock, &us(), t0, query).unwrap();
         let later = t0 + Duration::from_secs(1);
@@ -164,15 +180,12 @@ mod tests {
 
     #[test]
     fn an_answer_is_asked_again_when_a_thread_is_not_the_one_it_named() {
-        let vmm = Vmm::start();
+        let qmp = Socket::new();
+        let query = || qmp.query();
+        let queries = &qmp.queries;
         let mut cache = QmpCache::default();
         let sock = Path::new("/run/vm.qmp");
         let t0 = Instant::now();
-        let queries = Cell::new(0);
-        let query = || {
-            queries.set(queries.get() + 1);
-            Ok(vmm.threads())
-        };
         cache.threads("vm", sock, &us(), t0, query).unwrap();
         // A thread id reused by a later thread: its start time differs.
         let e = cache.entries.get_mut("vm").unwrap();
@@ -208,15 +221,12 @@ mod tests {
 
     #[test]
     fn an_answer_is_asked_again_after_the_requery_interval_a_clear_or_a_refusal() {
-        let vmm = Vmm::start();
+        let qmp = Socket::new();
+        let query = || qmp.query();
+        let queries = &qmp.queries;
         let mut cache = QmpCache::default();
         let sock = Path::new("/run/vm.qmp");
         let t0 = Instant::now();
-        let queries = Cell::new(0);
-        let query = || {
-            queries.set(queries.get() + 1);
-            Ok(vmm.threads())
-        };
         cache.threads("vm", sock, &us(), t0, query).unwrap();
         cache
             .threads("vm", sock, &us(), t0 + REQUERY, query)

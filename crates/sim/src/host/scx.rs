@@ -5,6 +5,10 @@
 //! by CFS or EEVDF. The module docs of `mod.rs` hold for the RT class; this file's rules
 //! replace its fair ones (placement, balance, idle pull, slices, vruntime).
 //!
+//! **Not yet modelled**: the program's fair queue per CPU (f1fbefc: a CPU keeps the task that
+//! ran, or takes its own queue's oldest, and another CPU's only when more than a slice older);
+//! this model still has the one shared FAIR queue the program had before.
+//!
 //! **Queues.** Per CPU a local queue (FIFO); one shared BOOST queue (FIFO); one shared FAIR
 //! queue ordered by vtime (ties: insertion order). A CPU that needs a task (its task blocked,
 //! was preempted, or its slice ended; an RT thread left it) runs, below any RT thread: its

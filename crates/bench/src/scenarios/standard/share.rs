@@ -57,7 +57,7 @@ pub struct CpuUse {
     pub daemon_s: Option<f64>,
     /// pvsched: pvschedd's time by thread name (its event loop `pvschedd`,
     /// `pvsched-discovery`, ...), threads alive at both ends.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub daemon_threads_s: BTreeMap<String, f64>,
     /// Time the guest's idle driver (pvsched.ko) spent polling, summed over
     /// the vCPUs, from its debugfs counters read just before and just after
