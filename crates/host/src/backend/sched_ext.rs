@@ -406,29 +406,24 @@ impl SchedExt {
         self.bss().map(|b| b.totals).unwrap_or_default()
     }
 
-    /// [`SchedExt::exited`] and [`SchedExt::totals`] from one map read.
+    /// Why the kernel ended the scheduler, once it has (its watchdog, an
+    /// error, `sysrq-S`, ...: then every task is back in the fair class),
+    /// and [`SchedExt::totals`], from one map read.
     pub fn state(&self) -> (Option<ScxExit>, ScxTotals) {
         match self.bss() {
-            Some(b) => (exit_of(&b), b.totals),
+            Some(b) => {
+                let e = &b.exit_info;
+                let exit = (e.exited != 0).then(|| ScxExit {
+                    kind: e.kind,
+                    exit_code: e.exit_code,
+                    reason: c_string(&e.reason),
+                    msg: c_string(&e.msg),
+                });
+                (exit, b.totals)
+            }
             None => (None, ScxTotals::default()),
         }
     }
-
-    /// Why the kernel ended the scheduler, once it has (its watchdog, an
-    /// error, `sysrq-S`, ...): then every task is back in the fair class.
-    pub fn exited(&self) -> Option<ScxExit> {
-        exit_of(&self.bss()?)
-    }
-}
-
-fn exit_of(b: &skel::types::bss) -> Option<ScxExit> {
-    let e = &b.exit_info;
-    (e.exited != 0).then(|| ScxExit {
-        kind: e.kind,
-        exit_code: e.exit_code,
-        reason: c_string(&e.reason),
-        msg: c_string(&e.msg),
-    })
 }
 
 fn c_string<C: Copy + Into<i32>>(chars: &[C]) -> String {

@@ -158,14 +158,17 @@ mod tests {
         }
     }
 
+    const SOCK: &str = "/run/vm.qmp";
+
     #[test]
     fn an_answer_is_reused_while_the_vmm_and_its_threads_live_on() {
-        let qmp = Socket::new();
-        let query = || qmp.query();
-        let queries = &qmp.queries;
-        let mut cache = QmpCache::default();
-        let sock = Path::new("/run/vm.qmp");
-        let t0 = Instant::now();
+        let (qmp, mut cache, sock, t0) = (
+            Socket::new(),
+            QmpCache::default(),
+            Path::new(SOCK),
+            Instant::now(),
+        );
+        let (query, queries) = (|| qmp.query(), &qmp.queries);
 
         let first = cache.threads("vm", sock, &us(), t0, query).unwrap();
         let later = t0 + Duration::from_secs(1);
@@ -180,12 +183,13 @@ mod tests {
 
     #[test]
     fn an_answer_is_asked_again_when_a_thread_is_not_the_one_it_named() {
-        let qmp = Socket::new();
-        let query = || qmp.query();
-        let queries = &qmp.queries;
-        let mut cache = QmpCache::default();
-        let sock = Path::new("/run/vm.qmp");
-        let t0 = Instant::now();
+        let (qmp, mut cache, sock, t0) = (
+            Socket::new(),
+            QmpCache::default(),
+            Path::new(SOCK),
+            Instant::now(),
+        );
+        let (query, queries) = (|| qmp.query(), &qmp.queries);
         cache.threads("vm", sock, &us(), t0, query).unwrap();
         // A thread id reused by a later thread: its start time differs.
         let e = cache.entries.get_mut("vm").unwrap();
@@ -199,9 +203,7 @@ mod tests {
     #[test]
     fn an_answer_is_asked_again_when_the_vmm_ends() {
         let mut vmm = Vmm::start();
-        let mut cache = QmpCache::default();
-        let sock = Path::new("/run/vm.qmp");
-        let t0 = Instant::now();
+        let (mut cache, sock, t0) = (QmpCache::default(), Path::new(SOCK), Instant::now());
         let gone = vmm.threads();
         cache
             .threads("vm", sock, &us(), t0, || Ok(gone.clone()))
@@ -221,12 +223,13 @@ mod tests {
 
     #[test]
     fn an_answer_is_asked_again_after_the_requery_interval_a_clear_or_a_refusal() {
-        let qmp = Socket::new();
-        let query = || qmp.query();
-        let queries = &qmp.queries;
-        let mut cache = QmpCache::default();
-        let sock = Path::new("/run/vm.qmp");
-        let t0 = Instant::now();
+        let (qmp, mut cache, sock, t0) = (
+            Socket::new(),
+            QmpCache::default(),
+            Path::new(SOCK),
+            Instant::now(),
+        );
+        let (query, queries) = (|| qmp.query(), &qmp.queries);
         cache.threads("vm", sock, &us(), t0, query).unwrap();
         cache
             .threads("vm", sock, &us(), t0 + REQUERY, query)
