@@ -13,6 +13,7 @@ use std::sync::Mutex;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, OpenObject};
+use memmap2::{MmapOptions, MmapRaw};
 use pvsched_policy::KernelGrant;
 
 use crate::events::wire::{
@@ -163,7 +164,10 @@ pub struct SchedExt {
     /// an update (each a syscall, ~0.2 ms in an emulated host).
     written: Mutex<HashMap<u32, pvs_scx_grant>>,
     vcpus: MapHandle,
-    bss: MapHandle,
+    /// The program's `.bss` (totals, exit state), mapped read-only: read at
+    /// every scan, where a map lookup (a syscall) cost ~250 µs of CPU in an
+    /// emulated host.
+    bss: MmapRaw,
     /// `pvs_boost_queued`, run with BPF_PROG_TEST_RUN.
     boost_queued: OwnedFd,
     options: SchedExtOptions,
@@ -237,7 +241,7 @@ impl SchedExt {
         };
         let grants = handle(&skel.maps.scx_grants, "scx_grants")?;
         let vcpus = handle(&skel.maps.scx_vcpus, "scx_vcpus")?;
-        let bss = handle(&skel.maps.bss, "bss")?;
+        let bss = map_bss(&skel.maps.bss)?;
         let boost_queued = skel
             .progs
             .pvs_boost_queued
@@ -396,34 +400,56 @@ impl SchedExt {
         Some(from_bytes(&bytes))
     }
 
-    fn bss(&self) -> Option<skel::types::bss> {
-        let bytes = self.bss.lookup(&0u32.to_ne_bytes(), MapFlags::ANY).ok()??;
-        Some(from_bytes(&bytes))
+    fn bss(&self) -> skel::types::bss {
+        // SAFETY: `map_bss` mapped at least size_of::<bss>() readable bytes,
+        // alive as long as `self`; the program writes them concurrently, so
+        // they are copied with a volatile read, and any bit pattern is a
+        // valid `bss` (integers and arrays). A copy may mix counters from
+        // before and after a program's update: each is still a value it had.
+        unsafe { std::ptr::read_volatile(self.bss.as_ptr().cast::<skel::types::bss>()) }
     }
 
     /// The program-wide counters.
     pub fn totals(&self) -> ScxTotals {
-        self.bss().map(|b| b.totals).unwrap_or_default()
+        self.bss().totals
     }
 
     /// Why the kernel ended the scheduler, once it has (its watchdog, an
     /// error, `sysrq-S`, ...: then every task is back in the fair class),
-    /// and [`SchedExt::totals`], from one map read.
+    /// and [`SchedExt::totals`], from one copy of the program's `.bss`.
     pub fn state(&self) -> (Option<ScxExit>, ScxTotals) {
-        match self.bss() {
-            Some(b) => {
-                let e = &b.exit_info;
-                let exit = (e.exited != 0).then(|| ScxExit {
-                    kind: e.kind,
-                    exit_code: e.exit_code,
-                    reason: c_string(&e.reason),
-                    msg: c_string(&e.msg),
-                });
-                (exit, b.totals)
-            }
-            None => (None, ScxTotals::default()),
-        }
+        let b = self.bss();
+        let e = &b.exit_info;
+        let exit = (e.exited != 0).then(|| ScxExit {
+            kind: e.kind,
+            exit_code: e.exit_code,
+            reason: c_string(&e.reason),
+            msg: c_string(&e.msg),
+        });
+        (exit, b.totals)
     }
+}
+
+/// Maps the program's `.bss` read-only (libbpf creates global-data maps
+/// mmapable; offset 0 is the map's one value).
+fn map_bss(map: &libbpf_rs::MapMut<'_>) -> Result<MmapRaw, SchedExtError> {
+    let size = size_of::<skel::types::bss>();
+    if (map.value_size() as usize) < size {
+        return Err(SchedExtError::Io {
+            what: format!(
+                "map .bss: {} bytes, the skeleton's has {size}",
+                map.value_size()
+            ),
+            source: std::io::Error::from(std::io::ErrorKind::InvalidData),
+        });
+    }
+    MmapOptions::new()
+        .len(size)
+        .map_raw_read_only(map.as_fd().as_raw_fd())
+        .map_err(|source| SchedExtError::Io {
+            what: "mmap the scheduler's .bss".into(),
+            source,
+        })
 }
 
 fn c_string<C: Copy + Into<i32>>(chars: &[C]) -> String {
