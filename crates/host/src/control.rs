@@ -182,6 +182,9 @@ impl ControlServer {
             Request::Status => Response::Status(self.status(d)),
             Request::Metrics => {
                 d.metrics.set_source_counters(&d.source.counters());
+                for vm in d.vms.iter_mut() {
+                    vm.report_stats();
+                }
                 Response::Metrics {
                     text: d.metrics.encode(),
                 }

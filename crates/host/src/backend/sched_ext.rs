@@ -1,6 +1,7 @@
 //! The sched_ext backend's loader: pvsched's scheduler (`src/bpf/sched_ext.bpf.c`)
 //! loaded and attached for the whole host, the grants the policy hands it
-//! (`scx_grants`), what it did per vCPU (`scx_vcpus`) and why the kernel
+//! (`scx_grants`), what it did per vCPU (`scx_vcpus`, read through a
+//! mapping) and why the kernel
 //! ended it (its `exit_info`). Dropping [`SchedExt`] detaches the scheduler:
 //! every task goes back to the kernel's fair class, as it does when the
 //! daemon dies and the link's file descriptor closes.
@@ -163,7 +164,11 @@ pub struct SchedExt {
     /// program reads them): a change is one map update, not a lookup and
     /// an update (each a syscall, ~0.2 ms in an emulated host).
     written: Mutex<HashMap<u32, pvs_scx_grant>>,
-    vcpus: MapHandle,
+    /// `scx_vcpus`, mapped: one record per registered thread, at its
+    /// grant's `record` (a lookup per vCPU per scan was a syscall, ~80 µs
+    /// of CPU each in the loaded host VM).
+    vcpus: MmapRaw,
+    records: Mutex<RecordSlots>,
     /// The program's `.bss` (totals, exit state), mapped read-only: read at
     /// every scan, where a map lookup (a syscall) cost ~250 µs of CPU in an
     /// emulated host.
@@ -240,7 +245,7 @@ impl SchedExt {
             MapHandle::try_from(m).map_err(SchedExtError::bpf(format!("map {name} handle")))
         };
         let grants = handle(&skel.maps.scx_grants, "scx_grants")?;
-        let vcpus = handle(&skel.maps.scx_vcpus, "scx_vcpus")?;
+        let vcpus = map_records(&skel.maps.scx_vcpus, threads)?;
         let bss = map_bss(&skel.maps.bss)?;
         let boost_queued = skel
             .progs
@@ -269,6 +274,7 @@ impl SchedExt {
             grants,
             written: Mutex::default(),
             vcpus,
+            records: Mutex::new(RecordSlots::new(threads)),
             bss,
             boost_queued,
             options,
@@ -282,26 +288,63 @@ impl SchedExt {
     /// Starts scheduling thread `tid` as a vCPU: its slot at `slot_addr`
     /// in its VMM (0: unknown), no boost, no extension allowed yet.
     pub fn register(&self, tid: u32, slot_addr: u64) -> Result<(), SchedExtError> {
+        // Registered again: it starts over, in the same record.
+        let again = self.written_grants().get(&tid).map(|g| g.record);
+        let record = match again {
+            Some(r) => r,
+            None => self
+                .records_lock()
+                .take()
+                .ok_or_else(|| SchedExtError::Io {
+                    what: format!("no record left in scx_vcpus for thread {tid} (max_threads)"),
+                    source: std::io::Error::from_raw_os_error(libc::ENOSPC),
+                })?,
+        };
+        self.write_record(record, &pvs_scx_vcpu::default());
         let grant = pvs_scx_grant {
             slot_addr,
+            record,
             ..Default::default()
         };
-        self.write_grant(tid, &grant)?;
-        self.vcpus
-            .update(
-                &tid.to_ne_bytes(),
-                as_bytes(&pvs_scx_vcpu::default()),
-                MapFlags::ANY,
-            )
-            .map_err(SchedExtError::bpf(format!("scx_vcpus[{tid}]")))
+        if let Err(e) = self.write_grant(tid, &grant) {
+            if again.is_none() {
+                self.records_lock().give_back(record);
+            }
+            return Err(e);
+        }
+        Ok(())
     }
 
     /// Stops treating `tid` as a vCPU.
     pub fn unregister(&self, tid: u32) {
         // Absent entries are fine: the thread was never registered.
         let _ = self.grants.delete(&tid.to_ne_bytes());
-        self.written_grants().remove(&tid);
-        let _ = self.vcpus.delete(&tid.to_ne_bytes());
+        if let Some(g) = self.written_grants().remove(&tid) {
+            self.records_lock().give_back(g.record);
+        }
+    }
+
+    fn records_lock(&self) -> std::sync::MutexGuard<'_, RecordSlots> {
+        self.records.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn record_ptr(&self, record: u32) -> *mut pvs_scx_vcpu {
+        // In bounds: `record` < max_entries (RecordSlots hands out no other),
+        // and the mapping holds max_entries records of `record_stride()`.
+        // SAFETY: the offset stays inside the mapping (see above).
+        unsafe {
+            self.vcpus
+                .as_mut_ptr()
+                .add(record as usize * record_stride())
+                .cast::<pvs_scx_vcpu>()
+        }
+    }
+
+    fn write_record(&self, record: u32, v: &pvs_scx_vcpu) {
+        // SAFETY: a record of the mapping (`record_ptr`), 8-byte aligned
+        // (the array's stride is); no grant names it yet, so the program
+        // does not write it meanwhile.
+        unsafe { std::ptr::write_volatile(self.record_ptr(record), *v) }
     }
 
     fn written_grants(&self) -> std::sync::MutexGuard<'_, HashMap<u32, pvs_scx_grant>> {
@@ -393,11 +436,12 @@ impl SchedExt {
 
     /// What the scheduler did for thread `tid`.
     pub fn vcpu(&self, tid: u32) -> Option<ScxVcpu> {
-        let bytes = self
-            .vcpus
-            .lookup(&tid.to_ne_bytes(), MapFlags::ANY)
-            .ok()??;
-        Some(from_bytes(&bytes))
+        let record = self.written_grants().get(&tid)?.record;
+        // SAFETY: a record of the mapping (`record_ptr`), 8-byte aligned;
+        // the program updates it concurrently, so it is copied with a
+        // volatile read (any bit pattern is a valid pvs_scx_vcpu; a copy
+        // may mix counters from before and after one update).
+        Some(unsafe { std::ptr::read_volatile(self.record_ptr(record)) })
     }
 
     fn bss(&self) -> skel::types::bss {
@@ -427,6 +471,69 @@ impl SchedExt {
             msg: c_string(&e.msg),
         });
         (exit, b.totals)
+    }
+}
+
+/// Bytes from one `scx_vcpus` record to the next (an array's values are
+/// 8-byte aligned).
+fn record_stride() -> usize {
+    size_of::<pvs_scx_vcpu>().next_multiple_of(8)
+}
+
+/// Maps `scx_vcpus` (created mmapable) read-write: the daemon zeroes a
+/// record before it hands it out.
+fn map_records(map: &libbpf_rs::MapMut<'_>, threads: u32) -> Result<MmapRaw, SchedExtError> {
+    if map.value_size() as usize != size_of::<pvs_scx_vcpu>() || map.max_entries() != threads {
+        return Err(SchedExtError::Io {
+            what: format!(
+                "map scx_vcpus: {} records of {} bytes, expected {threads} of {}",
+                map.max_entries(),
+                map.value_size(),
+                size_of::<pvs_scx_vcpu>()
+            ),
+            source: std::io::Error::from(std::io::ErrorKind::InvalidData),
+        });
+    }
+    MmapOptions::new()
+        .len(threads as usize * record_stride())
+        .map_raw(map.as_fd().as_raw_fd())
+        .map_err(|source| SchedExtError::Io {
+            what: "mmap scx_vcpus".into(),
+            source,
+        })
+}
+
+/// Which `scx_vcpus` records are handed out. A freed record is handed out
+/// again only after every other free one: a callback of the program still
+/// running for a thread just unregistered writes to a record no new
+/// thread has yet.
+struct RecordSlots {
+    used: Vec<bool>,
+    next: usize,
+}
+
+impl RecordSlots {
+    fn new(n: u32) -> Self {
+        Self {
+            used: vec![false; n as usize],
+            next: 0,
+        }
+    }
+
+    fn take(&mut self) -> Option<u32> {
+        let n = self.used.len();
+        let i = (0..n)
+            .map(|k| (self.next + k) % n)
+            .find(|&i| !self.used[i])?;
+        self.used[i] = true;
+        self.next = (i + 1) % n;
+        u32::try_from(i).ok()
+    }
+
+    fn give_back(&mut self, record: u32) {
+        if let Some(u) = self.used.get_mut(record as usize) {
+            *u = false;
+        }
     }
 }
 
@@ -469,16 +576,26 @@ fn as_bytes<T: Copy>(v: &T) -> &[u8] {
     unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }
 }
 
-/// A plain-data map value from its bytes; missing bytes read as zero.
-fn from_bytes<T: Copy>(bytes: &[u8]) -> T {
-    // SAFETY: T is a `repr(C)` struct of integers and arrays: all zeroes is
-    // a valid value.
-    let mut v: T = unsafe { std::mem::zeroed() };
-    let n = bytes.len().min(size_of::<T>());
-    // SAFETY: T is a `repr(C)` struct of integers and arrays, valid for any
-    // bit pattern; at most size_of::<T>() bytes are copied into it.
-    unsafe {
-        std::ptr::copy_nonoverlapping(bytes.as_ptr(), (&mut v as *mut T).cast::<u8>(), n);
+#[cfg(test)]
+mod tests {
+    use super::RecordSlots;
+
+    #[test]
+    fn a_freed_record_is_handed_out_again_only_after_the_other_free_ones() {
+        let mut r = RecordSlots::new(3);
+        assert_eq!((r.take(), r.take()), (Some(0), Some(1)));
+        r.give_back(0);
+        assert_eq!(r.take(), Some(2));
+        assert_eq!(r.take(), Some(0));
     }
-    v
+
+    #[test]
+    fn no_record_is_handed_out_twice_and_none_beyond_the_array() {
+        let mut r = RecordSlots::new(2);
+        assert_eq!((r.take(), r.take(), r.take()), (Some(0), Some(1), None));
+        r.give_back(7);
+        assert_eq!(r.take(), None);
+        r.give_back(1);
+        assert_eq!(r.take(), Some(1));
+    }
 }

@@ -212,7 +212,9 @@ struct pvs_scx_grant {
 	__u32 vcpu_index;
 	__u32 lock_peers;
 	__u32 slot_stride;
-	__u32 pad_lock;
+	/* This thread's record in scx_vcpus, an array the daemon reads
+	 * through a mapping (no syscall per vCPU per scan). */
+	__u32 record;
 };
 
 /* Slots a lock-holder check reads at most (grant.lock_peers beyond it are

@@ -86,9 +86,12 @@ struct {
 	__type(value, struct pvs_scx_grant);
 } scx_grants SEC(".maps");
 
-/* Thread id -> what this program did for it. Created by the daemon. */
+/* What this program did for each vCPU thread, at its grant's record: the
+ * daemon zeroes a record before it hands it out and reads the records
+ * through a mapping of the array. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, 4096);
 	__type(key, u32);
 	__type(value, struct pvs_scx_vcpu);
@@ -176,9 +179,9 @@ static __always_inline struct pvs_scx_grant *grant_of(struct task_struct *p)
 
 static __always_inline struct pvs_scx_vcpu *vcpu_of(struct task_struct *p)
 {
-	u32 tid = p->pid;
+	struct pvs_scx_grant *g = grant_of(p);
 
-	return bpf_map_lookup_elem(&scx_vcpus, &tid);
+	return g ? bpf_map_lookup_elem(&scx_vcpus, &g->record) : NULL;
 }
 
 static __always_inline u32 boost_on(s32 cpu)
