@@ -5,18 +5,25 @@
 //! by CFS or EEVDF. The module docs of `mod.rs` hold for the RT class; this file's rules
 //! replace its fair ones (placement, balance, idle pull, slices, vruntime).
 //!
-//! **Not yet modelled**: the program's fair queue per CPU (f1fbefc: a CPU keeps the task that
-//! ran, or takes its own queue's oldest, and another CPU's only when more than a slice older);
-//! this model still has the one shared FAIR queue the program had before.
-//!
-//! **Queues.** Per CPU a local queue (FIFO); one shared BOOST queue (FIFO); one shared FAIR
-//! queue ordered by vtime (ties: insertion order). A CPU that needs a task (its task blocked,
-//! was preempted, or its slice ended; an RT thread left it) runs, below any RT thread: its
-//! local queue's head; else the first BOOST task allowed on it; else the least-vtime FAIR
-//! task allowed on it (`pvs_dispatch`; the kernel's consume skips tasks whose affinity
-//! forbids the CPU). No balance, no pull: the queues are shared. As in the kernel, nothing
-//! tells an idle CPU that a shared queue has a task (a wakeup goes to an idle CPU by
-//! `select_cpu`, below); an idle CPU takes from them only when it is kicked or gets a task.
+//! **Queues.** Per CPU a local queue (FIFO) and a fair queue (`fair_dsq(cpu)`) ordered by
+//! vtime (ties: insertion order); one shared BOOST queue (FIFO). A CPU that needs a task (its
+//! task blocked, was preempted, or its slice ended; an RT thread left it) runs, below any RT
+//! thread: its local queue's head; else (`pvs_dispatch`) the first BOOST task allowed on it;
+//! else, with `own` the vtime of its fair queue's head (`fair_head`) or, at a slice end, its
+//! task's vtime so far (`vtime_so_far`: its vtime at the start of its run plus what it ran
+//! since, over its weight) if that is older or the queue is empty (`keep`), and `oldest` the
+//! least head vtime of the other CPUs' fair queues (the first such CPU, `from`): from
+//! `from`'s queue if there is no `own` or `oldest + slice_ns` is before it (a pull, counted
+//! in `fair_pulls`); else its task runs on (`keep`, below); else its own queue's; else
+//! (its own queue held only tasks that may not run here) `from`'s (a pull). Heads are
+//! compared whatever their affinity; a queue is taken from at its first task allowed on the
+//! CPU (the kernel's consume skips tasks whose affinity forbids the CPU), and one with none
+//! gives nothing (the next rule applies). Every task in a CPU's fair queue may run on it
+//! here (it is enqueued on an allowed CPU and this model changes no affinity), so the last
+//! rule, kept as the program has it, is not reached. No other balance. As in the kernel,
+//! nothing tells an idle CPU that a queue has a task (a wakeup goes to an idle CPU by
+//! `select_cpu`, below); an idle CPU takes from the queues only when it is kicked or gets a
+//! task.
 //!
 //! **Wakeup** (`pvs_select_cpu`, `scx_bpf_select_cpu_dfl` as this model has it): the previous
 //! CPU if it is idle, else the first idle allowed CPU round robin from prev+1: a direct
@@ -47,7 +54,8 @@
 //! thread is not preempted: the boosted thread waits for it); else to the tail of BOOST,
 //! and the first CPU from 0 whose `cpu_boost` is weaker is kicked (its fair task preempted,
 //! or, idle, it picks; a CPU running an RT thread does nothing). An unboosted thread goes to
-//! FAIR at `vtime = max(vtime, vtime_now - slice_ns)` with a slice of `slice_ns`; a woken
+//! its CPU's fair queue (`scx_bpf_task_cpu`: the CPU it last ran on or was placed on, above)
+//! at `vtime = max(vtime, vtime_now - slice_ns)` with a slice of `slice_ns`; a woken
 //! one then kicks its CPU if the unboosted fair task running there is ahead of it by more
 //! than `wakeup_preempt_ns` of vtime as of now (`preempt_on_wakeup`: its vtime at the start
 //! of its run plus what it ran since, over its weight).
@@ -57,7 +65,7 @@
 //! thread's run starts (boosted or not, and the kernel reason). Stopping (it blocks, is
 //! preempted, or its slice ended and another task takes the CPU): `used` = the time it ran
 //! since it started running (the BPF's `se.sum_exec_runtime` difference, so a slice resumed
-//! after an RT preemption or refilled while it ran alone counts what it ran); an unboosted
+//! after an RT preemption or a run kept on at a slice end counts what it ran); an unboosted
 //! run is charged `vtime += used * 1024 / weight` (the BPF's `* 100 / weight` with its
 //! weight 100 at nice 0; the model's nice weights), a boosted one nothing; a run under a
 //! kernel boost adds its time to `kboost_ns` (and `kboost_cs_ns` for CS). Then, for a
@@ -75,19 +83,27 @@
 //! had no extension in this slice gets one of `extension_ns` if its total `ext_ns +
 //! extension_ns` stays within the grant's `ext_allowed_ns` (`pvs_tick`; else
 //! `ext_refused`). Otherwise the CPU picks as above *before* the thread is put back (the
-//! kernel's `balance_one` calls `ops.dispatch` first): if it finds a task, the thread stops
-//! and is enqueued (not a wakeup) and the found task runs; if not, the thread keeps running
-//! on a refilled slice of the kernel's default 20 ms (`SCX_SLICE_DFL`), without stopping or
-//! enqueue. A thread put back by its own CPU's switch finds `cpu_boost` 0 there: boosted, it
-//! goes to that CPU's local head and runs next after the task just picked.
+//! kernel's `balance_one` calls `ops.dispatch` first, with the thread as `prev`, still
+//! `SCX_TASK_QUEUED`): if it finds a task, the thread stops and is enqueued (not a wakeup;
+//! into this CPU's fair queue if unboosted) and the found task runs; if `pvs_dispatch` keeps
+//! it, it runs on with a fresh slice of `slice_ns`, without stopping, enqueue or
+//! `pvs_running` (so `vtime_now` is not raised, and it is charged only when it stops, for the
+//! whole run since it started running; `cpu_boost` and the run's boost carry on); if nothing
+//! is found (its own queue's older tasks all forbid the CPU, no pull; not reached here,
+//! above), the kernel keeps it (no `SCX_OPS_ENQ_LAST`) on a refilled slice of its default
+//! 20 ms (`SCX_SLICE_DFL`), likewise. The same holds for a kick or a preempting insert (its
+//! slice set to 0; the local head or BOOST then goes first). A thread put back by its own
+//! CPU's switch finds `cpu_boost` 0 there: boosted, it goes to that CPU's local head and runs
+//! next after the task just picked.
 //!
 //! **RT preemption.** An RT thread that takes a CPU from a fair task: the task stops
 //! (runnable) and goes back to the head of that CPU's local queue with its slice left
 //! (`put_prev_task_scx`; no enqueue), or, with no slice left, through enqueue.
 //!
 //! **The daemon's side** (`pvsched-scx`, `engine`): grants ([`Host::scx_set_boost`]: a
-//! boost newly granted to a thread waiting in FAIR moves it at once, `pvs_boost_queued`: to
-//! its CPU's local head preempting a weaker task, else to BOOST's tail without a kick) and
+//! boost newly granted to a thread waiting in its CPU's fair queue, where `pvs_boost_queued`
+//! looks for it, moves it at once: to that CPU's local head preempting a weaker task, else to
+//! BOOST's tail without a kick) and
 //! allowances ([`Host::scx_allow`]); it reads [`ScxStats`].
 //!
 //! **Not modelled.** The scheduler's IPIs and kicks cost nothing and act at once; the tick
@@ -101,7 +117,8 @@ use pvsched_policy::KernelGrant;
 use super::rq::{bit, rr_first};
 use super::{weight_of, Class, Cpu, Host, Switch, SwitchOut, ThreadState, Tid};
 
-/// The kernel's `SCX_SLICE_DFL`: the slice a task that keeps its CPU gets refilled with.
+/// The kernel's `SCX_SLICE_DFL`: the slice a task the kernel keeps on its CPU (`ops.dispatch`
+/// found nothing and did not keep it) gets refilled with.
 pub const SCX_SLICE_DFL_NS: u64 = 20_000_000;
 
 /// The BPF scheduler's tunables (`SchedExtOptions`, pvschedd's defaults).
@@ -217,6 +234,20 @@ struct Reg {
     view: ScxGuestView,
 }
 
+/// What a CPU that needs a task gets ([`Host::scx_pick`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pick {
+    /// Its local queue's head.
+    Local,
+    /// BOOST's task at this index.
+    Boost(usize),
+    /// This entry of this CPU's fair queue (another CPU's: a pull).
+    Fair(Cpu, (i64, u64, Tid)),
+    /// `prev` runs on, on a fresh slice.
+    Keep,
+    Nothing,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Where {
     No,
@@ -245,10 +276,13 @@ pub(super) struct Scx {
     tasks: Vec<Task>,
     local: Vec<VecDeque<Tid>>,
     boost: VecDeque<Tid>,
-    fair: BTreeSet<(i64, u64, Tid)>,
+    /// Per CPU its fair queue (`fair_dsq(cpu)`), by vtime, then insertion.
+    fair: Vec<BTreeSet<(i64, u64, Tid)>>,
     vtime_now: i64,
     /// Woken tasks that preempted a running one (`totals.wakeup_preempts`).
     pub wakeup_preempts: u64,
+    /// Tasks a CPU took from another CPU's fair queue (`totals.fair_pulls`).
+    pub fair_pulls: u64,
     cpu_boost: Vec<u32>,
     seq: u64,
     /// CPUs inside their own switch: a kick or preempting insert there does nothing more
@@ -264,6 +298,7 @@ impl Scx {
                 on: true,
                 p,
                 local: (0..cpus).map(|_| VecDeque::new()).collect(),
+                fair: (0..cpus).map(|_| BTreeSet::new()).collect(),
                 cpu_boost: vec![0; cpus as usize],
                 ..Scx::default()
             },
@@ -321,7 +356,7 @@ impl Host {
     /// The daemon's boost for `tid` (`SchedExt::set_boost`; 0: none): `proactive`, it holds
     /// until the daemon ends it, else while the slot backs it. A boost at the priority in
     /// force already changes nothing (pvschedd makes no call then). A boost newly granted to a
-    /// thread waiting in FAIR moves it ahead at once (`pvs_boost_queued`).
+    /// thread waiting in its CPU's fair queue moves it ahead at once (`pvs_boost_queued`).
     pub fn scx_set_boost(
         &mut self,
         now: u64,
@@ -446,6 +481,7 @@ impl Host {
             return;
         }
         let floor = self.scx.vtime_now.saturating_sub(slice_ns as i64);
+        let c = self.threads[t as usize].cpu;
         let s = &mut self.scx;
         let task = &mut s.tasks[t as usize];
         task.vtime = task.vtime.max(floor);
@@ -453,8 +489,7 @@ impl Host {
         task.at = Where::Fair;
         s.seq += 1;
         task.seq = s.seq;
-        s.fair.insert((task.vtime, task.seq, t));
-        let c = self.threads[t as usize].cpu;
+        s.fair[c as usize].insert((task.vtime, task.seq, t));
         self.threads[t as usize].state = ThreadState::Runnable(c);
         self.dirty |= bit(c);
         if wakeup {
@@ -462,10 +497,10 @@ impl Host {
         }
     }
 
-    /// `preempt_on_wakeup`: `t`, woken into FAIR, preempts the unboosted fair task running
-    /// on its CPU `c` if that one's vtime as of now (its vtime at the start of its run plus
-    /// what it ran since, over its weight) is ahead of `t`'s by more than
-    /// `wakeup_preempt_ns`: a kick, after which `c` picks the least vtime.
+    /// `preempt_on_wakeup`: `t`, woken into its CPU's fair queue, preempts the unboosted fair
+    /// task running on its CPU `c` if that one's vtime as of now ([`Host::vtime_so_far`]) is
+    /// ahead of `t`'s by more than `wakeup_preempt_ns`: a kick, after which `c` picks
+    /// (`pvs_dispatch`, [`Host::scx_pick`]).
     fn preempt_on_wakeup(&mut self, t: Tid, c: Cpu, out: &mut Vec<Switch>) {
         let gran = self.scx.p.wakeup_preempt_ns;
         let Some(cur) = self.rqs[c as usize].curr else {
@@ -474,11 +509,7 @@ impl Host {
         if gran == 0 || self.is_rt(cur) || self.scx.cpu_boost[c as usize] != 0 {
             return;
         }
-        let th = &self.threads[cur as usize];
-        let ran = (th.sum_exec + self.pending(cur, self.now))
-            .saturating_sub(self.scx.tasks[cur as usize].exec_at_run);
-        let curr = self.scx.tasks[cur as usize].vtime
-            + (u128::from(ran) * 1024 / u128::from(th.weight.max(1))) as i64;
+        let curr = self.vtime_so_far(cur);
         if self.scx.tasks[t as usize].vtime + (gran as i64) < curr {
             self.scx.wakeup_preempts += 1;
             self.scx_kick(c, out);
@@ -565,8 +596,8 @@ impl Host {
         }
     }
 
-    /// `pvs_boost_queued`: `t`, just granted `boost`, waits in FAIR: to its CPU's local head
-    /// preempting a weaker task, else to BOOST's tail (no kick).
+    /// `pvs_boost_queued`: `t`, just granted `boost`, waits in its CPU's fair queue: to that
+    /// CPU's local head preempting a weaker task, else to BOOST's tail (no kick).
     fn boost_queued(&mut self, t: Tid, boost: u32, out: &mut Vec<Switch>) {
         self.scx_dequeue(t);
         if let Some(r) = self.reg_mut(t) {
@@ -603,7 +634,7 @@ impl Host {
                 }
             }
             Where::Fair => {
-                s.fair.remove(&(task.vtime, task.seq, t));
+                s.fair[c as usize].remove(&(task.vtime, task.seq, t));
             }
         }
         task.at = Where::No;
@@ -612,28 +643,100 @@ impl Host {
 
     // ---- picking, running, stopping ----
 
-    /// Whether `c` would find a task: its local queue, or one allowed on it in BOOST or FAIR.
-    pub(super) fn scx_has_work(&self, c: Cpu) -> bool {
-        let s = &self.scx;
-        !s.local[c as usize].is_empty()
-            || s.boost.iter().any(|&t| self.allowed(t, c))
-            || s.fair.iter().any(|&(_, _, t)| self.allowed(t, c))
+    /// `t`'s vtime as of now (`vtime_so_far`; `preempt_on_wakeup`'s too): its vtime at the
+    /// start of its run plus what it ran since, over its weight (not yet charged).
+    fn vtime_so_far(&self, t: Tid) -> i64 {
+        let th = &self.threads[t as usize];
+        let task = &self.scx.tasks[t as usize];
+        let ran = (th.sum_exec + self.pending(t, self.now)).saturating_sub(task.exec_at_run);
+        task.vtime + (u128::from(ran) * 1024 / u128::from(th.weight.max(1))) as i64
     }
 
-    /// The task `c` runs next, off its queue: local head, else BOOST, else FAIR
-    /// (`pvs_dispatch`), each the first allowed on `c`.
+    /// What `c` runs next (nothing is taken): its local head (the kernel looks there before
+    /// `ops.dispatch`); else `pvs_dispatch` with `prev`, `c`'s fair task whose slice ended
+    /// (runnable; `None`: `c`'s task left it): the first BOOST task allowed on `c`; else,
+    /// with `own` the vtime of the head of `c`'s fair queue, or `prev`'s vtime so far if that
+    /// is older or the queue is empty (then `prev` is kept), and `oldest` the least head vtime
+    /// of the other CPUs' fair queues (the first such CPU): `oldest`'s queue's first task
+    /// allowed on `c` (a pull) if `own` is none or more than `slice_ns` newer; else `prev`
+    /// kept; else the first task of `c`'s own queue allowed on it; else `oldest`'s queue's (a
+    /// pull). Heads are compared whatever their affinity; a queue is taken from at its first
+    /// task allowed on `c` (the kernel's consume), and one that has none gives nothing.
+    fn scx_pick(&self, c: Cpu, prev: Option<Tid>) -> Pick {
+        let s = &self.scx;
+        if !s.local[c as usize].is_empty() {
+            return Pick::Local;
+        }
+        if let Some(i) = s.boost.iter().position(|&t| self.allowed(t, c)) {
+            return Pick::Boost(i);
+        }
+        let head = |q: usize| s.fair[q].first().map(|k| k.0);
+        let first_allowed = |q: Cpu| {
+            let k = s.fair[q as usize].iter().find(|k| self.allowed(k.2, c))?;
+            Some(Pick::Fair(q, *k))
+        };
+        let mut own = head(c as usize);
+        let mut keep = false;
+        if let Some(p) = prev {
+            let vt = self.vtime_so_far(p);
+            if own.is_none_or(|o| vt < o) {
+                own = Some(vt);
+                keep = true;
+            }
+        }
+        let mut other: Option<(i64, Cpu)> = None;
+        for q in (0..s.fair.len()).filter(|&q| q != c as usize) {
+            if let Some(v) = head(q) {
+                if other.is_none_or(|(o, _)| v < o) {
+                    other = Some((v, q as Cpu));
+                }
+            }
+        }
+        if let Some((oldest, from)) = other {
+            let slice = s.p.slice_ns as i64;
+            if own.is_none_or(|o| oldest + slice < o) {
+                if let Some(p) = first_allowed(from) {
+                    return p;
+                }
+            }
+        }
+        if keep {
+            return Pick::Keep;
+        }
+        if let Some(p) = own.and_then(|_| first_allowed(c)) {
+            return p;
+        }
+        // Its own queue held only tasks that may not run here.
+        other
+            .and_then(|(_, from)| first_allowed(from))
+            .unwrap_or(Pick::Nothing)
+    }
+
+    /// Whether `c`, its task gone, would find a task ([`Host::scx_pick`] without `prev`).
+    pub(super) fn scx_has_work(&self, c: Cpu) -> bool {
+        self.scx_pick(c, None) != Pick::Nothing
+    }
+
+    /// The task `c` runs next, its task gone, off its queue ([`Host::scx_pick`]).
     pub(super) fn scx_take(&mut self, c: Cpu) -> Option<Tid> {
-        let threads = &self.threads;
-        let ok = |t: Tid| threads[t as usize].affinity & bit(c) != 0;
+        let pick = self.scx_pick(c, None);
+        self.scx_take_pick(c, pick)
+    }
+
+    /// Takes `pick`'s task off its queue onto `c` (counting a pull); `None` for no task.
+    fn scx_take_pick(&mut self, c: Cpu, pick: Pick) -> Option<Tid> {
         let s = &mut self.scx;
-        let t = if let Some(t) = s.local[c as usize].pop_front() {
-            t
-        } else if let Some(i) = s.boost.iter().position(|&t| ok(t)) {
-            s.boost.remove(i)?
-        } else {
-            let k = *s.fair.iter().find(|k| ok(k.2))?;
-            s.fair.remove(&k);
-            k.2
+        let t = match pick {
+            Pick::Local => s.local[c as usize].pop_front()?,
+            Pick::Boost(i) => s.boost.remove(i)?,
+            Pick::Fair(q, k) => {
+                s.fair[q as usize].remove(&k);
+                if q != c {
+                    s.fair_pulls += 1;
+                }
+                k.2
+            }
+            Pick::Keep | Pick::Nothing => return None,
         };
         s.tasks[t as usize].at = Where::No;
         let from = self.threads[t as usize].cpu;
@@ -713,8 +816,9 @@ impl Host {
     }
 
     /// `c`'s fair task has no slice left (its slice ended, a preempting insert or a kick):
-    /// the CPU picks first; the task stops and is enqueued if something else runs, else it
-    /// keeps running on a refilled default slice.
+    /// the CPU picks first with it as `prev` ([`Host::scx_pick`]); the task stops and is
+    /// enqueued if something else runs, else it keeps running: on `slice_ns` if
+    /// `pvs_dispatch` kept it, else on the kernel's default slice.
     pub(super) fn scx_resched(&mut self, c: Cpu, out: &mut Vec<Switch>) {
         self.update_curr(c);
         let Some(prev) = self.rqs[c as usize].curr else {
@@ -726,9 +830,16 @@ impl Host {
             return;
         }
         self.scx.switching |= bit(c);
-        let Some(next) = self.scx_take(c) else {
+        let pick = self.scx_pick(c, Some(prev));
+        let keep = pick == Pick::Keep;
+        let Some(next) = self.scx_take_pick(c, pick) else {
+            // Kept by `pvs_dispatch` on a fresh slice; or, nothing found, by the kernel (no
+            // `SCX_OPS_ENQ_LAST`) on its default one. Not stopped, not charged yet.
+            let slice_ns = self.scx.p.slice_ns;
             let task = &mut self.scx.tasks[prev as usize];
-            if task.slice == 0 {
+            if keep {
+                task.slice = slice_ns;
+            } else if task.slice == 0 {
                 task.slice = SCX_SLICE_DFL_NS;
             }
             self.scx.switching &= !bit(c);
@@ -788,8 +899,8 @@ impl Host {
         task.slice = task.slice.saturating_sub(delta);
     }
 
-    /// CPUs with a fair task waiting for them: a local queue, or the CPU a task in BOOST or
-    /// FAIR is assigned to (for CPU pressure).
+    /// CPUs with a fair task waiting for them: a local queue, or the CPU a task in BOOST or a
+    /// fair queue is assigned to (for CPU pressure).
     pub(super) fn scx_waiting(&self) -> u64 {
         let s = &self.scx;
         let mut m = 0;
@@ -798,7 +909,8 @@ impl Host {
                 m |= bit(c as Cpu);
             }
         }
-        let shared = s.boost.iter().copied().chain(s.fair.iter().map(|k| k.2));
+        let shared = s.boost.iter().copied();
+        let shared = shared.chain(s.fair.iter().flatten().map(|k| k.2));
         for t in shared {
             m |= bit(self.threads[t as usize].cpu);
         }
@@ -894,16 +1006,20 @@ impl Host {
             assert_eq!(th.state, ThreadState::Runnable(th.cpu), "{t}");
             seen += 1;
         }
-        for &(v, seq, t) in &s.fair {
-            let task = &s.tasks[t as usize];
-            assert_eq!(
-                (task.at, task.vtime, task.seq),
-                (Where::Fair, v, seq),
-                "{t}"
-            );
-            let th = &self.threads[t as usize];
-            assert_eq!(th.state, ThreadState::Runnable(th.cpu), "{t}");
-            seen += 1;
+        for (c, q) in s.fair.iter().enumerate() {
+            for &(v, seq, t) in q {
+                let task = &s.tasks[t as usize];
+                assert_eq!(
+                    (task.at, task.vtime, task.seq),
+                    (Where::Fair, v, seq),
+                    "{t}"
+                );
+                let th = &self.threads[t as usize];
+                // In the queue of its CPU (`scx_bpf_task_cpu`), which it may run on.
+                assert_eq!(th.state, ThreadState::Runnable(c as Cpu), "{t} in fair {c}");
+                assert!(self.allowed(t, c as Cpu), "{t} in fair {c}");
+                seen += 1;
+            }
         }
         let queued = s.tasks.iter().filter(|task| task.at != Where::No).count();
         assert_eq!(queued, seen, "queued tasks vs queues");
