@@ -494,13 +494,28 @@ fn map_records(map: &libbpf_rs::MapMut<'_>, threads: u32) -> Result<MmapRaw, Sch
             source: std::io::Error::from(std::io::ErrorKind::InvalidData),
         });
     }
-    MmapOptions::new()
-        .len(threads as usize * record_stride())
-        .map_raw(map.as_fd().as_raw_fd())
-        .map_err(|source| SchedExtError::Io {
-            what: "mmap scx_vcpus".into(),
-            source,
-        })
+    map_array(map, threads as usize * record_stride(), true)
+}
+
+/// Maps the first `len` bytes of the values of `map` (an array created
+/// mmapable), read-write or read-only.
+fn map_array(
+    map: &libbpf_rs::MapMut<'_>,
+    len: usize,
+    writable: bool,
+) -> Result<MmapRaw, SchedExtError> {
+    let fd = map.as_fd().as_raw_fd();
+    let mut options = MmapOptions::new();
+    options.len(len);
+    let mapped = if writable {
+        options.map_raw(fd)
+    } else {
+        options.map_raw_read_only(fd)
+    };
+    mapped.map_err(|source| SchedExtError::Io {
+        what: format!("mmap map {}", map.name().to_string_lossy()),
+        source,
+    })
 }
 
 /// Which `scx_vcpus` records are handed out. A freed record is handed out
@@ -550,13 +565,7 @@ fn map_bss(map: &libbpf_rs::MapMut<'_>) -> Result<MmapRaw, SchedExtError> {
             source: std::io::Error::from(std::io::ErrorKind::InvalidData),
         });
     }
-    MmapOptions::new()
-        .len(size)
-        .map_raw_read_only(map.as_fd().as_raw_fd())
-        .map_err(|source| SchedExtError::Io {
-            what: "mmap the scheduler's .bss".into(),
-            source,
-        })
+    map_array(map, size, false)
 }
 
 fn c_string<C: Copy + Into<i32>>(chars: &[C]) -> String {

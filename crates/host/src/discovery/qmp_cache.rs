@@ -158,16 +158,15 @@ mod tests {
         }
     }
 
-    const SOCK: &str = "/run/vm.qmp";
+    /// The VM's QMP socket (never opened: `Socket` answers for it).
+    fn sock() -> &'static Path {
+        Path::new("/run/vm.qmp")
+    }
 
     #[test]
     fn an_answer_is_reused_while_the_vmm_and_its_threads_live_on() {
-        let (qmp, mut cache, sock, t0) = (
-            Socket::new(),
-            QmpCache::default(),
-            Path::new(SOCK),
-            Instant::now(),
-        );
+        let (qmp, mut cache, sock, t0) =
+            (Socket::new(), QmpCache::default(), sock(), Instant::now());
         let (query, queries) = (|| qmp.query(), &qmp.queries);
 
         let first = cache.threads("vm", sock, &us(), t0, query).unwrap();
@@ -183,12 +182,8 @@ mod tests {
 
     #[test]
     fn an_answer_is_asked_again_when_a_thread_is_not_the_one_it_named() {
-        let (qmp, mut cache, sock, t0) = (
-            Socket::new(),
-            QmpCache::default(),
-            Path::new(SOCK),
-            Instant::now(),
-        );
+        let (qmp, mut cache, sock, t0) =
+            (Socket::new(), QmpCache::default(), sock(), Instant::now());
         let (query, queries) = (|| qmp.query(), &qmp.queries);
         cache.threads("vm", sock, &us(), t0, query).unwrap();
         // A thread id reused by a later thread: its start time differs.
@@ -203,7 +198,7 @@ mod tests {
     #[test]
     fn an_answer_is_asked_again_when_the_vmm_ends() {
         let mut vmm = Vmm::start();
-        let (mut cache, sock, t0) = (QmpCache::default(), Path::new(SOCK), Instant::now());
+        let (mut cache, sock, t0) = (QmpCache::default(), sock(), Instant::now());
         let gone = vmm.threads();
         cache
             .threads("vm", sock, &us(), t0, || Ok(gone.clone()))
@@ -223,12 +218,8 @@ mod tests {
 
     #[test]
     fn an_answer_is_asked_again_after_the_requery_interval_a_clear_or_a_refusal() {
-        let (qmp, mut cache, sock, t0) = (
-            Socket::new(),
-            QmpCache::default(),
-            Path::new(SOCK),
-            Instant::now(),
-        );
+        let (qmp, mut cache, sock, t0) =
+            (Socket::new(), QmpCache::default(), sock(), Instant::now());
         let (query, queries) = (|| qmp.query(), &qmp.queries);
         cache.threads("vm", sock, &us(), t0, query).unwrap();
         cache
