@@ -15,7 +15,7 @@ use pvsched_base::sched::ThreadParams;
 use pvsched_control::{ApplyTarget, Request, Response};
 use pvsched_host::discovery::threads_by_name;
 use pvsched_host::statefile::StateFile;
-use pvsched_vmtest::{wait_until, GuestImage, ImageConfig, Vm, VmConfig};
+use pvsched_vmtest::{guest_test, wait_until, GuestImage, ImageConfig, Vm, VmConfig};
 use support::{params, tempdir, Daemon, RtObserver};
 
 mod support;
@@ -44,6 +44,14 @@ fn boot(image: &GuestImage) -> Vm {
 }
 
 static FIXTURE: OnceLock<Mutex<Fixture>> = OnceLock::new();
+
+/// Boots the shared guest again if it was lost (`pvsched_vmtest::guest_test!`).
+fn replace_lost_guest(panic_text: &str) -> Option<String> {
+    let mut f = fixture();
+    let why = pvsched_vmtest::guest_lost(&f.vm, panic_text)?;
+    f.vm = boot(&f.image);
+    Some(why)
+}
 
 /// Statics are never dropped: at exit, stop the shared guest (our own QEMU, by
 /// PID) and remove its directory.
@@ -160,7 +168,7 @@ fn guest_log(vm: &Vm, task: &pvsched_vmtest::GuestProcess) -> String {
         .unwrap_or_default()
 }
 
-#[test]
+guest_test! {
 fn guest_fifo_task_boosts_its_vcpu_thread_and_its_exit_unboosts_it() {
     let f = fixture();
     let d = start_daemon("boost", &[("e2e", &f.vm)]);
@@ -203,8 +211,9 @@ fn guest_fifo_task_boosts_its_vcpu_thread_and_its_exit_unboosts_it() {
     assert!(delay < Duration::from_millis(50), "boost took {delay:?}");
     assert_ne!(slot(&f.vm, 1).policy, POLICY_FIFO);
 }
+}
 
-#[test]
+guest_test! {
 fn a_guest_rt_task_spinning_5s_is_throttled_and_counted() {
     let f = fixture();
     let d = start_daemon("throttle", &[("e2e", &f.vm)]);
@@ -284,8 +293,9 @@ fn a_guest_rt_task_spinning_5s_is_throttled_and_counted() {
     let counted: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
     assert!(counted >= 2.0, "{line}");
 }
+}
 
-#[test]
+guest_test! {
 fn unboost_follows_the_guest_clearing_its_reason_within_2ms() {
     let f = fixture();
     // No demotion (start_daemon): the boost stays at the cap through the
@@ -346,8 +356,9 @@ fn unboost_follows_the_guest_clearing_its_reason_within_2ms() {
         "median unboost delay {median:?}"
     );
 }
+}
 
-#[test]
+guest_test! {
 fn sigterm_restores_at_once_and_a_restart_after_kill_9_restores_what_was_left() {
     let f = fixture();
     let dir = tempdir("crash");
@@ -394,8 +405,9 @@ fn sigterm_restores_at_once_and_a_restart_after_kill_9_restores_what_was_left() 
     );
     empty.signal(libc::SIGTERM);
 }
+}
 
-#[test]
+guest_test! {
 fn a_vm_killed_while_served_is_dropped_and_the_others_are_still_served() {
     let f = fixture();
     let other = boot(&f.image);
@@ -418,8 +430,9 @@ fn a_vm_killed_while_served_is_dropped_and_the_others_are_still_served() {
 
     assert!(log.contains("VM gone") && log.contains("doomed"), "{log}");
 }
+}
 
-#[test]
+guest_test! {
 fn record_writes_a_perfetto_trace_with_a_track_per_vcpu_and_boost_slices() {
     let f = fixture();
     let d = start_daemon("record", &[("e2e", &f.vm)]);
@@ -474,8 +487,9 @@ fn record_writes_a_perfetto_trace_with_a_track_per_vcpu_and_boost_slices() {
         .iter()
         .any(|e| e["ph"] == "X" && e["tid"].as_i64() == Some(vcpu1) && e["name"] == "running"));
 }
+}
 
-#[test]
+guest_test! {
 fn idle_shows_measured_halts_and_a_recommendation_for_a_tcg_guest() {
     let f = fixture();
     let d = start_daemon("idle", &[("e2e", &f.vm)]);
@@ -559,6 +573,7 @@ fn idle_shows_measured_halts_and_a_recommendation_for_a_tcg_guest() {
         "{bad:?}"
     );
 }
+}
 
 fn idle_apply(d: &Daemon, target: ApplyTarget) -> Response {
     d.idle_apply(target)
@@ -572,11 +587,11 @@ fn sleep_on_both_vcpus(vm: &Vm) {
     vm.wait_gone(task.pid, Duration::from_secs(30)).unwrap();
 }
 
+guest_test! {
 /// `--apply host` against a parameter directory of real files standing in for
 /// /sys/module/kvm/parameters (read-only on this host, see the second test): the
 /// cap becomes the advice, and SIGTERM, `--apply restore` and a start after
 /// kill -9 each put back what was found.
-#[test]
 fn applying_the_advice_sets_kvm_halt_polling_and_every_exit_puts_it_back() {
     use pvsched_base::kvm_params::{read_halt_poll_from, write_halt_poll_to, HaltPoll};
     let f = fixture();
@@ -665,11 +680,12 @@ fn applying_the_advice_sets_kvm_halt_polling_and_every_exit_puts_it_back() {
     successor.signal(libc::SIGTERM);
     assert!(!successor.state_file().exists());
 }
+}
 
+guest_test! {
 /// The real /sys/module/kvm/parameters: applied and put back where the kernel
 /// lets root write it; refused with a message naming the file where it is
 /// read-only (this machine's kernel exports them 0444), and nothing recorded.
-#[test]
 fn applying_to_the_real_kvm_module_works_or_says_why_not() {
     let f = fixture();
     let Some(before) = pvsched_base::kvm_params::read_halt_poll().unwrap() else {
@@ -701,8 +717,9 @@ fn applying_to_the_real_kvm_module_works_or_says_why_not() {
     );
     assert!(!d.state_file().exists());
 }
+}
 
-#[test]
+guest_test! {
 fn a_boost_in_the_fair_class_is_nice_minus_20_with_a_short_slice_and_every_exit_puts_it_back() {
     let f = fixture();
     let dir = tempdir("fair");
@@ -752,4 +769,5 @@ fn a_boost_in_the_fair_class_is_nice_minus_20_with_a_short_slice_and_every_exit_
         "kill -9 should leave the boost: {left:?}"
     );
     assert_eq!(restored.flags, original.flags);
+}
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use pvsched_abi::{F_DOORBELL, POLICY_FIFO};
 use pvsched_base::sched::ThreadParams;
 use pvsched_host::discovery::threads_by_name;
-use pvsched_vmtest::{wait_until, GuestImage, ImageConfig, RegionSetup, Vm, VmConfig};
+use pvsched_vmtest::{guest_test, wait_until, GuestImage, ImageConfig, RegionSetup, Vm, VmConfig};
 use support::{params, tempdir, Daemon, RtObserver};
 
 mod support;
@@ -32,20 +32,33 @@ extern "C" fn stop_shared_guest() {
     }
 }
 
+fn boot_doorbell_vm() -> Vm {
+    let image = GuestImage::build(&ImageConfig::default())
+        .expect("guest image (make test installs the kernel, QEMU and busybox)");
+    let vm = Vm::boot(VmConfig::new(image).smp(2).doorbell(true)).expect("boot guest");
+    let (rc, out) = vm.insmod("").expect("insmod");
+    assert_eq!(rc, 0, "insmod: {out}");
+    vm
+}
+
 /// One doorbell guest for the tests of this binary (they take its lock).
 fn doorbell_vm() -> MutexGuard<'static, Vm> {
     VM.get_or_init(|| {
-        let image = GuestImage::build(&ImageConfig::default())
-            .expect("guest image (make test installs the kernel, QEMU and busybox)");
-        let vm = Vm::boot(VmConfig::new(image).smp(2).doorbell(true)).expect("boot guest");
-        let (rc, out) = vm.insmod("").expect("insmod");
-        assert_eq!(rc, 0, "insmod: {out}");
+        let vm = boot_doorbell_vm();
         // SAFETY: registers a plain extern "C" function, run at exit.
         unsafe { libc::atexit(stop_shared_guest) };
         Mutex::new(vm)
     })
     .lock()
     .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Boots the shared guest again if it was lost (`pvsched_vmtest::guest_test!`).
+fn replace_lost_guest(panic_text: &str) -> Option<String> {
+    let mut vm = doorbell_vm();
+    let why = pvsched_vmtest::guest_lost(&vm, panic_text)?;
+    *vm = boot_doorbell_vm();
+    Some(why)
 }
 
 /// pvschedd serving `vm` as "db" with its doorbell, `daemon` added to [daemon].
@@ -82,7 +95,7 @@ fn guest_rings(vm: &Vm) -> u64 {
         .sum()
 }
 
-#[test]
+guest_test! {
 fn a_guest_clearing_its_reason_rings_and_is_unboosted_without_the_recheck_timer() {
     let vm = doorbell_vm();
     assert!(vm.doorbell_connected());
@@ -162,12 +175,13 @@ fn a_guest_clearing_its_reason_rings_and_is_unboosted_without_the_recheck_timer(
         "median unboost delay {median:?} (the timers run at 1 s): {us:?}"
     );
 }
+}
 
+guest_test! {
 /// A hostile guest writes its Doorbell register in a loop: QEMU signals the
 /// host vector's eventfd once per write. The test signals that same eventfd
 /// in a loop (faster than a TCG guest could write), and the daemon's event
 /// thread (SCHED_FIFO) wakes for it at most once per `doorbell_interval_us`.
-#[test]
 fn a_doorbell_rung_in_a_loop_wakes_the_daemon_at_most_once_per_doorbell_interval() {
     let vm = doorbell_vm();
     let interval_ms = 2;
@@ -208,6 +222,7 @@ fn a_doorbell_rung_in_a_loop_wakes_the_daemon_at_most_once_per_doorbell_interval
         rings >= 10.0 * woke,
         "{rings} rings read for {woke} wakeups"
     );
+}
 }
 
 /// A QEMU started by hand with its `ivshmem-doorbell` device on pvschedd's

@@ -15,7 +15,7 @@
 use std::fmt::Display;
 use std::time::Duration;
 
-use pvsched_vmtest::{Error, Vm};
+use pvsched_vmtest::Vm;
 
 /// In a test's output: the test ended because its KVM guest was lost.
 pub const GUEST_LOST_MARKER: &str = "__PVSCHED_KVM_GUEST_LOST__";
@@ -30,22 +30,10 @@ const ALIVE_TIMEOUT: Duration = Duration::from_secs(45);
 pub fn guest_answers<T>(vm: &Vm, r: pvsched_vmtest::Result<T>, what: &str) -> T {
     match r {
         Ok(v) => v,
-        Err(e) if stalled(&e) => lost(format!("{what}: its reply stalled: {e}")),
+        Err(e) if e.is_stall() => lost(format!("{what}: its reply stalled: {e}")),
         Err(e) if !alive(vm) => lost(format!("{what}: {e}")),
         Err(e) => panic!("{what}: {e}"),
     }
-}
-
-/// Whether the guest stopped replying mid-way: a timeout the guest did not
-/// report itself (it kills a command at its timeout and says so).
-fn stalled(e: &Error) -> bool {
-    matches!(
-        e,
-        Error::CommandTimeout {
-            answered: false,
-            ..
-        }
-    )
 }
 
 /// Ends the test as lost to the emulation: `why` says what failed.
@@ -54,5 +42,5 @@ pub fn lost(why: impl Display) -> ! {
 }
 
 fn alive(vm: &Vm) -> bool {
-    (0..ALIVE_TRIES).any(|_| matches!(vm.exec("true", ALIVE_TIMEOUT), Ok((0, _))))
+    vm.answers(ALIVE_TRIES, ALIVE_TIMEOUT)
 }

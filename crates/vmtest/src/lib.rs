@@ -20,10 +20,13 @@
 //! - [`vm`]: QEMU with `-accel tcg` (or KVM), an ivshmem-plain region, a QMP
 //!   socket, and a command channel over the serial console.
 //! - [`cpio`]: the initramfs writer.
+//! - [`lost`]: a guest lost to the emulation told from a result; a test run
+//!   again on a fresh guest when it was.
 
 pub mod cpio;
 mod error;
 pub mod image;
+pub mod lost;
 mod spawn;
 pub mod vm;
 
@@ -34,6 +37,7 @@ pub use image::{
     cache_root, default_binaries, find_cloud_kernel, workspace_root, GuestImage, ImageConfig,
     GUEST_MODULE_PATH, INSTALL_HINT, IN_HOST_VM_ENV, LOOP,
 };
+pub use lost::{guest_lost, rerun_if_guest_lost};
 pub use spawn::spawn_tied;
 pub use vm::{
     host_vm_guest_cpus, Accel, GuestProcess, RegionSetup, Vm, VmConfig, BASE_APPEND,

@@ -20,12 +20,15 @@ use pvsched_base::vcpu_names::{vcpu_index_from_name, Accel as VcpuAccel};
 
 use crate::error::{io_err, path_ctx, Error, Result};
 use crate::image::{which, GuestImage, GUEST_MODULE_PATH, INSTALL_HINT};
+use crate::lost::{stall_report, NO_END_MARKER};
 use crate::spawn::spawn_tied;
 
 /// Kernel command line before [`VmConfig::append`]. `no_timer_check`: on a
 /// heavily loaded host the IO-APIC timer check at boot can fail under TCG and
 /// panic the guest ("IO-APIC + timer doesn't work!"); seen at load 25 on 2 cores.
-pub const BASE_APPEND: &str = "console=ttyS1 panic=-1 quiet no_timer_check";
+/// `nokaslr`: a stalled guest's instruction pointers are then named from the
+/// kernel's `System.map` (`lost`).
+pub const BASE_APPEND: &str = "console=ttyS1 panic=-1 quiet no_timer_check nokaslr";
 
 /// Printed by the guest's init, followed by `<nproc> <uname -r>`, once it
 /// serves commands ([`crate::image::LOOP`]).
@@ -797,9 +800,10 @@ impl Vm {
                     timeout,
                     answered: false,
                     console: format!(
-                        "{}[no end marker; {} console kicks so far]\nkernel log tail:\n{}",
+                        "{}{NO_END_MARKER} {} console kicks so far]\n{}kernel log tail:\n{}",
                         self.console.tail(4000),
                         self.kicks.load(Ordering::Relaxed),
+                        stall_report(self),
                         tail_of(&self.kernel_log(), 3000)
                     ),
                 });

@@ -6,7 +6,9 @@
 //! module must refuse, and a region with fewer slots than CPUs; each check
 //! rewrites the header and unloads the module at the end), and one that is
 //! powered off. A missing QEMU, kernel or busybox FAILS these tests with what
-//! to install; they never skip.
+//! to install; they never skip. A test whose guest the emulation lost (a
+//! reply stopped mid-way, no fault in the guest's kernel log) runs again on a
+//! fresh guest, once, and says so (`guest_test!`, README "Lost guests").
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -16,7 +18,9 @@ use std::time::{Duration, Instant};
 use pvsched_abi as abi;
 use pvsched_abi::{GuestHalf, Header, HostHalf, Region};
 use pvsched_base::region_file::RegionFile;
-use pvsched_vmtest::{wait_until, workspace_root, GuestImage, RegionSetup, Vm, VmConfig};
+use pvsched_vmtest::{
+    guest_test, wait_until, workspace_root, GuestImage, RegionSetup, Vm, VmConfig,
+};
 
 /// Timeout of a guest command, and of waiting for something to show in a slot.
 /// Generous: on a 2-core host loaded by other builds a TCG guest can run ten
@@ -48,11 +52,27 @@ impl Shared {
 
     fn lock(&'static self, boot: impl FnOnce() -> Result<Vm, String>) -> VmGuard {
         register_cleanup();
-        let cell = self.vm.get_or_init(|| Mutex::new(Some(boot())));
+        let cell = self.vm.get_or_init(|| Mutex::new(None));
         // A test that failed while holding the VM poisons the lock; the VM is
         // still usable for the others.
-        let guard = cell.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = cell.lock().unwrap_or_else(|e| e.into_inner());
+        if guard.is_none() {
+            *guard = Some(boot());
+        }
         VmGuard { guard }
+    }
+
+    /// Why this guest, if booted, was lost to the emulation after a test
+    /// panicked with `panic_text` (then it is dropped: the next test boots
+    /// another).
+    fn lost(&self, panic_text: &str) -> Option<String> {
+        let mut guard = self.vm.get()?.lock().unwrap_or_else(|e| e.into_inner());
+        let why = match guard.as_ref() {
+            Some(Ok(vm)) => pvsched_vmtest::guest_lost(vm, panic_text)?,
+            _ => return None,
+        };
+        guard.take();
+        Some(why)
     }
 
     fn drop_vm(&self) {
@@ -97,6 +117,20 @@ fn register_cleanup() {
             libc::atexit(cleanup);
         }
     });
+}
+
+/// Drops a shared guest the emulation lost, for the test's next run to boot
+/// again (`pvsched_vmtest::guest_test!`); a guest of the test's own went
+/// with the failed run.
+fn replace_lost_guest(panic_text: &str) -> Option<String> {
+    if let Some(why) = LIVE.lost(panic_text) {
+        return Some(format!("the live guest: {why}"));
+    }
+    if let Some(why) = SCRATCH.lost(panic_text) {
+        return Some(format!("the scratch guest: {why}"));
+    }
+    pvsched_vmtest::lost::stalled_without_fault(panic_text)
+        .then(|| "its own guest: a reply stopped mid-way".to_string())
 }
 
 /// The live guest, with pvsched loaded and bound.
@@ -254,7 +288,7 @@ fn module_builds_with_w1_and_no_warnings() {
 
 // ---------------------------------------------------------------- live guest
 
-#[test]
+guest_test! {
 fn bind_writes_the_guest_line_and_marks_slots_active() {
     let g = live();
     let vm = g.vm();
@@ -283,8 +317,9 @@ fn bind_writes_the_guest_line_and_marks_slots_active() {
     assert!(status.contains("generation="), "{status}");
     assert!(status.contains("sched_switch"), "{status}");
 }
+}
 
-#[test]
+guest_test! {
 fn rt_task_on_cpu1_shows_fifo_42_in_slot1_while_it_runs() {
     let g = live();
     let vm = g.vm();
@@ -306,8 +341,9 @@ fn rt_task_on_cpu1_shows_fifo_42_in_slot1_while_it_runs() {
     let log = vm.exec_ok(&format!("cat {}", p.log), T).unwrap();
     assert!(log.contains("rtspin: ready"), "rtspin log: {log}");
 }
+}
 
-#[test]
+guest_test! {
 fn interrupt_activity_moves_the_cpus_cs_counters() {
     let g = live();
     let vm = g.vm();
@@ -356,12 +392,13 @@ fn interrupt_activity_moves_the_cpus_cs_counters() {
     );
     vm.wait_gone(p.pid, WAIT).unwrap();
 }
+}
 
+guest_test! {
 /// Two normal tasks passing a byte back and forth on CPU 1 switch to each
 /// other without going idle: nothing the host reads changes, so the slot is
 /// published for the interrupts meanwhile, not for every switch (it was,
 /// before publish-on-change: two publishes per round trip).
-#[test]
 fn switches_between_normal_tasks_are_not_published() {
     let g = live();
     let vm = g.vm();
@@ -381,6 +418,7 @@ fn switches_between_normal_tasks_are_not_published() {
     );
     // The slot's counters still move with the publishes that happen.
     assert!(after.switch_count > before.switch_count);
+}
 }
 
 /// Runs `boostreq` on CPU 1 at SCHED_FIFO 10 (so that no normal task preempts
@@ -451,7 +489,7 @@ fn boost_case(vm: &Vm, mode: &str) {
     );
 }
 
-#[test]
+guest_test! {
 fn boost_request_appears_and_clears_as_documented() {
     let g = live();
     let vm = g.vm();
@@ -461,8 +499,9 @@ fn boost_request_appears_and_clears_as_documented() {
     let (rc, _) = vm.exec("test -c /dev/pvsched", T).unwrap();
     assert_eq!(rc, 0, "/dev/pvsched missing");
 }
+}
 
-#[test]
+guest_test! {
 fn host_half_is_shown_in_debugfs() {
     let g = live();
     let vm = g.vm();
@@ -503,10 +542,11 @@ fn host_half_is_shown_in_debugfs() {
     }
     region(vm).write_host(1, &HostHalf::default()).unwrap();
 }
+}
 
+guest_test! {
 /// rmmod while an RT task runs on CPU 1: every slot inactive, guest
 /// generation 0; loading again binds again.
-#[test]
 fn rmmod_leaves_every_slot_inactive_and_generation_zero() {
     let g = live();
     let vm = g.vm();
@@ -543,6 +583,7 @@ fn rmmod_leaves_every_slot_inactive_and_generation_zero() {
     assert_eq!(h.guest_generation, h.generation);
     wait_slot(vm, 1, "active again", T, |s| s.flags & abi::GF_ACTIVE != 0);
 }
+}
 
 /// `key=<number>` from the debugfs line of `cpu`.
 fn status_field(status: &str, cpu: u32, key: &str) -> u64 {
@@ -556,11 +597,11 @@ fn status_field(status: &str, cpu: u32, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {key} in {line}"))
 }
 
+guest_test! {
 /// An RT task woken from CPU 0 onto a busy CPU 1 gets a pending hint in slot
 /// 1 (written by CPU 0), which CPU 1 clears when it switches to the task.
 /// (Onto an idle CPU the kernel queues the wakeup on that CPU itself, which
 /// then runs the task at once: no hint needed, none written.)
-#[test]
 fn rt_wakeup_onto_a_busy_cpu_raises_a_pending_hint_that_is_cleared() {
     let g = live();
     let vm = g.vm();
@@ -600,11 +641,12 @@ fn rt_wakeup_onto_a_busy_cpu_raises_a_pending_hint_that_is_cleared() {
     }
     eprintln!("pending hints: {raised} raised by CPU 0, {cleared} cleared by CPU 1");
 }
+}
 
+guest_test! {
 /// pvschedd restarting re-initializes the region (new generation, slots and
 /// guest line zeroed): the module notices within a couple of seconds and binds
 /// to the new generation.
-#[test]
 fn host_reinitialization_is_followed_by_a_new_binding() {
     let g = live();
     let vm = g.vm();
@@ -635,6 +677,7 @@ fn host_reinitialization_is_followed_by_a_new_binding() {
         "{log}"
     );
 }
+}
 
 /// The module's count of probe registrations and unregistrations since load
 /// (debugfs status): each patched kernel text.
@@ -658,6 +701,7 @@ fn rebind_with(vm: &Vm, features: u64) {
     .unwrap_or_else(|| panic!("no binding to generation {gen}: {:?}", region(vm).header()));
 }
 
+guest_test! {
 /// A host that re-initializes the region with other features (pvschedd
 /// restarted without a doorbell it had, or with idle hints off) gets a new
 /// binding that registers and unregisters no probe: each such change patches
@@ -665,7 +709,6 @@ fn rebind_with(vm: &Vm, features: u64) {
 /// live-locked a TCG guest (benchmarks/LOG.md, "A guest hung by its own
 /// rebind"). Only a feature that has probes of its own changes the set, by
 /// exactly those probes.
-#[test]
 fn a_rebind_to_other_features_touches_only_the_probes_they_change() {
     let g = live();
     let vm = g.vm();
@@ -695,6 +738,7 @@ fn a_rebind_to_other_features_touches_only_the_probes_they_change() {
     assert!(!status.contains("contention_begin"), "{status}");
     assert_eq!(probe_changes(vm), before + 4);
     assert!(debugfs_status(vm).contains("contention_begin"));
+}
 }
 
 // ---------------------------------------------------------------- lock waits
@@ -757,6 +801,7 @@ fn end_lockpair(vm: &Vm, pid: u32) {
     );
 }
 
+guest_test! {
 /// ABI 1.3 lock waits, with a known holder. `lockpair -m mmap`: a thread on
 /// CPU 1 holds its process's mmap_lock (an rwsem) for writing while it runs
 /// mprotect() over 128 MiB; a thread on CPU 0 faults pages in and waits to
@@ -766,7 +811,6 @@ fn end_lockpair(vm: &Vm, pid: u32) {
 /// Then slot 1's host half says PREEMPTED: slot 0 counts preempted holders,
 /// and rings the doorbell register once per host-half update. After the
 /// program is killed both slots show no wait.
-#[test]
 fn a_wait_for_an_rwsem_writer_on_another_vcpu_names_its_slot() {
     let g = live();
     let vm = g.vm();
@@ -869,14 +913,15 @@ fn a_wait_for_an_rwsem_writer_on_another_vcpu_names_its_slot() {
 
     end_lockpair(vm, p.pid);
 }
+}
 
+guest_test! {
 /// Mutexes, and a hint used the other way. `lockpair -m seqfile`: threads on
 /// CPUs 0 and 1 read /proc/kallsyms through one file, each holding its
 /// position mutex and the seq_file's mutex while it reads. Slot 0 names slot
 /// 1 with LOCK_F_MUTEX; while no host half says preempted, no spin is
 /// stopped; once slot 1's says PREEMPTED, CPU 0's optimistic spins on the
 /// holder are stopped (need_resched) and counted in debugfs.
-#[test]
 fn a_mutex_spin_on_a_holder_whose_vcpu_is_preempted_is_stopped() {
     let g = live();
     let vm = g.vm();
@@ -916,6 +961,7 @@ fn a_mutex_spin_on_a_holder_whose_vcpu_is_preempted_is_stopped() {
     );
 
     end_lockpair(vm, p.pid);
+}
 }
 
 // ---------------------------------------------------------------- scratch guest
@@ -984,7 +1030,7 @@ fn good_header(slot_count: u32) -> Header {
     }
 }
 
-#[test]
+guest_test! {
 fn wrong_magic_is_refused_with_one_line_and_no_writes() {
     refusal_case(
         Header {
@@ -994,8 +1040,9 @@ fn wrong_magic_is_refused_with_one_line_and_no_writes() {
         "refusing region: bad magic 0x1122334455667788 (expected 0x0044454843535650)",
     );
 }
+}
 
-#[test]
+guest_test! {
 fn unsupported_major_is_refused_with_one_line_and_no_writes() {
     refusal_case(
         Header {
@@ -1005,8 +1052,9 @@ fn unsupported_major_is_refused_with_one_line_and_no_writes() {
         "refusing region: unsupported ABI major 7 (supported 1)",
     );
 }
+}
 
-#[test]
+guest_test! {
 fn bad_geometry_is_refused_with_one_line_and_no_writes() {
     // 5000 slots cannot fit a 16 KiB BAR (and exceed PVSCHED_MAX_SLOTS).
     refusal_case(
@@ -1014,10 +1062,39 @@ fn bad_geometry_is_refused_with_one_line_and_no_writes() {
         "refusing region: bad geometry: header_size 128 slot_size 256 slot_count 5000 in a 16384-byte BAR2",
     );
 }
+}
 
+guest_test! {
+/// What a reply that never ended carries to explain the stall, here of a
+/// guest QEMU was told to stop: its run state, each vCPU's registers, each
+/// local APIC and the interrupt controllers, as QEMU printed them.
+fn a_stall_report_shows_the_run_state_each_vcpu_and_the_interrupt_controllers() {
+    let g = scratch();
+    let vm = g.vm();
+    vm.qmp(r#"{"execute":"stop"}"#).expect("stop");
+    let report = pvsched_vmtest::lost::stall_report(vm);
+    vm.qmp(r#"{"execute":"cont"}"#).expect("cont");
+    eprintln!("{report}");
+    assert!(report.contains(r#""status":"paused""#), "{report}");
+    assert_eq!(report.matches("vCPU RIP 0x").count(), 2, "{report}");
+    for cpu in 0..2 {
+        let lapic = report
+            .split(&format!("info lapic {cpu}:\n"))
+            .nth(1)
+            .unwrap_or_default();
+        assert!(
+            lapic.starts_with(&format!("dumping local APIC state for CPU {cpu}"))
+                && lapic.contains("Timer"),
+            "{report}"
+        );
+    }
+    assert!(report.contains("ioapic"), "{report}");
+}
+}
+
+guest_test! {
 /// One slot for two CPUs: CPU 0 is served, CPU 1 is not (warned once), and a
 /// boost request from CPU 1 fails with ENXIO.
-#[test]
 fn fewer_slots_than_cpus_serves_the_cpus_that_have_one() {
     let g = scratch();
     let vm = g.vm();
@@ -1066,11 +1143,12 @@ fn fewer_slots_than_cpus_serves_the_cpus_that_have_one() {
     assert_eq!(r.header().guest_generation, 0);
     assert_eq!(slot(vm, 0).flags, 0);
 }
+}
 
 // ---------------------------------------------------------------- own guest
 
+guest_test! {
 /// The PCI shutdown hook leaves the slots inactive when the guest powers off.
-#[test]
 fn poweroff_leaves_every_slot_inactive() {
     let vm = Vm::boot(VmConfig::new(image()).name("poweroff").smp(2)).expect("boot");
     let (rc, out) = vm.insmod("").unwrap();
@@ -1087,6 +1165,7 @@ fn poweroff_leaves_every_slot_inactive() {
     if std::env::var_os("PVSCHED_VMTEST_KEEP").is_none() {
         assert!(!path.exists(), "the VM's region file outlived it");
     }
+}
 }
 
 /// tests/hintprobe, a module that calls pvsched's exported hints, built
@@ -1158,12 +1237,12 @@ fn hintprobe_ko(image: &GuestImage) -> PathBuf {
     ko
 }
 
+guest_test! {
 /// The hints pvsched exports (pvsched_hints.h) as another guest module sees
 /// them: tests/hintprobe, loaded on CPU 0 and then on CPU 1, prints what
 /// pvsched_vcpu_preempted() (CPUs 0, 1, 2 and -1) and
 /// pvsched_host_overloaded() return for host halves the test wrote; both say
 /// false once the host no longer offers host halves.
-#[test]
 fn another_module_reads_the_hosts_hints_through_the_exports() {
     let base = image();
     let mut cfg = pvsched_vmtest::ImageConfig::default();
@@ -1221,6 +1300,7 @@ fn another_module_reads_the_hosts_hints_through_the_exports() {
         "kernel complained:\n{}",
         trouble.join("\n")
     );
+}
 }
 
 // ---------------------------------------------------------------- idle driver
@@ -1325,10 +1405,10 @@ fn idle_delta(before: &str, after: &str, key: &str) -> u64 {
     idle_sum(after, key).saturating_sub(idle_sum(before, key))
 }
 
+guest_test! {
 /// Default mode `auto`: the driver registers when the host offers idle
 /// hints, not when it offers only the older features (checked at a fresh
 /// load and after a host re-initialization, both ways).
-#[test]
 fn the_idle_driver_loads_only_when_the_host_offers_idle_hints() {
     let g = live();
     let vm = g.vm();
@@ -1406,12 +1486,13 @@ fn the_idle_driver_loads_only_when_the_host_offers_idle_hints() {
     });
     assert_eq!(cpuidle_driver(vm), "pvsched");
 }
+}
 
+guest_test! {
 /// Hints of 20 us (p50) and 60 us (p99): the halt state takes them as exit
 /// latency and target residency, cross-CPU wakeups are caught while polling
 /// (within the default 5 % budget); with HF_OVERLOADED, it halts at once;
 /// with no hint measured, it polls no more either.
-#[test]
 fn the_idle_driver_polls_with_hints_and_halts_when_the_host_is_overloaded() {
     let g = live();
     let vm = g.vm();
@@ -1499,10 +1580,11 @@ fn the_idle_driver_polls_with_hints_and_halts_when_the_host_is_overloaded() {
         "polled without a hint:\n{before}{after}"
     );
 }
+}
 
+guest_test! {
 /// `idle=hinted` on a host that re-initializes the region without idle
 /// hints: the driver stays, reads no hint, and halts instead of polling.
-#[test]
 fn hinted_mode_halts_after_a_host_reinitialization_drops_idle_hints() {
     let g = live();
     let vm = g.vm();
@@ -1539,6 +1621,7 @@ fn hinted_mode_halts_after_a_host_reinitialization_drops_idle_hints() {
     vm.exec_ok("echo auto > /sys/module/pvsched/parameters/idle", T)
         .unwrap();
     assert_eq!(cpuidle_driver(vm), "pvsched");
+}
 }
 
 /// dmesg lines that mean the kernel went wrong.
@@ -1616,7 +1699,7 @@ impl Drop for SingleThreadTcg {
     }
 }
 
-#[test]
+guest_test! {
 fn the_idle_driver_unloads_cleanly_50_times() {
     let qemu = SingleThreadTcg::new();
     let mut cfg = VmConfig::new(image()).name("idle-cycles").smp(2);
@@ -1678,6 +1761,7 @@ fn the_idle_driver_unloads_cleanly_50_times() {
         trouble.join("\n")
     );
 }
+}
 
 /// What one load of the module with `params` did under cross-CPU wakeups.
 struct ModeRun {
@@ -1725,10 +1809,10 @@ fn mode_run(vm: &Vm, params: &str) -> ModeRun {
     }
 }
 
+guest_test! {
 /// The comparison modes: `haltpoll` (adaptive limit) and `fixed` (a set
 /// window) poll under cross-CPU wakeups without any hint; `off` registers
 /// nothing; an unknown mode or a window above 1000 us is refused at load.
-#[test]
 fn haltpoll_fixed_and_off_modes_do_what_they_say() {
     let g = scratch();
     let vm = g.vm();
@@ -1816,4 +1900,5 @@ fn haltpoll_fixed_and_off_modes_do_what_they_say() {
     let (rc, out) = vm.insmod("idle=fixed idle_poll_us=5000").unwrap();
     assert_ne!(rc, 0, "idle_poll_us above 1000 must be refused: {out}");
     assert!(!loaded(vm));
+}
 }
