@@ -663,8 +663,11 @@ impl Daemon {
             self.update_recheck(now);
             return;
         }
-        let share = u64::from(self.cfg.config.daemon.scx_extension_share_permille);
-        let burst = 2 * scx.options().extension_ns;
+        let d = &self.cfg.config.daemon;
+        let share = u64::from(d.scx_extension_share_permille);
+        let interval_ns = d.scx_scan_interval_us.saturating_mul(1000);
+        let burst =
+            pvsched_policy::extension_burst_ns(scx.options().extension_ns, share, interval_ns);
         for vm in self.vms.iter_mut() {
             crate::vm_table::find_slots(scx, vm);
             // The scheduler decides the guest's RT work where it can read every slot.

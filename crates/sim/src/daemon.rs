@@ -34,9 +34,9 @@ use crate::host::{Class, ScxAllowance, ScxParams, ScxStats};
 
 /// pvschedd's scan interval on the sched_ext backend (`daemon.scx_scan_interval_us`'s
 /// default, `crates/host/src/config`).
-pub const SCX_SCAN_INTERVAL_NS: u64 = 50_000_000;
+pub const SCX_SCAN_INTERVAL_NS: u64 = 200_000_000;
 
-/// The share of a vCPU's time its extensions may take, permille, plus a burst of two
+/// The share of a vCPU's time its extensions may take, permille, plus a burst (`extension_burst_ns`)
 /// (`daemon.scx_extension_share_permille`'s default).
 pub const SCX_EXTENSION_SHARE_PERMILLE: u64 = 50;
 
@@ -169,7 +169,11 @@ impl Daemon {
         dv.state
             .charge_kernel_boost(now, vcpu, spent, spent_cs, spent_demoted);
         let k = dv.state.kernel_grant(vcpu, now);
-        let burst = 2 * ScxParams::default().extension_ns;
+        let burst = pvsched_policy::extension_burst_ns(
+            ScxParams::default().extension_ns,
+            SCX_EXTENSION_SHARE_PERMILLE,
+            SCX_SCAN_INTERVAL_NS,
+        );
         ScxAllowance {
             extension_ns: c
                 .ext
