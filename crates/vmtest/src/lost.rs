@@ -79,8 +79,7 @@ impl Vm {
 /// `message`, or `None` when the failure is a result: its kernel reported a
 /// fault, or it stopped mid-reply / no longer answers without one.
 pub fn guest_lost(vm: &Vm, message: &str) -> Option<String> {
-    let log = vm.kernel_log();
-    if KERNEL_FAULTS.iter().any(|f| log.contains(f)) {
+    if reports_fault(&vm.kernel_log()) {
         return None;
     }
     if message.contains(NO_END_MARKER) {
@@ -96,7 +95,12 @@ pub fn guest_lost(vm: &Vm, message: &str) -> Option<String> {
 /// kernel log shows no fault: for a test whose guest is gone with the test
 /// (it booted its own), where [`guest_lost`] has no guest to ask.
 pub fn stalled_without_fault(panic_text: &str) -> bool {
-    panic_text.contains(NO_END_MARKER) && !KERNEL_FAULTS.iter().any(|f| panic_text.contains(f))
+    panic_text.contains(NO_END_MARKER) && !reports_fault(panic_text)
+}
+
+/// Whether kernel log text shows a fault ([`KERNEL_FAULTS`]).
+fn reports_fault(log: &str) -> bool {
+    KERNEL_FAULTS.iter().any(|f| log.contains(f))
 }
 
 /// Runs `body`; when it panics, asks `replace_lost` (given the panic's text)
@@ -139,22 +143,23 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_default()
 }
 
-/// QEMU's run state and each vCPU's instruction pointer, named where the
-/// guest kernel's `System.map` names it; what QEMU did not answer is said.
+/// QEMU's run state, each vCPU's instruction pointer (named where the guest
+/// kernel's `System.map` names it) and interrupt flag, each local APIC and
+/// the interrupt controllers; what QEMU did not answer is said.
 pub fn stall_report(vm: &Vm) -> String {
-    let status = vm
-        .qmp(r#"{"execute":"query-status"}"#)
-        .map(|r| hmp_return(&r))
-        .unwrap_or_else(|e| format!("no answer: {e}"));
-    let hmp = |command: &str| {
-        let request = serde_json::json!({
-            "execute": "human-monitor-command",
-            "arguments": {"command-line": command},
-        });
-        vm.qmp(&request.to_string())
-            .map(|r| hmp_return(&r))
+    let ask = |request: &str| {
+        vm.qmp(request)
+            .map(|r| qmp_return(&r))
             .unwrap_or_else(|e| format!("no answer: {e}"))
     };
+    let hmp = |command: &str| {
+        ask(&serde_json::json!({
+            "execute": "human-monitor-command",
+            "arguments": {"command-line": command},
+        })
+        .to_string())
+    };
+    let status = ask(r#"{"execute":"query-status"}"#);
     let registers = hmp("info registers -a");
     let map =
         fs::read_to_string(Path::new("/boot").join(format!("System.map-{}", vm.kernel_release())))
@@ -183,7 +188,7 @@ pub fn stall_report(vm: &Vm) -> String {
 }
 
 /// The `return` member of a QMP reply, as text (HMP's output is a string).
-fn hmp_return(reply: &str) -> String {
+fn qmp_return(reply: &str) -> String {
     match serde_json::from_str::<serde_json::Value>(reply) {
         Ok(v) => match &v["return"] {
             serde_json::Value::String(s) => s.clone(),

@@ -75,9 +75,15 @@ fn sw(at: u64, cpu: Cpu, prev: Tid, how: SwitchOut, next: Tid) -> Switch {
 }
 
 /// A fair hog spawned and woken at 0 (it gets an idle CPU).
-fn hog(h: &mut Host, out: &mut Vec<Switch>) -> Tid {
+/// A fair thread, spawned and woken at `at`.
+fn woken(h: &mut Host, at: u64, out: &mut Vec<Switch>) -> Tid {
     let t = h.spawn(FAIR, None);
-    h.wake(0, t, None, out);
+    h.wake(at, t, None, out);
+    t
+}
+
+fn hog(h: &mut Host, out: &mut Vec<Switch>) -> Tid {
+    let t = woken(h, 0, out);
     h.check_invariants();
     t
 }
@@ -161,12 +167,10 @@ fn a_cpu_keeps_its_task_at_the_slice_end_and_pulls_only_a_head_more_than_a_slice
     // `a` on CPU 0 from 0, `b` on CPU 1 from 1 ms; `w` (1 ms of vtime) waits in CPU 1's
     // queue, having last run there.
     let a = hog(&mut h, &mut out);
-    let w = h.spawn(FAIR, None);
-    h.wake(0, w, None, &mut out);
+    let w = woken(&mut h, 0, &mut out);
     assert_eq!(h.state(w), ThreadState::Running(1));
     h.block(MS, w, &mut out);
-    let b = h.spawn(FAIR, None);
-    h.wake(MS, b, None, &mut out);
+    let b = woken(&mut h, MS, &mut out);
     assert_eq!(h.state(b), ThreadState::Running(1));
     h.wake(2 * MS, w, None, &mut out);
     h.check_invariants();
@@ -204,14 +208,11 @@ fn a_cpu_whose_task_blocks_runs_its_own_queue_first_then_pulls_from_another() {
     let (mut h, mut out) = (scx_host(2), Vec::new());
     let _a = hog(&mut h, &mut out);
     // `w1` last ran on CPU 1 (1 ms of vtime); `x` runs there.
-    let w1 = h.spawn(FAIR, None);
-    h.wake(0, w1, None, &mut out);
+    let w1 = woken(&mut h, 0, &mut out);
     h.block(MS, w1, &mut out);
-    let x = h.spawn(FAIR, None);
-    h.wake(MS, x, None, &mut out);
+    let x = woken(&mut h, MS, &mut out);
     // Both CPUs busy: `w0` (vtime 0) waits in CPU 0's queue, `w1` in CPU 1's.
-    let w0 = h.spawn(FAIR, None);
-    h.wake(2 * MS, w0, None, &mut out);
+    let w0 = woken(&mut h, 2 * MS, &mut out);
     h.wake(2 * MS, w1, None, &mut out);
     h.check_invariants();
     assert_eq!(h.state(w0), ThreadState::Runnable(0));
@@ -237,8 +238,7 @@ fn a_cpu_whose_task_blocks_runs_its_own_queue_first_then_pulls_from_another() {
 fn a_pull_skips_tasks_the_cpu_may_not_run_and_the_cpu_keeps_its_task() {
     let (mut h, mut out) = (scx_host(2), Vec::new());
     let a = hog(&mut h, &mut out);
-    let b = h.spawn(FAIR, None);
-    h.wake(MS, b, None, &mut out);
+    let b = woken(&mut h, MS, &mut out);
     assert_eq!(h.state(b), ThreadState::Running(1));
     // `p`, bound to CPU 1, waits in its queue at vtime 0.
     let p = h.spawn(FAIR, Some(vec![1]));
@@ -301,8 +301,7 @@ fn a_boosted_task_queued_while_every_cpu_runs_a_boosted_one_waits_in_boost_befor
     assert_eq!(h.state(vs[0]), ThreadState::Running(0));
     assert_eq!(h.state(vs[1]), ThreadState::Running(1));
     // An unboosted thread waits in its CPU's fair queue with a smaller vtime than the hogs'.
-    let fair = h.spawn(FAIR, None);
-    h.wake(2 * MS, fair, None, &mut out);
+    let fair = woken(&mut h, 2 * MS, &mut out);
     h.wake(2 * MS, vs[2], None, &mut out);
     h.check_invariants();
     assert_eq!(h.scx_queue_of(vs[2]), "boost");
@@ -320,8 +319,7 @@ fn a_boosted_task_queued_while_every_cpu_runs_a_boosted_one_waits_in_boost_befor
 fn a_thread_preempted_by_rt_resumes_first_with_its_slice_left() {
     let (mut h, mut out) = (scx_host(1), Vec::new());
     let hog = hog(&mut h, &mut out);
-    let waiter = h.spawn(FAIR, None);
-    h.wake(0, waiter, None, &mut out);
+    let waiter = woken(&mut h, 0, &mut out);
     let rt = h.spawn(Class::Fifo { prio: 10 }, None);
     out.clear();
 
@@ -564,8 +562,7 @@ fn a_guest_boost_the_slot_no_longer_backs_is_dropped_at_the_enqueue() {
         let v = vcpu(&mut h, ScxAllowance::default());
         h.wake(0, v, None, &mut out);
         h.scx_set_boost(0, v, 2, proactive, &mut out);
-        let other = h.spawn(FAIR, None);
-        h.wake(0, other, None, &mut out);
+        let _other = woken(&mut h, 0, &mut out);
         // The slot shows nothing when the slice ends.
         run_until(&mut h, 5 * MS, &mut out);
         let want = if proactive { "local" } else { "fair" };
@@ -600,8 +597,7 @@ fn a_critical_section_at_the_slice_end_gets_one_extension_within_its_allowance()
         };
         let v = vcpu(&mut h, allow);
         h.wake(0, v, None, &mut out);
-        let other = h.spawn(FAIR, None);
-        h.wake(0, other, None, &mut out);
+        let other = woken(&mut h, 0, &mut out);
         let cs = ScxGuestView {
             cs: true,
             ..ScxGuestView::default()
