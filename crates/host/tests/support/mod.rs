@@ -118,12 +118,13 @@ pub fn params(tid: i32) -> ThreadParams {
 
 /// Makes the calling test thread SCHED_FIFO above the daemon while it
 /// lives, so that boosted vCPU threads spinning on every CPU cannot starve
-/// the observer; SCHED_OTHER again on drop.
+/// the observer; SCHED_OTHER again on drop. What it starts meanwhile (a
+/// `pvschedctl`) starts in the default policy.
 pub struct RtObserver;
 
 impl RtObserver {
     pub fn new() -> Self {
-        pvsched_base::sched::set_params(0, &ThreadParams::fifo(60))
+        pvsched_base::sched::set_params(0, &ThreadParams::fifo(60).reset_on_fork())
             .expect("make the observer SCHED_FIFO");
         RtObserver
     }
