@@ -6,6 +6,15 @@
 //! claims a critical section all the time gets at most `share_permille` of
 //! its vCPU's time, plus a burst, as extensions.
 
+/// pvschedd's default scan interval on the sched_ext backend
+/// (`daemon.scx_scan_interval_us`): each scan charges what the scheduler spent and
+/// renews its allowances.
+pub const DEFAULT_SCX_SCAN_INTERVAL_NS: u64 = 200_000_000;
+
+/// The default share of a vCPU's time its extensions may take, permille, plus the
+/// burst of [`extension_burst_ns`] (`daemon.scx_extension_share_permille`).
+pub const DEFAULT_SCX_EXTENSION_SHARE_PERMILLE: u32 = 50;
+
 /// The burst an allowance may stand above what is used: two extensions, and
 /// the share of one scan interval. The allowance is raised only at a scan,
 /// so without the interval's share a vCPU would get no more than the burst

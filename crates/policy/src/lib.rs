@@ -72,7 +72,10 @@ pub mod state;
 
 pub use decision::{Decision, Decisions, Reason, SchedParams, Target};
 pub use event::{Event, EventKind, ExitReason, Rivals, WakeSource};
-pub use extension::{extension_burst_ns, ExtensionAllowance};
+pub use extension::{
+    extension_burst_ns, ExtensionAllowance, DEFAULT_SCX_EXTENSION_SHARE_PERMILLE,
+    DEFAULT_SCX_SCAN_INTERVAL_NS,
+};
 pub use fairness::{Budget, BudgetParams};
 pub use guest::{GuestPolicy, GuestView, LockHolder, PendingHint};
 pub use idle::{advise, DurationHistogram, IdleMeter, PollPrice, WakeHint};

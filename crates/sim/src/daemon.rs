@@ -32,13 +32,13 @@ use pvsched_policy::{
 
 use crate::host::{Class, ScxAllowance, ScxParams, ScxStats};
 
-/// pvschedd's scan interval on the sched_ext backend (`daemon.scx_scan_interval_us`'s
-/// default, `crates/host/src/config`).
-pub const SCX_SCAN_INTERVAL_NS: u64 = 200_000_000;
+/// pvschedd's scan interval on the sched_ext backend (its default).
+pub const SCX_SCAN_INTERVAL_NS: u64 = pvsched_policy::DEFAULT_SCX_SCAN_INTERVAL_NS;
 
-/// The share of a vCPU's time its extensions may take, permille, plus a burst (`extension_burst_ns`)
-/// (`daemon.scx_extension_share_permille`'s default).
-pub const SCX_EXTENSION_SHARE_PERMILLE: u64 = 50;
+/// The share of a vCPU's time its extensions may take, permille, plus a burst
+/// (`extension_burst_ns`): pvschedd's default.
+pub const SCX_EXTENSION_SHARE_PERMILLE: u64 =
+    pvsched_policy::DEFAULT_SCX_EXTENSION_SHARE_PERMILLE as u64;
 
 /// A decision to take effect: (at, vcpu or u32::MAX for the main loop, class, proactive).
 pub type Apply = (u64, u32, Class, bool);

@@ -220,8 +220,8 @@ impl Default for DaemonConfig {
             scx_slice_us: 5000,
             scx_extension_us: 4000,
             scx_wakeup_preempt_us: 0,
-            scx_extension_share_permille: 50,
-            scx_scan_interval_us: 200_000,
+            scx_extension_share_permille: pvsched_policy::DEFAULT_SCX_EXTENSION_SHARE_PERMILLE,
+            scx_scan_interval_us: pvsched_policy::DEFAULT_SCX_SCAN_INTERVAL_NS / 1000,
         }
     }
 }
