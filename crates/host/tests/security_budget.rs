@@ -55,9 +55,8 @@ fn a_guest_asking_for_rt_forever_is_boosted_only_within_its_budget_and_status_sh
 
     // Sample the thread's policy for 4 s (about 4 budget cycles: 4 ms boosted, then demoted
     // and charged 3 ns per ns until the 100 ms bank is spent, ~36 ms in all; then 1 s
-    // refused while it is earned back). The sampler runs RT: as a fair thread it waited
-    // behind the boosted spinner for a whole boost when the kernel woke it on the
-    // spinner's CPU.
+    // refused while it is earned back). The sampler runs RT, so that a stall it sees is
+    // the runner's, not its own wait for a CPU the spinners hold.
     let observer = support::RtObserver::new();
     let (mut samples, mut boosted) = (0u32, 0u32);
     let (mut latched, mut rendered) = (None, None);
