@@ -172,7 +172,14 @@ pub fn mean(runs: &[&Sources]) -> Option<Sources> {
 pub struct Trace {
     dir: PathBuf,
     started: Instant,
+    keep: Option<PathBuf>,
 }
+
+/// Set (to anything) in the bench's environment, each phase's IPI trace is
+/// recorded with the kernel stack of every IPI and kept beside the phase's
+/// raw files: to find where IPIs come from (a developer's aid; the traces
+/// are large).
+pub const STACKS_ENV: &str = "PVSCHED_BENCH_IPI_STACKS";
 
 fn tracefs() -> Option<PathBuf> {
     ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
@@ -187,8 +194,10 @@ fn write(dir: &Path, file: &str, value: &str) -> std::io::Result<()> {
 
 impl Trace {
     /// Starts recording; None where tracefs, its instances or the IPI
-    /// tracepoints are missing, or without the rights to use them.
-    pub fn start() -> Option<Self> {
+    /// tracepoints are missing, or without the rights to use them. With
+    /// [`STACKS_ENV`] set, the trace is kept at `keep` with stacks.
+    pub fn start(keep: PathBuf) -> Option<Self> {
+        let keep = std::env::var_os(STACKS_ENV).map(|_| keep);
         let dir = tracefs()?
             .join("instances")
             .join(format!("pvsched-bench-{}", std::process::id()));
@@ -199,9 +208,12 @@ impl Trace {
         let mut t = Trace {
             dir,
             started: Instant::now(),
+            keep,
         };
+        let stacks = if t.keep.is_some() { "1" } else { "0" };
         let ok = write(&t.dir, "tracing_on", "0")
             .and_then(|_| write(&t.dir, "buffer_size_kb", "8192"))
+            .and_then(|_| write(&t.dir, "options/stacktrace", stacks))
             .and_then(|_| write(&t.dir, "events/ipi/ipi_send_cpu/enable", "1"))
             .and_then(|_| {
                 // Older kernels have only ipi_send_cpu's predecessor events.
@@ -223,6 +235,11 @@ impl Trace {
         let seconds = self.started.elapsed().as_secs_f64();
         write(&self.dir, "tracing_on", "0").ok()?;
         let text = std::fs::read_to_string(self.dir.join("trace")).ok()?;
+        if let Some(keep) = &self.keep {
+            if let Err(e) = std::fs::write(keep, &text) {
+                eprintln!("warning: keeping the IPI trace at {}: {e}", keep.display());
+            }
+        }
         let parsed = parse(&text);
         let rates = |m: BTreeMap<String, u64>| {
             m.into_iter()

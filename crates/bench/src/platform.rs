@@ -334,8 +334,13 @@ fn run_jobs(jobs: &[Job], cfg: &HostVmConfig) -> Result<(Vec<i32>, HostVmFacts)>
             args.extend(["--out".into(), job.out.display().to_string()]);
             let log = job.out.join("host-vm-bench.log");
             let status = job.out.join("host-vm-bench.status");
+            // The developer's aid of ipi_sources, asked for outside, works inside.
+            let stacks = match std::env::var_os(crate::ipi_sources::STACKS_ENV) {
+                Some(_) => format!("{}=1 ", crate::ipi_sources::STACKS_ENV),
+                None => String::new(),
+            };
             let cmd = format!(
-                "cd {root} && {rev_env}={rev} {exe} {args} >{log} 2>&1; echo $? >{status}",
+                "cd {root} && {stacks}{rev_env}={rev} {exe} {args} >{log} 2>&1; echo $? >{status}",
                 root = shell_quote(&root.display().to_string()),
                 rev_env = crate::host::SOURCE_REV_ENV,
                 rev = shell_quote(&rev),

@@ -651,6 +651,15 @@ impl Daemon {
             self.metrics.scx_fallbacks.inc();
             self.backend.fell_back(exit.to_string());
             self.scx = None;
+            // This thread left the RT class while the scheduler ran it ahead
+            // of every boost; on the rt backend it is above them by SCHED_FIFO.
+            let priority = u32::from(self.cfg.config.daemon.priority);
+            if let Err(e) = pvsched_base::sched::set_params(
+                0,
+                &pvsched_base::sched::ThreadParams::fifo(priority).reset_on_fork(),
+            ) {
+                error!(error = %e, "the event thread cannot return to SCHED_FIFO: reactions may be late under load");
+            }
             for vm in self.vms.iter_mut() {
                 // The policy decides the guest's RT work again, through the RT class.
                 vm.policy.set_kernel_decides_rt(false);

@@ -174,8 +174,22 @@ fn run(
     let source = EventSource::open(&d.source_options())?;
     info!(source = source.name(), "event source");
     // The scheduler loads while the daemon still has CAP_BPF/CAP_SYS_ADMIN.
-    let (scx, note) = backend::choose(d.backend, d.sched_ext_options())
-        .map_err(|e| format!("backend sched_ext: {e}"))?;
+    let scx_options = backend::SchedExtOptions {
+        daemon_tid: u32::try_from(pvsched_base::thread::gettid()).unwrap_or(0),
+        ..d.sched_ext_options()
+    };
+    let (scx, note) =
+        backend::choose(d.backend, scx_options).map_err(|e| format!("backend sched_ext: {e}"))?;
+    if scx.is_some() {
+        // Its own scheduler runs it ahead of every boost from here; in the
+        // RT class the host's RT tasks pushed it between CPUs (an IPI each).
+        // Back to SCHED_FIFO if the kernel ends the scheduler.
+        if let Err(e) =
+            pvsched_base::sched::set_params(0, &pvsched_base::sched::ThreadParams::other(0))
+        {
+            warn!(error = %e, "event thread stays SCHED_FIFO under the sched_ext scheduler");
+        }
+    }
     let backend = backend::BackendState::new(d.backend, scx.is_some(), note);
     // Least privilege from here on. Capabilities belong to a thread, not the
     // process: drop them before the first helper thread (metrics, discovery,

@@ -120,7 +120,10 @@ kvm_test! {
 kvm_test! {
     /// The kernel ends the scheduler (`sysrq-S`, as its watchdog or an error
     /// would): pvschedd says why, falls back to the rt backend and keeps
-    /// serving the VM, whose boost is now the RT class's.
+    /// serving the VM, whose boost is now the RT class's. Its event thread,
+    /// which the scheduler ran ahead of every boost outside the RT class
+    /// (where the host's RT tasks pushed it between CPUs), is SCHED_FIFO
+    /// again, above the boosts it now applies in the RT class.
     fn sched_ext_ejected_by_the_kernel_falls_back_to_rt_and_keeps_serving() {
         let dir = tempdir("scx-eject");
         let name = vm_name("scx-eject");
@@ -130,6 +133,9 @@ kvm_test! {
         d.wait_serving(&name, 1);
         let _hog = Hog::on_cpu0();
         wait_kernel_boosted(&d);
+        // The main thread is the event thread.
+        let event_thread = params(d.pid());
+        assert!(!event_thread.is_rt(), "event thread in the RT class under the scheduler: {event_thread}");
 
         std::fs::write("/proc/sys/kernel/sysrq", "1").expect("enable sysrq");
         std::fs::write("/proc/sysrq-trigger", "S").expect("sysrq-S");
@@ -148,6 +154,13 @@ kvm_test! {
         })
         .unwrap_or_else(|| panic!("the boost did not move to the RT class: {}; log:\n{}", params(tid), d.log()));
         assert_eq!(d.status().vms.len(), 1, "the VM must still be served");
+        let event_thread = params(d.pid());
+        assert!(
+            event_thread.policy == libc::SCHED_FIFO as u32 && event_thread.priority > params(tid).priority,
+            "event thread {event_thread} not SCHED_FIFO above the boost {}; log:\n{}",
+            params(tid),
+            d.log()
+        );
     }
 }
 

@@ -80,6 +80,10 @@ pub struct SchedExtOptions {
     pub wakeup_preempt_ns: u64,
     /// Thread ids the maps can hold (vCPU and latency-path threads).
     pub max_threads: u32,
+    /// The thread run ahead of every boost, in this scheduler's class
+    /// (pvschedd's event thread, which leaves the RT class while the
+    /// scheduler is loaded); 0: none.
+    pub daemon_tid: u32,
 }
 
 impl Default for SchedExtOptions {
@@ -89,6 +93,7 @@ impl Default for SchedExtOptions {
             extension_ns: 4_000_000,
             wakeup_preempt_ns: 0,
             max_threads: 4096,
+            daemon_tid: 0,
         }
     }
 }
@@ -220,6 +225,7 @@ impl SchedExt {
             ro.extension_ns = options.extension_ns;
             ro.wakeup_preempt_ns = options.wakeup_preempt_ns;
             ro.nr_cpu_ids = cpus;
+            ro.daemon_tid = options.daemon_tid;
         }
         let threads = options.max_threads.max(1);
         open.maps

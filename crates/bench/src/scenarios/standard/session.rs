@@ -235,7 +235,7 @@ impl Bench<'_> {
         );
         let idle_before = share::read_guest_idle(&self.vm);
         let irq_before = interrupts::sample().map(|c| (c, Instant::now()));
-        let ipi_trace = ipi_sources::Trace::start();
+        let ipi_trace = ipi_sources::Trace::start(self.raw_dir.join(format!("{tag}-ipi.trace")));
         let before = foreign::sample();
         let cpu_before = probe.snapshot();
         let host_json = self.raw_dir.join(format!("{tag}-host.json"));
