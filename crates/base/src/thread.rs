@@ -85,7 +85,7 @@ impl ThreadHandle {
 
 /// Start time (clock ticks since boot) of thread `tid` of process `tgid`.
 pub fn start_time(tgid: i32, tid: i32) -> io::Result<u64> {
-    let stat = fs::read_to_string(format!("/proc/{tgid}/task/{tid}/stat"))?;
+    let stat = crate::procfs::read_to_string(format!("/proc/{tgid}/task/{tid}/stat"))?;
     parse_start_time(&stat).ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::InvalidData,
@@ -104,7 +104,7 @@ pub fn parse_start_time(stat: &str) -> Option<u64> {
 
 /// The process a thread belongs to, from /proc/<tid>/status.
 pub fn tgid_of(tid: i32) -> io::Result<i32> {
-    let status = fs::read_to_string(format!("/proc/{tid}/status"))?;
+    let status = crate::procfs::read_to_string(format!("/proc/{tid}/status"))?;
     status
         .lines()
         .find_map(|l| l.strip_prefix("Tgid:"))

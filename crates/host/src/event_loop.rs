@@ -30,6 +30,7 @@ use crate::error::os;
 pub use crate::error::DaemonError;
 use crate::events::{EventSource, HostEvent};
 use crate::feed::{rivals_of, HostEventMeaning};
+use crate::found::Found;
 use crate::ivshmem_server::{self, PeerHandoff, SocketVms};
 use crate::kvm_apply::HaltPollApply;
 use crate::metrics::Metrics;
@@ -84,6 +85,12 @@ pub struct Daemon {
     /// drain is over, at the present (see `on_host_event`).
     late_reads: Vec<(u32, u32)>,
     overloaded: bool,
+    /// The VMs of the discovery thread's last snapshot (it sends one only
+    /// when something changed): a VM among them not served, whose open
+    /// failed or which was dropped, is opened again from here at most once
+    /// per discovery interval (`next_reopen`).
+    last_found: Vec<Found>,
+    next_reopen: u64,
     /// The sched_ext backend's scheduler while it runs (`None`: rt backend).
     scx: Option<SchedExt>,
     backend: BackendState,
@@ -165,6 +172,8 @@ impl Daemon {
             late_reads: Vec::new(),
             next_recheck: u64::MAX,
             overloaded: false,
+            last_found: Vec::new(),
+            next_reopen: 0,
             scx,
             backend,
             disc_rx,
@@ -249,7 +258,9 @@ impl Daemon {
                         let _ = self.disc_fd.read();
                         while let Ok(msg) = self.disc_rx.try_recv() {
                             match msg {
-                                DiscoveryMsg::Snapshot(snapshot) => self.on_discovery(snapshot),
+                                DiscoveryMsg::Snapshot(snapshot) => {
+                                    self.on_discovery(snapshot, monotonic_ns())
+                                }
                                 DiscoveryMsg::Opened { name, id, result } => {
                                     self.on_opened(name, id, result)
                                 }
@@ -603,6 +614,9 @@ impl Daemon {
                 }
             }
             self.drop_gone();
+            if now >= self.next_reopen && self.vms.any_unserved(&self.last_found) {
+                self.open_found(now);
+            }
         }
         // Slot index == VM id; no list collected on this 2-kHz path.
         for id in 0..self.vms.id_bound() {
@@ -744,18 +758,32 @@ impl Daemon {
         info!(restored, "restored every thread; exiting");
     }
 
-    fn on_discovery(&mut self, snapshot: Snapshot) {
+    fn on_discovery(&mut self, snapshot: Snapshot, now: u64) {
         let Snapshot { found, overloaded } = snapshot;
         self.overloaded = overloaded;
         // Drop VMs that are gone or whose threads changed, then open new ones.
         self.vms.mark_missing(&found);
         self.drop_gone();
+        self.last_found = found;
+        self.open_found(now);
+    }
+
+    /// Opens the VMs of the last snapshot that are neither served nor being
+    /// opened; the next try is a discovery interval later.
+    fn open_found(&mut self, now: u64) {
+        let interval_ns = self
+            .cfg
+            .config
+            .daemon
+            .discovery_interval_ms
+            .saturating_mul(1_000_000);
+        self.next_reopen = now.saturating_add(interval_ns);
         let terms = OpenTerms {
             cfg: &self.cfg,
             metrics: &self.metrics,
             doorbells: &self.doorbells,
         };
-        self.vms.open_new(found, terms);
+        self.vms.open_new(self.last_found.clone(), terms);
     }
 
     /// A VM opened on the discovery thread: served once the state file

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use pvsched_base::vcpu_names::Accel;
 
 /// A VM found by the discovery thread.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Found {
     pub name: String,
     /// Index of its `[[vm]]` entry; `None` for an auto-discovered VM.

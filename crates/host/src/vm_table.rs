@@ -136,6 +136,13 @@ impl VmTable {
         }
     }
 
+    /// Whether a VM of `found` is neither served nor being opened.
+    pub fn any_unserved(&self, found: &[Found]) -> bool {
+        found
+            .iter()
+            .any(|f| !self.opening.contains_key(&f.name) && self.id_of(&f.name).is_none())
+    }
+
     /// The discovery thread's answer for VM `name`: the VM, to serve once the
     /// state file lists its threads, or why it was refused (logged once).
     pub fn opened(

@@ -42,7 +42,8 @@ fn alive(pid: i32) -> bool {
 }
 
 #[test]
-fn a_region_truncated_by_its_owner_drops_only_its_vm_and_restores_its_threads() {
+fn a_region_truncated_by_its_owner_drops_only_its_vm_restores_its_threads_and_serves_it_once_whole()
+{
     let dir = tempdir("region-truncated");
     let (a, b) = (vm_name("trunc-a"), vm_name("trunc-b"));
     // Two vCPUs need one page.
@@ -88,6 +89,16 @@ fn a_region_truncated_by_its_owner_drops_only_its_vm_and_restores_its_threads() 
         d.log()
     );
     wait_boosted(&d, vmm_b.tids[1]);
+
+    // The owner gives the file its size back: the VM, which discovery finds
+    // unchanged all along (it sends no new snapshot), is served again.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&region_a.0)
+        .unwrap()
+        .set_len(4096)
+        .unwrap();
+    d.wait_serving(&a, 2);
 }
 
 #[test]

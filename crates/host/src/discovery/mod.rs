@@ -144,6 +144,10 @@ pub fn spawn(
         .spawn(move || {
             let mut notes = Notes::default();
             let mut qmp_answers = QmpCache::default();
+            // What the last snapshot sent said: an unchanged round sends
+            // nothing (a wakeup of the event thread saved each second; it
+            // retries unserved VMs of the last snapshot itself).
+            let mut last_sent: Option<(Vec<Found>, bool)> = None;
             let mut next_round = Instant::now();
             // Extra rounds after a rescan request, soonest last.
             let mut follow_ups: Vec<Instant> = Vec::new();
@@ -184,6 +188,12 @@ pub fn spawn(
                     let limit = cfg.config.daemon.overload_cpu_pressure_percent;
                     let overloaded =
                         cpu_pressure_some_avg10().is_some_and(|p| serving::overloaded(p, limit));
+                    let round = (found, overloaded);
+                    if last_sent.as_ref() == Some(&round) {
+                        continue;
+                    }
+                    last_sent = Some(round.clone());
+                    let (found, overloaded) = round;
                     DiscoveryMsg::Snapshot(Snapshot { found, overloaded })
                 } else {
                     let left = next_round.saturating_duration_since(Instant::now());
@@ -415,7 +425,7 @@ fn discover_once(
 /// `some avg10` of /proc/pressure/cpu: % of the last 10 s in which some
 /// runnable task waited for a CPU.
 fn cpu_pressure_some_avg10() -> Option<f64> {
-    let text = fs::read_to_string("/proc/pressure/cpu").ok()?;
+    let text = pvsched_base::procfs::read_to_string("/proc/pressure/cpu").ok()?;
     let line = text.lines().find(|l| l.starts_with("some"))?;
     line.split_whitespace()
         .find_map(|kv| kv.strip_prefix("avg10="))

@@ -143,7 +143,7 @@ pub(super) fn finish(
 
 /// Real and effective uid of process `pid` (the `Uid:` line of its status).
 fn uids_of(pid: i32) -> io::Result<(u32, u32)> {
-    let status = fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let status = pvsched_base::procfs::read_to_string(format!("/proc/{pid}/status"))?;
     let mut ids = status
         .lines()
         .find_map(|l| l.strip_prefix("Uid:"))
