@@ -65,12 +65,50 @@ pub struct Parsed {
     pub lost: u64,
 }
 
+/// The frames of a kernel stack recorded with an event (`options/stacktrace`)
+/// that say an RT task is being pushed: on the 7.x kernels `push_rt_task`
+/// sends its IPI from `wakeup_preempt`, whose callsite alone reads as a
+/// wakeup preemption.
+const RT_PUSH_FRAMES: [&str; 2] = ["push_rt_task", "push_rt_tasks"];
+
+/// An IPI read from its event line, counted once the stack that may follow
+/// it is read too.
+struct Pending {
+    why: &'static str,
+    func: String,
+    sender: &'static str,
+    rt_push: bool,
+}
+
+fn count(p: Pending, counts: &mut BTreeMap<String, u64>, other: &mut BTreeMap<String, u64>) {
+    let why = if p.rt_push { "RT push" } else { p.why };
+    if why == "other" {
+        *other.entry(p.func).or_insert(0) += 1;
+    }
+    *counts.entry(key(why, p.sender)).or_insert(0) += 1;
+}
+
 /// See [`Parsed`].
 pub fn parse(text: &str) -> Parsed {
     let mut counts = BTreeMap::new();
     let mut other_callsites = BTreeMap::new();
     let mut lost = 0;
+    let mut pending: Option<Pending> = None;
     for line in text.lines() {
+        // A frame of the stack of the event above (" => func+0x1/0x2").
+        if let Some(frame) = line.trim_start().strip_prefix("=> ") {
+            if let Some(p) = pending.as_mut() {
+                let func = frame.split('+').next().unwrap_or(frame);
+                p.rt_push |= RT_PUSH_FRAMES.contains(&func);
+            }
+            continue;
+        }
+        if line.ends_with("<stack trace>") {
+            continue;
+        }
+        if let Some(p) = pending.take() {
+            count(p, &mut counts, &mut other_callsites);
+        }
         if let Some(rest) = line.strip_prefix("# entries-in-buffer/entries-written: ") {
             let nums: Vec<u64> = rest
                 .split(|c: char| !c.is_ascii_digit())
@@ -103,11 +141,15 @@ pub fn parse(text: &str) -> Parsed {
             continue;
         };
         let func = cs.split('+').next().unwrap_or(cs);
-        let why = cause(func);
-        if why == "other" {
-            *other_callsites.entry(func.to_string()).or_insert(0) += 1;
-        }
-        *counts.entry(key(why, sender(comm))).or_insert(0) += 1;
+        pending = Some(Pending {
+            why: cause(func),
+            func: func.to_string(),
+            sender: sender(comm),
+            rt_push: false,
+        });
+    }
+    if let Some(p) = pending.take() {
+        count(p, &mut counts, &mut other_callsites);
     }
     Parsed {
         counts,
@@ -300,6 +342,29 @@ mod tests {
             other_callsites.into_iter().collect::<Vec<_>>(),
             vec![("on_each_cpu_cond_mask".to_string(), 1)]
         );
+    }
+
+    #[test]
+    fn a_wakeup_preempt_callsite_under_push_rt_task_is_an_rt_push() {
+        // As the 7.3 kernel records them with options/stacktrace.
+        let text = "\
+  cyclictest-309  [001] d..2. 1.0: ipi_send_cpu: cpu=0 callsite=wakeup_preempt+0x92/0xa0 callback=0x0
+  cyclictest-309  [001] d..2. 1.0: <stack trace>
+ => trace_event_raw_event_ipi_send_cpu+0x6a/0xa0
+ => __resched_curr+0x9c/0x120
+ => wakeup_preempt+0x92/0xa0
+ => push_rt_task+0x1c5/0x260
+ => push_rt_tasks+0x15/0x30
+  stress-ng-cpu-77 [000] dNs5. 1.1: ipi_send_cpu: cpu=1 callsite=wakeup_preempt+0x92/0xa0 callback=0x0
+  stress-ng-cpu-77 [000] dNs5. 1.1: <stack trace>
+ => __resched_curr+0x9c/0x120
+ => wakeup_preempt+0x92/0xa0
+ => ttwu_do_activate+0x80/0x1f0
+";
+        let c = parse(text).counts;
+        assert_eq!(c[&key("RT push", "host cyclictest")], 1);
+        assert_eq!(c[&key("wakeup preempts", "stress-ng")], 1);
+        assert_eq!(c.values().sum::<u64>(), 2);
     }
 
     #[test]
