@@ -41,6 +41,16 @@ fn alive(pid: i32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
 
+/// The owner sets the length of the region file at `path`.
+fn resize(path: &Path, len: u64) {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_len(len)
+        .unwrap();
+}
+
 #[test]
 fn a_region_truncated_by_its_owner_drops_only_its_vm_restores_its_threads_and_serves_it_once_whole()
 {
@@ -61,12 +71,7 @@ fn a_region_truncated_by_its_owner_drops_only_its_vm_restores_its_threads_and_se
     wait_boosted(&d, vmm_b.tids[0]);
 
     // The owner truncates the file pvschedd has mapped.
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&region_a.0)
-        .unwrap()
-        .set_len(0)
-        .unwrap();
+    resize(&region_a.0, 0);
     let dropped = wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
         (!served(&mut d, &a)).then_some(())
     });
@@ -92,12 +97,7 @@ fn a_region_truncated_by_its_owner_drops_only_its_vm_restores_its_threads_and_se
 
     // The owner gives the file its size back: the VM, which discovery finds
     // unchanged all along (it sends no new snapshot), is served again.
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&region_a.0)
-        .unwrap()
-        .set_len(4096)
-        .unwrap();
+    resize(&region_a.0, 4096);
     d.wait_serving(&a, 2);
 }
 
