@@ -1,8 +1,8 @@
 //! Reading small /proc files on paths that run every round.
 //!
 //! A /proc file reports size 0, so `std::fs::read_to_string` sizes its
-//! buffer by probing: a 32-byte read, then doubling, ten reads for a 1.4 KiB
-//! `/proc/<pid>/status`, after an `fstat` for the size hint. Here the buffer
+//! buffer by probing: a 32-byte read, then doubling, eight reads for a 1.4
+//! KiB `/proc/<pid>/status`, after an `fstat` for the size hint. Here the buffer
 //! starts at a page, which holds every file read this way: an open, one read
 //! and the read that finds the end. Each syscall counts on an emulated host,
 //! where pvschedd's discovery round read a few such files every second.
@@ -30,10 +30,7 @@ mod tests {
         let status = read_to_string("/proc/self/status").unwrap();
         assert!(status.starts_with("Name:"), "{status}");
         assert!(status.contains("\nTgid:"), "{status}");
-        assert_eq!(
-            status.lines().last().map(|_| status.ends_with('\n')),
-            Some(true)
-        );
+        assert!(status.ends_with('\n'), "{status}");
     }
 
     #[test]

@@ -68,7 +68,9 @@ pub struct Parsed {
 /// The frames of a kernel stack recorded with an event (`options/stacktrace`)
 /// that say an RT task is being pushed: on the 7.x kernels `push_rt_task`
 /// sends its IPI from `wakeup_preempt`, whose callsite alone reads as a
-/// wakeup preemption.
+/// wakeup preemption. Without stacks ([`STACKS_ENV`] unset) such a push is
+/// counted as a wakeup preemption (the reports' text predates this, and
+/// committed reports must render again identically).
 const RT_PUSH_FRAMES: [&str; 2] = ["push_rt_task", "push_rt_tasks"];
 
 /// An IPI read from its event line, counted once the stack that may follow

@@ -244,9 +244,7 @@ fn ipi_sources_markdown(o: &mut String, r: &Report) {
          CPU, which the kernel does when a higher RT task preempts it, on that task's wakeup \
          path; a queued remote wakeup; `sched_setattr` on a thread running elsewhere) and by \
          the task current on the sending CPU. Under TCG, QEMU's main loop delivers the \
-         guest's timers by waking vCPU threads. On the 7.x kernels an RT push sends its IPI \
-         from `wakeup_preempt` too: it is told apart only where the IPIs' kernel stacks were \
-         recorded (`PVSCHED_BENCH_IPI_STACKS`), else counted as a wakeup preemption.\n"
+         guest's timers by waking vCPU threads.\n"
     );
     let _ = writeln!(
         o,
