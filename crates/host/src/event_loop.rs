@@ -668,10 +668,8 @@ impl Daemon {
             // This thread left the RT class while the scheduler ran it ahead
             // of every boost; on the rt backend it is above them by SCHED_FIFO.
             let priority = u32::from(self.cfg.config.daemon.priority);
-            if let Err(e) = pvsched_base::sched::set_params(
-                0,
-                &pvsched_base::sched::ThreadParams::fifo(priority).reset_on_fork(),
-            ) {
+            // Memory stays locked from start-up.
+            if let Err(e) = pvsched_base::sched::make_current_thread_fifo(priority, false) {
                 error!(error = %e, "the event thread cannot return to SCHED_FIFO: reactions may be late under load");
             }
             for vm in self.vms.iter_mut() {
