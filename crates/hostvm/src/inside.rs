@@ -123,12 +123,11 @@ pub fn run_test(name: &str, cfg: &HostVmConfig, timeout: Duration) -> Result<Str
                 // whatever the lost attempt left behind (its kvm module
                 // parameters, the emulated SVM's state).
                 state.vm = None;
-                let line = out
-                    .lines()
-                    .find(|l| l.contains(GUEST_LOST_MARKER))
-                    .unwrap_or_default();
-                notes.push(format!("attempt {attempt}: guest lost: {line}"));
-                eprintln!("pvsched-hostvm: {name}: attempt {attempt}: {line}; running it again");
+                let (line, tail) = lost_report(&out);
+                notes.push(format!("attempt {attempt}: guest lost: {line}{tail}"));
+                eprintln!(
+                    "pvsched-hostvm: {name}: attempt {attempt}: {line}; running it again{tail}"
+                );
             }
             Ok((rc, out)) => {
                 let trouble = vm.kernel_trouble();
@@ -148,13 +147,9 @@ pub fn run_test(name: &str, cfg: &HostVmConfig, timeout: Duration) -> Result<Str
                 // (something it started kept the console; CI saw it after a
                 // guest reset): run it again, on a fresh host VM, as any lost guest.
                 state.vm = None;
-                let line = console
-                    .lines()
-                    .find(|l| l.contains(GUEST_LOST_MARKER))
-                    .unwrap_or_default()
-                    .to_string();
+                let (line, tail) = lost_report(&console);
                 notes.push(format!(
-                    "attempt {attempt}: guest lost, command stuck: {line}"
+                    "attempt {attempt}: guest lost, command stuck: {line}{tail}"
                 ));
                 eprintln!(
                     "pvsched-hostvm: {name}: attempt {attempt}: {line}; the command did not \
@@ -176,6 +171,28 @@ pub fn run_test(name: &str, cfg: &HostVmConfig, timeout: Duration) -> Result<Str
         reason: format!("{ATTEMPTS} attempts at {name} met host VM failures or lost guests"),
         kernel_log: notes.join("\n"),
     })
+}
+
+/// Lines of a lost guest's report kept after the marker's line: the end of
+/// its console and kernel log, which say how it died (a reset, a panic).
+const LOST_TAIL_LINES: usize = 20;
+
+/// The marker's line of a lost guest's test output, and the (indented) lines
+/// before the panic's own notes that follow it: without them a note says
+/// only "QEMU exited", as CI's did for three lost attempts in a row.
+fn lost_report(out: &str) -> (&str, String) {
+    let mut lines = out.lines().skip_while(|l| !l.contains(GUEST_LOST_MARKER));
+    let line = lines.next().unwrap_or_default();
+    let tail: Vec<&str> = lines
+        .take_while(|l| !l.starts_with("note: ") && !l.starts_with("stack backtrace:"))
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    let kept = &tail[tail.len().saturating_sub(LOST_TAIL_LINES)..];
+    let tail = kept
+        .iter()
+        .map(|l| format!("\n    {l}"))
+        .collect::<String>();
+    (line, tail)
 }
 
 /// A test that runs inside the host VM (see the module docs):
@@ -213,6 +230,26 @@ macro_rules! kvm_test {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lost_guest_report_keeps_the_console_tail_before_the_panic_notes() {
+        let out = format!(
+            "running 1 test\npanicked at x.rs:1:\n{GUEST_LOST_MARKER} the KVM guest stopped \
+             answering: VM v: QEMU exited (exit status: 0); stderr:\n\nconsole tail:\n\
+             Kernel panic - not syncing: x\nkernel log tail:\n[ 1.0] y\n\
+             note: run with `RUST_BACKTRACE=1`\nlater"
+        );
+        let (line, tail) = lost_report(&out);
+        assert!(line.starts_with(GUEST_LOST_MARKER), "{line}");
+        assert_eq!(
+            tail,
+            "\n    console tail:\n    Kernel panic - not syncing: x\n    kernel log tail:\n    [ 1.0] y"
+        );
+        let long: String = (0..50).map(|i| format!("l{i}\n")).collect();
+        let (_, tail) = lost_report(&format!("{GUEST_LOST_MARKER}\n{long}"));
+        assert_eq!(tail.lines().count(), LOST_TAIL_LINES + 1, "{tail}");
+        assert!(tail.ends_with("l49"), "{tail}");
+    }
 
     #[test]
     fn quoting_survives_quotes() {

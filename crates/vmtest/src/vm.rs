@@ -894,18 +894,15 @@ impl Vm {
         Ok(matches!(state, Some(s) if s != 'Z' && s != 'X'))
     }
 
-    /// Waits until a guest process is gone; returns false on timeout.
+    /// Waits until a guest process is gone (zombies count as gone); returns
+    /// false on timeout. The guest waits by itself and answers once: a
+    /// `cat /proc/PID/stat` over the console every 100 ms, as this did
+    /// before, kept the serial port busy for the whole wait, and in the KVM
+    /// host VM the resets of a KVM guest came mid-way through such a reply
+    /// (four of four, 2026-11-28), at most every other attempt of a test.
     pub fn wait_gone(&self, pid: u32, timeout: Duration) -> Result<bool> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if !self.is_running(pid)? {
-                return Ok(true);
-            }
-            if Instant::now() >= deadline {
-                return Ok(false);
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let (_, out) = self.exec(&wait_gone_cmd(pid, timeout), timeout + WAIT_GONE_MARGIN)?;
+        Ok(out.contains("gone=1"))
     }
 
     /// The guest kernel's console output so far (ttyS1, written by QEMU to
@@ -1095,9 +1092,63 @@ fn qemu_vcpu_threads(threads: Vec<(i32, String)>) -> Vec<(u32, u32)> {
     out
 }
 
+/// What [`Vm::wait_gone`] allows beyond its timeout for the guest's answer.
+const WAIT_GONE_MARGIN: Duration = Duration::from_secs(30);
+
+/// A guest command that polls `/proc/PID/stat` every 100 ms until the
+/// process is gone or a zombie (`gone=1`) or `timeout` has passed on the
+/// guest's clock (`gone=0`), and says so once.
+fn wait_gone_cmd(pid: u32, timeout: Duration) -> String {
+    let secs = timeout.as_secs().max(1);
+    format!(
+        "end=$(( $(cut -d. -f1 /proc/uptime) + {secs} )); g=0; while :; do \
+         st=$(cat /proc/{pid}/stat 2>/dev/null); st=${{st##*\") \"}}; st=${{st%% *}}; \
+         case \"$st\" in ''|Z|X) g=1; break;; esac; \
+         [ \"$(cut -d. -f1 /proc/uptime)\" -ge \"$end\" ] && break; sleep 0.1; done; \
+         echo \"gone=$g\""
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `wait_gone_cmd` run by this machine's `/bin/sh` (dash, as the
+    /// guest's) against `pid`.
+    fn run_wait_gone(pid: u32, timeout: Duration) -> String {
+        let out = Command::new("/bin/sh")
+            .args(["-c", &wait_gone_cmd(pid, timeout)])
+            .output()
+            .expect("run /bin/sh");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    #[test]
+    fn wait_gone_cmd_tells_a_running_process_from_an_exited_or_zombie_one() {
+        let cmd = wait_gone_cmd(123, Duration::from_secs(20));
+        assert!(
+            cmd.len() < crate::MAX_COMMAND_LEN && !cmd.contains('\n'),
+            "{cmd}"
+        );
+
+        let mut running = Command::new("sleep").arg("30").spawn().expect("sleep");
+        let t = Instant::now();
+        assert_eq!(
+            run_wait_gone(running.id(), Duration::from_secs(1)),
+            "gone=0"
+        );
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+
+        // Not reaped: a zombie until wait() below.
+        let mut ended = Command::new("true").spawn().expect("true");
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(run_wait_gone(ended.id(), Duration::from_secs(20)), "gone=1");
+        let _ = ended.wait();
+        assert_eq!(run_wait_gone(ended.id(), Duration::from_secs(20)), "gone=1");
+
+        let _ = running.kill();
+        let _ = running.wait();
+    }
 
     #[test]
     fn only_qemu_tcg_and_kvm_vcpu_threads_are_taken() {

@@ -128,42 +128,50 @@ impl Bench<'_> {
         status
     }
 
-    /// Starts rtspin on every rogue vCPU; returns how many said they run.
-    fn spin(&mut self, tag: &str) -> Result<u32> {
+    /// Starts rtspin on every rogue vCPU (without waiting for them to say
+    /// they run: [`Self::spun`] reads that after the stop).
+    fn spin(&mut self) -> Result<()> {
         let t = Instant::now();
         let cmd = spin_cmd(
             self.rogue.cpus,
             self.s.priority,
             spin_bound(self.s.base.duration),
         );
-        let out = match self.rogue.vm.exec_ok(&cmd, Duration::from_secs(60)) {
-            Ok(out) => out,
-            Err(e) => {
-                // Some may run: stop them before the next measurement.
-                let _ = self.unspin();
-                return Err(guest("starting the rogue's rtspin")(e));
-            }
-        };
-        let _ = std::fs::write(self.raw_dir.join(format!("{tag}-rogue.log")), &out);
-        let n = count_ready(&out);
+        if let Err(e) = self.rogue.vm.exec_ok(&cmd, Duration::from_secs(60)) {
+            // Some may run: stop them before the next measurement.
+            let _ = self.unspin();
+            return Err(guest("starting the rogue's rtspin")(e));
+        }
         eprintln!(
-            "    rogue: rtspin FIFO {} running on {n} of {} vCPUs (started in {:.1} s)",
+            "    rogue: rtspin FIFO {} started on {} vCPUs in {:.1} s",
             self.s.priority,
             self.rogue.cpus,
             t.elapsed().as_secs_f64()
         );
+        Ok(())
+    }
+
+    /// After [`Self::unspin`]: whether an rtspin said it ran at SCHED_FIFO
+    /// on every rogue vCPU (their output kept in the raw folder).
+    fn spun(&mut self, tag: &str) -> Result<()> {
+        let out = self
+            .rogue
+            .vm
+            .exec_ok(READY_CMD, Duration::from_secs(60))
+            .map_err(guest("reading the rogue's rtspin output"))?;
+        let _ = std::fs::write(self.raw_dir.join(format!("{tag}-rogue.log")), &out);
+        let n = count_ready(&out);
         if n < self.rogue.cpus {
-            let _ = self.unspin();
             return Err(BenchError::Tool {
                 what: "rogue rtspin".into(),
                 detail: format!(
-                    "only {n} of {} vCPUs started spinning: {}",
+                    "only {n} of {} vCPUs ran spinning: {}",
                     self.rogue.cpus,
                     out.trim()
                 ),
             });
         }
-        Ok(n)
+        Ok(())
     }
 
     /// Kills the rogue's rtspin; an error if one survives.
@@ -219,14 +227,23 @@ impl Bench<'_> {
             &format!("{load}/{interval}us/{case} rep {rep}"),
             self.s.base.duration as f64,
         );
-        let spinning = if case.spinning() { self.spin(&tag)? } else { 0 };
-        let result = self.measure_spinning(rep, load, interval, case, daemon, spinning, &tag);
-        if spinning > 0 {
-            if let Err(e) = self.unspin() {
-                self.error(format!("{tag}: {e}"));
-            }
+        if !case.spinning() {
+            return self.measure_spinning(rep, load, interval, case, daemon, 0, &tag);
         }
-        result
+        self.spin()?;
+        let result =
+            self.measure_spinning(rep, load, interval, case, daemon, self.rogue.cpus, &tag);
+        if let Err(e) = self.unspin() {
+            self.error(format!("{tag}: {e}"));
+        }
+        let result = result?;
+        // A phase whose rogue did not spin on every vCPU measured something
+        // else: dropped, as a failed measurement.
+        if let Err(e) = self.spun(&tag) {
+            self.phases.pop();
+            return Err(e);
+        }
+        Ok(result)
     }
 
     #[allow(clippy::too_many_arguments)]
