@@ -328,7 +328,7 @@ impl HostVm {
     }
 
     fn classify(&self, e: pvsched_vmtest::Error) -> Error {
-        match self.failure() {
+        match stalled(&e).or_else(|| self.failure()) {
             Some(reason) => Error::HostVmFailed {
                 reason: format!("{reason}; while: {e}"),
                 kernel_log: tail(&self.kernel_log(), 40),
@@ -336,6 +336,16 @@ impl HostVm {
             None => Error::Vm(e),
         }
     }
+}
+
+/// Why `e` is by itself the host VM's failure: a command it did not even
+/// start within [`ALIVE_TIMEOUT`] means it stalled that long, and what ran
+/// in it meanwhile (a bench's measurement) is not to be trusted, even when
+/// a `true` after is answered (a rogue run of 2026-11-28 ended there with a
+/// harness error instead of running again).
+fn stalled(e: &pvsched_vmtest::Error) -> Option<String> {
+    matches!(e, pvsched_vmtest::Error::CommandNotStarted { .. })
+        .then(|| "it stalled: a command did not start".to_string())
 }
 
 /// A boot that did not reach the prompt: the init's own failure is a set-up
@@ -391,5 +401,22 @@ pub fn with_retries<T>(
             }
             Err(e) => return Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_the_host_vm_did_not_start_is_its_failure_and_other_errors_are_not() {
+        let not_started = pvsched_vmtest::Error::CommandNotStarted {
+            vm: "hostvm".into(),
+            command: "true".into(),
+            within: ALIVE_TIMEOUT,
+            console: String::new(),
+        };
+        assert!(stalled(&not_started).is_some());
+        assert!(stalled(&pvsched_vmtest::Error::Other("exit 1".into())).is_none());
     }
 }
