@@ -234,15 +234,23 @@ impl RegionFile {
         self.file.metadata()
     }
 
-    /// Whether the mapping still is the file, at its size: not
-    /// [`truncated`](Self::truncated), and `fstat` still finds the size it
-    /// was mapped at (a truncation no access has hit yet). One system call.
-    pub fn check_intact(&self) -> Result<(), RegionFileError> {
+    /// Whether no access has faulted past the file's end: not
+    /// [`truncated`](Self::truncated). No system call.
+    pub fn check_not_faulted(&self) -> Result<(), RegionFileError> {
         if self.truncated() {
             return Err(RegionFileError::Truncated {
                 path: self.path.clone(),
             });
         }
+        Ok(())
+    }
+
+    /// Whether the mapping still is the file, at its size:
+    /// [`check_not_faulted`](Self::check_not_faulted), and `fstat` still
+    /// finds the size it was mapped at (a truncation no access has hit
+    /// yet). One system call.
+    pub fn check_intact(&self) -> Result<(), RegionFileError> {
+        self.check_not_faulted()?;
         let len = self
             .file
             .metadata()

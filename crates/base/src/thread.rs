@@ -74,6 +74,33 @@ impl ThreadHandle {
         }
     }
 
+    /// Whether every thread of `handles` is alive: one `poll` over those
+    /// held by a pidfd, the /proc check for the others.
+    pub fn all_alive(handles: &[ThreadHandle]) -> bool {
+        let mut polled: Vec<libc::pollfd> = handles
+            .iter()
+            .filter_map(|h| h.pidfd.as_ref())
+            .map(|fd| libc::pollfd {
+                fd: fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        if !polled.is_empty() {
+            // SAFETY: `polled` holds polled.len() valid pollfds; zero
+            // timeout.
+            let n = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, 0) };
+            // A thread pidfd becomes readable when the thread exits.
+            if n != 0 {
+                return false;
+            }
+        }
+        handles
+            .iter()
+            .filter(|h| h.pidfd.is_none())
+            .all(ThreadHandle::is_alive)
+    }
+
     /// Same identity check from a recorded (tgid, tid, start time) triple:
     /// used when restoring from a state file of an earlier process.
     pub fn matches_recorded(tgid: i32, tid: i32, recorded_start: u64) -> bool {
@@ -167,6 +194,29 @@ mod tests {
         t.join().unwrap();
 
         assert!(!handle.is_alive());
+    }
+
+    #[test]
+    fn handles_are_all_alive_until_one_thread_exits() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            tx.send(gettid()).unwrap();
+            done_rx.recv().ok();
+        });
+        let tid = rx.recv().unwrap();
+        let pid = std::process::id() as i32;
+        let handles = [
+            ThreadHandle::open(pid, pid).unwrap(),
+            ThreadHandle::open(pid, tid).unwrap(),
+        ];
+        assert!(ThreadHandle::all_alive(&handles));
+
+        done_tx.send(()).unwrap();
+        t.join().unwrap();
+
+        assert!(!ThreadHandle::all_alive(&handles));
+        assert!(ThreadHandle::all_alive(&handles[..1]));
     }
 
     #[test]

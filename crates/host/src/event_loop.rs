@@ -50,6 +50,10 @@ const TOKEN_DOORBELL: u64 = 16;
 /// How often the event source's counters and each VM's statistics are
 /// copied into the metrics.
 const COUNTERS_INTERVAL_NS: u64 = 1_000_000_000;
+/// How often each region's size is checked (`fstat`) for a truncation no
+/// access has hit yet; a faulted access is caught at every scan. An
+/// emulated host pays for each system call of a scan.
+const REGION_STAT_INTERVAL_NS: u64 = 1_000_000_000;
 
 /// pvschedd's event thread: the policy's mechanism, one part per job.
 pub struct Daemon {
@@ -72,6 +76,8 @@ pub struct Daemon {
     next_recheck: u64,
     /// When the event source's counters are next copied into the metrics.
     next_counters: u64,
+    /// When each region's size is next checked.
+    next_region_stat: u64,
     /// When the event thread last returned from epoll: the end of the
     /// wakeup part of a reaction (`reaction_wakeup_seconds`).
     woke_ns: u64,
@@ -166,6 +172,7 @@ impl Daemon {
             decisions: Vec::with_capacity(64),
             next_scan: 0,
             next_counters: 0,
+            next_region_stat: 0,
             woke_ns: 0,
             armed_ns: 0,
             batch: Vec::with_capacity(256),
@@ -606,10 +613,15 @@ impl Daemon {
             self.retry_leftover();
             self.check_backend(now);
             // A region truncated under us is no longer the guest's: its VM
-            // is restored and dropped before anything reads it (one fstat
-            // per VM per scan).
+            // is restored and dropped (an access past the end, which reads
+            // zero pages, at the next scan; a truncation no access hit yet
+            // within a second: one fstat per VM).
+            let stat = now >= self.next_region_stat;
+            if stat {
+                self.next_region_stat = now + REGION_STAT_INTERVAL_NS;
+            }
             for vm in self.vms.iter_mut() {
-                if !vm.region_intact() {
+                if !vm.region_intact(stat) {
                     vm.gone = true;
                 }
             }

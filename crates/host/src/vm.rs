@@ -187,9 +187,15 @@ impl ServedVm {
 
     /// Whether the region is still the VM's file at the size it was mapped
     /// at. Its owner may truncate it under us: an access then reads zero
-    /// pages (not the guest's), so the VM must be dropped. One `fstat`.
-    pub fn region_intact(&self) -> bool {
-        match self.region.check_intact() {
+    /// pages (not the guest's), so the VM must be dropped. The fault flag
+    /// always; the file's size too (one `fstat`) when `stat`.
+    pub fn region_intact(&self, stat: bool) -> bool {
+        let checked = if stat {
+            self.region.check_intact()
+        } else {
+            self.region.check_not_faulted()
+        };
+        match checked {
             Ok(()) => true,
             Err(e) => {
                 warn!(vm = %self.name, error = %e, "region file changed under us; dropping the VM");

@@ -112,9 +112,10 @@ pub enum ScxBoost {
 /// since it was registered, compared by the program with its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ScxAllowance {
-    /// Extension time at slice ends (`grant.ext_allowed_ns`).
+    /// Extension time at slice ends (the record's `ext_allowed_ns`).
     pub extension_ns: u64,
-    /// Time boosted by the program's own decisions (`grant.kboost_allowed_ns`).
+    /// Time boosted by the program's own decisions (the record's
+    /// `kboost_allowed_ns`).
     pub kernel_boost_ns: u64,
     /// The policy's terms for those decisions.
     pub kernel: KernelGrant,
@@ -415,15 +416,15 @@ impl SchedExt {
     }
 
     /// Sets what thread `tid` may have from the program itself: its total
-    /// extension time, and the boosts it decides (`grant.kboost`); written
-    /// only when something changed.
+    /// extension time and the boosts it decides (`grant.kboost`). The two
+    /// totals, which grow at every scan, are stored into the thread's
+    /// record through the mapping; the grant is written (a syscall) only
+    /// when its rules changed.
     pub fn allow(&self, tid: u32, allowance: ScxAllowance) -> Result<(), SchedExtError> {
         let mut g = self.grant(tid)?;
         let before = g;
-        g.ext_allowed_ns = allowance.extension_ns;
         let k = allowance.kernel;
         g.kboost = u32::from(k.priority);
-        g.kboost_allowed_ns = allowance.kernel_boost_ns;
         g.halt_window_ns = k.halt_window_ns;
         g.kflags = if k.critical_sections { PVS_SCX_K_CS } else { 0 }
             | if k.wakeups { PVS_SCX_K_WAKE } else { 0 };
@@ -434,10 +435,26 @@ impl SchedExt {
         g.vcpu_index = allowance.lock.index;
         g.lock_peers = allowance.lock.peers;
         g.slot_stride = allowance.lock.stride;
-        if as_bytes(&g) == as_bytes(&before) {
-            return Ok(());
+        if as_bytes(&g) != as_bytes(&before) {
+            self.write_grant(tid, &g)?;
         }
-        self.write_grant(tid, &g)
+        if let Some(record) = self.written_grants().get(&tid).map(|g| g.record) {
+            let r = self.record_ptr(record);
+            // SAFETY: fields of a record of the mapping (`record_ptr`),
+            // 8-byte aligned; the program only reads these two, and an
+            // aligned 8-byte store is seen whole.
+            unsafe {
+                std::ptr::write_volatile(
+                    std::ptr::addr_of_mut!((*r).ext_allowed_ns),
+                    allowance.extension_ns,
+                );
+                std::ptr::write_volatile(
+                    std::ptr::addr_of_mut!((*r).kboost_allowed_ns),
+                    allowance.kernel_boost_ns,
+                );
+            }
+        }
+        Ok(())
     }
 
     /// What the scheduler did for thread `tid`.

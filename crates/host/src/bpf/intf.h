@@ -164,10 +164,6 @@ struct pvs_scx_grant {
 	 * address space; 0: unknown, no extension. Read with
 	 * bpf_probe_read_user while the vCPU thread is the current task. */
 	__u64 slot_addr;
-	/* Extension time this vCPU may have had in total since it was
-	 * registered: the daemon raises it as the VM's budget allows, the
-	 * program compares its own total (pvs_scx_vcpu.ext_ns) against it. */
-	__u64 ext_allowed_ns;
 	/* 0: not boosted; else the policy's RT priority for it (1..99):
 	 * dispatched ahead of unboosted tasks, preempting on wakeup. */
 	__u32 boost;
@@ -180,12 +176,12 @@ struct pvs_scx_grant {
 	 * from a halt within halt_window_ns of guest RT work seen, and, as
 	 * kflags allow, one preempted in a critical section or one woken onto
 	 * a busy CPU (for wake_boost_ns), is boosted at kboost (0: none) while
-	 * its total (pvs_scx_vcpu.kboost_ns) stays below kboost_allowed_ns,
-	 * which the daemon raises from the VM's boost budget at each scan.
+	 * its total (pvs_scx_vcpu.kboost_ns) stays below
+	 * pvs_scx_vcpu.kboost_allowed_ns, which the daemon raises from the
+	 * VM's boost budget at each scan.
 	 */
 	__u32 kboost;
 	__u32 kflags;		/* enum pvs_scx_kflags */
-	__u64 kboost_allowed_ns;
 	__u64 halt_window_ns;
 	__u64 wake_boost_ns;
 	/*
@@ -249,8 +245,10 @@ enum pvs_scx_boost_kind {
 	PVS_SCX_BOOST_PROACTIVE = 1,
 };
 
-/* Value of the `scx_vcpus` hash map, same keys: written only by the
- * program (the daemon creates each entry zeroed and reads it). */
+/* An element of the `scx_vcpus` array, at its grant's `record`: written
+ * by the program, except the two allowances at its end, which only the
+ * daemon writes (through its mapping: no syscall per vCPU per scan; the
+ * daemon zeroes the whole record before a grant names it). */
 struct pvs_scx_vcpu {
 	__u64 ext_ns;		/* extension time granted at slice ends */
 	__u64 ext_count;	/* extensions granted */
@@ -299,6 +297,14 @@ struct pvs_scx_vcpu {
 	 * slot showed no critical section), and their time. */
 	__u64 ext_lock_count;
 	__u64 ext_lock_ns;
+	/* Written by the daemon only, each an aligned 8-byte store. Extension
+	 * time this vCPU may have had in total since it was registered: the
+	 * daemon raises it as the VM's budget allows, the program compares its
+	 * own total (ext_ns) against it. */
+	__u64 ext_allowed_ns;
+	/* Time the program's own boosts may have had in total (kboost_ns;
+	 * see pvs_scx_grant.kboost). */
+	__u64 kboost_allowed_ns;
 };
 
 /*
@@ -354,7 +360,7 @@ struct pvs_scx_boost_queued {
 #define PVS_SCX_DSQ_BOOST 0
 #define PVS_SCX_DSQ_FAIR 1
 
-_Static_assert(sizeof(struct pvs_scx_grant) == 96, "pvs_scx_grant size");
-_Static_assert(sizeof(struct pvs_scx_vcpu) == 224, "pvs_scx_vcpu size");
+_Static_assert(sizeof(struct pvs_scx_grant) == 80, "pvs_scx_grant size");
+_Static_assert(sizeof(struct pvs_scx_vcpu) == 240, "pvs_scx_vcpu size");
 
 #endif /* __PVSCHED_INTF_H */

@@ -19,23 +19,24 @@
  *  - a boosted vCPU thread (grant.boost > 0) goes ahead of every unboosted
  *    task: on its CPU at once, preempting a weaker task, or on the shared
  *    boost queue that every CPU takes from first;
- *  - within the policy's budget (grant.kboost, kboost_allowed_ns), the
- *    program boosts a vCPU itself at an enqueue when the slot, read when
- *    the vCPU last stopped, showed guest RT work, when it wakes from a
- *    halt shortly after such work (grant.halt_window_ns), and as the
- *    policy allows (grant.kflags) when it was preempted in a critical
- *    section or wakes onto a busy CPU: the decision is taken at the
- *    enqueue, with no round trip through the daemon; a long burst of such
- *    boosts is demoted to priority 1, and a longer one throttled, by the
- *    policy's own rules (grant.demote_after_ns, max_boost_ns,
- *    throttle_ns);
+ *  - within the policy's budget (grant.kboost, the record's
+ *    kboost_allowed_ns), the program boosts a vCPU itself at an enqueue
+ *    when the slot, read when the vCPU last stopped, showed guest RT work,
+ *    when it wakes from a halt shortly after such work
+ *    (grant.halt_window_ns), and as the policy allows (grant.kflags) when
+ *    it was preempted in a critical section or wakes onto a busy CPU: the
+ *    decision is taken at the enqueue, with no round trip through the
+ *    daemon; a long burst of such boosts is demoted to priority 1, and a
+ *    longer one throttled, by the policy's own rules
+ *    (grant.demote_after_ns, max_boost_ns, throttle_ns);
  *  - at a slice end, a vCPU whose guest is in a critical section (the
  *    slot's cs_flags, read here while the vCPU thread is the current task),
  *    or that another vCPU of its VM waits on (a lock wait its guest
  *    published naming this vCPU as the holder, grant.lock_peers), keeps
  *    its CPU for one extension of extension_ns, within the total the
- *    daemon allows it (grant.ext_allowed_ns). Its vtime is charged for it
- *    like for any time it ran, so the fair queue takes it back later.
+ *    daemon allows it (the record's ext_allowed_ns). Its vtime is charged
+ *    for it like for any time it ran, so the fair queue takes it back
+ *    later.
  *
  * The policy (budgets, throttles, demotion, fairness debt) stays in the
  * daemon: this program only acts within what a grant says.
@@ -195,6 +196,13 @@ static __always_inline struct pvs_scx_vcpu *vcpu_of(struct task_struct *p)
 	struct pvs_scx_grant *g = grant_of(p);
 
 	return g ? bpf_map_lookup_elem(&scx_vcpus, &g->record) : NULL;
+}
+
+/* An allowance of a record, which the daemon stores through its mapping
+ * while this program runs: loaded once, as the daemon stored it. */
+static __always_inline u64 allowance(const u64 *field)
+{
+	return *(const volatile u64 *)field;
 }
 
 static __always_inline u32 boost_on(s32 cpu)
@@ -365,7 +373,7 @@ static __always_inline u32 kernel_boost(struct pvs_scx_grant *g,
 		v->kburst_ns = v->kburst_ns > halted ? v->kburst_ns - halted : 0;
 		v->halted_at = 0;
 	}
-	if (!g->kboost || v->kboost_ns >= g->kboost_allowed_ns)
+	if (!g->kboost || v->kboost_ns >= allowance(&v->kboost_allowed_ns))
 		return PVS_SCX_KR_NONE;
 	if (v->kthrottled_until && now < v->kthrottled_until)
 		return PVS_SCX_KR_NONE;
@@ -760,7 +768,7 @@ void BPF_STRUCT_OPS(pvs_tick, struct task_struct *p)
 		if (!lock)
 			return;
 	}
-	if (v->ext_ns + extension_ns > g->ext_allowed_ns) {
+	if (v->ext_ns + extension_ns > allowance(&v->ext_allowed_ns)) {
 		v->ext_refused++;
 		__sync_fetch_and_add(&totals.ext_refused, 1);
 		return;

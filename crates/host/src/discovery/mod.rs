@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::sys::eventfd::EventFd;
+use pvsched_base::procfs::ProcFile;
 use pvsched_base::qmp::Qmp;
 use tracing::{debug, info};
 
@@ -144,6 +145,7 @@ pub fn spawn(
         .spawn(move || {
             let mut notes = Notes::default();
             let mut qmp_answers = QmpCache::default();
+            let mut pressure = CpuPressure::open();
             // What the last snapshot sent said: an unchanged round sends
             // nothing (a wakeup of the event thread saved each second; it
             // retries unserved VMs of the last snapshot itself).
@@ -186,8 +188,9 @@ pub fn spawn(
                     next_round = Instant::now() + interval;
                     let found = discover_once(&cfg, &socket_vms, &mut notes, &mut qmp_answers);
                     let limit = cfg.config.daemon.overload_cpu_pressure_percent;
-                    let overloaded =
-                        cpu_pressure_some_avg10().is_some_and(|p| serving::overloaded(p, limit));
+                    let overloaded = pressure
+                        .some_avg10()
+                        .is_some_and(|p| serving::overloaded(p, limit));
                     let round = (found, overloaded);
                     if last_sent.as_ref() == Some(&round) {
                         continue;
@@ -422,10 +425,29 @@ fn discover_once(
     found
 }
 
-/// `some avg10` of /proc/pressure/cpu: % of the last 10 s in which some
-/// runnable task waited for a CPU.
-fn cpu_pressure_some_avg10() -> Option<f64> {
-    let text = pvsched_base::procfs::read_to_string("/proc/pressure/cpu").ok()?;
+/// /proc/pressure/cpu, kept open (None: the kernel has no PSI).
+struct CpuPressure {
+    file: Option<ProcFile>,
+    text: String,
+}
+
+impl CpuPressure {
+    fn open() -> Self {
+        Self {
+            file: ProcFile::open("/proc/pressure/cpu").ok(),
+            text: String::new(),
+        }
+    }
+
+    /// `some avg10`: % of the last 10 s in which some runnable task waited
+    /// for a CPU.
+    fn some_avg10(&mut self) -> Option<f64> {
+        self.file.as_ref()?.read_into(&mut self.text).ok()?;
+        some_avg10(&self.text)
+    }
+}
+
+fn some_avg10(text: &str) -> Option<f64> {
     let line = text.lines().find(|l| l.starts_with("some"))?;
     line.split_whitespace()
         .find_map(|kv| kv.strip_prefix("avg10="))

@@ -4,21 +4,25 @@
 //! A full query connects to QEMU's monitor and asks `query-cpus-fast` and
 //! `query-kvm`: work for pvschedd and for QEMU's main loop, every round
 //! (each second) otherwise; in an emulated host it cost QEMU's main loop
-//! 2 % of the machine. Between full queries a round re-checks from /proc
-//! what the query established: the process (same start time, still an
-//! allowed VMM) and each thread (same start time, still its own). vCPU
-//! hotplug adds a thread no /proc check sees: a full query every
-//! [`REQUERY`] bounds how late it is served.
+//! 2 % of the machine. Between full queries a round re-checks what the
+//! query established, on what it holds since: the process's status file,
+//! kept open (still an allowed VMM; a read fails once the process is gone,
+//! even if its pid was reused), and a handle on the process and each
+//! thread (one `poll` of their pidfds where the kernel has thread pidfds,
+//! 6.9+; else each start time from /proc). Each system call of a round
+//! counts on an emulated host. vCPU hotplug adds a thread no check sees: a
+//! full query every [`REQUERY`] bounds how late it is served.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use pvsched_base::thread::start_time;
+use pvsched_base::procfs::ProcFile;
+use pvsched_base::thread::ThreadHandle;
 
 use super::DiscoveryError;
 use crate::config::Allowed;
-use crate::discovery::vmm::check_vmm;
+use crate::discovery::vmm::check_vmm_status;
 use crate::found::VmThreads;
 
 /// Longest a QMP answer is reused.
@@ -27,14 +31,18 @@ pub const REQUERY: Duration = Duration::from_secs(10);
 struct Entry {
     socket: PathBuf,
     threads: VmThreads,
-    /// Start time of the process and of each of its threads in `threads`.
-    started: Vec<(i32, u64)>,
+    /// The process's `/proc/<pid>/status`, open since the answer.
+    status: ProcFile,
+    /// The process and each of its threads in `threads`.
+    handles: Vec<ThreadHandle>,
     queried: Instant,
 }
 
 #[derive(Default)]
 pub struct QmpCache {
     entries: HashMap<String, Entry>,
+    /// Scratch text of the status reads.
+    text: String,
 }
 
 impl QmpCache {
@@ -51,20 +59,21 @@ impl QmpCache {
         if let Some(e) = self.entries.get(name) {
             if e.socket == socket
                 && now.saturating_duration_since(e.queried) < REQUERY
-                && still_holds(e, allowed)
+                && still_holds(e, &mut self.text, allowed)
             {
                 return Ok(e.threads.clone());
             }
         }
         self.entries.remove(name);
         let threads = query()?;
-        if let Some(started) = start_times(&threads) {
+        if let Some((status, handles)) = held(&threads) {
             self.entries.insert(
                 name.to_string(),
                 Entry {
                     socket: socket.to_path_buf(),
                     threads: threads.clone(),
-                    started,
+                    status,
+                    handles,
                     queried: now,
                 },
             );
@@ -84,20 +93,21 @@ impl QmpCache {
     }
 }
 
-/// The process's and its threads' start times now; None if any is gone.
-fn start_times(t: &VmThreads) -> Option<Vec<(i32, u64)>> {
-    std::iter::once(t.tgid)
+/// The process's status file and handles on it and its threads, opened
+/// after the answer; None if any is gone (the answer is not kept then).
+fn held(t: &VmThreads) -> Option<(ProcFile, Vec<ThreadHandle>)> {
+    let status = ProcFile::open(format!("/proc/{}/status", t.tgid)).ok()?;
+    let handles = std::iter::once(t.tgid)
         .chain(t.vcpus.iter().map(|&(_, tid)| tid))
         .chain(t.latency_path.iter().copied())
-        .map(|tid| start_time(t.tgid, tid).ok().map(|s| (tid, s)))
-        .collect()
+        .map(|tid| ThreadHandle::open(t.tgid, tid).ok())
+        .collect::<Option<Vec<_>>>()?;
+    Some((status, handles))
 }
 
-fn still_holds(e: &Entry, allowed: &Allowed) -> bool {
-    check_vmm(e.threads.tgid, allowed).is_ok()
-        && e.started
-            .iter()
-            .all(|&(tid, s)| start_time(e.threads.tgid, tid).is_ok_and(|now| now == s))
+fn still_holds(e: &Entry, text: &mut String, allowed: &Allowed) -> bool {
+    check_vmm_status(e.threads.tgid, &e.status, text, allowed).is_ok()
+        && ThreadHandle::all_alive(&e.handles)
 }
 
 #[cfg(test)]
@@ -181,14 +191,26 @@ mod tests {
     }
 
     #[test]
-    fn an_answer_is_asked_again_when_a_thread_is_not_the_one_it_named() {
+    fn an_answer_is_asked_again_when_a_thread_it_named_ends() {
         let (qmp, mut cache, sock, t0) =
             (Socket::new(), QmpCache::default(), sock(), Instant::now());
         let (query, queries) = (|| qmp.query(), &qmp.queries);
         cache.threads("vm", sock, &us(), t0, query).unwrap();
-        // A thread id reused by a later thread: its start time differs.
-        let e = cache.entries.get_mut("vm").unwrap();
-        e.started.last_mut().unwrap().1 += 1;
+        // One of the threads the answer named (a thread of this test
+        // process stands for it: the VMM, `sleep`, has one thread) ends.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (end_tx, end_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            tx.send(pvsched_base::thread::gettid()).unwrap();
+            end_rx.recv().ok();
+        });
+        let tid = rx.recv().unwrap();
+        let handle = ThreadHandle::open(std::process::id() as i32, tid).unwrap();
+        cache.entries.get_mut("vm").unwrap().handles.push(handle);
+        cache.threads("vm", sock, &us(), t0, query).unwrap();
+        assert_eq!(queries.get(), 1, "asked once while every thread lives");
+        end_tx.send(()).unwrap();
+        t.join().unwrap();
 
         cache.threads("vm", sock, &us(), t0, query).unwrap();
 

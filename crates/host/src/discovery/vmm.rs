@@ -8,6 +8,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use nix::sys::stat::{major, minor};
+use pvsched_base::procfs::ProcFile;
 use pvsched_base::qmp::{Qmp, QmpError};
 use pvsched_base::thread::tgid_of;
 use pvsched_base::vcpu_names::vcpu_threads_by_name;
@@ -144,6 +145,11 @@ pub(super) fn finish(
 /// Real and effective uid of process `pid` (the `Uid:` line of its status).
 fn uids_of(pid: i32) -> io::Result<(u32, u32)> {
     let status = pvsched_base::procfs::read_to_string(format!("/proc/{pid}/status"))?;
+    uids_in(pid, &status)
+}
+
+/// The real and effective uid in process `pid`'s status text.
+fn uids_in(pid: i32, status: &str) -> io::Result<(u32, u32)> {
     let mut ids = status
         .lines()
         .find_map(|l| l.strip_prefix("Uid:"))
@@ -163,10 +169,36 @@ fn uids_of(pid: i32) -> io::Result<(u32, u32)> {
 /// running (real and effective uid) as an allowed user. Its thread names are
 /// believed only after this.
 pub fn check_vmm(pid: i32, allowed: &Allowed) -> Result<(), DiscoveryError> {
+    not_self(pid)?;
+    check_uids(pid, uids_of(pid), allowed)
+}
+
+/// [`check_vmm`] on process `pid`'s status as `status` holds it, open
+/// (a read fails once the process is gone) and read into `text`.
+pub fn check_vmm_status(
+    pid: i32,
+    status: &ProcFile,
+    text: &mut String,
+    allowed: &Allowed,
+) -> Result<(), DiscoveryError> {
+    not_self(pid)?;
+    let uids = status.read_into(text).and_then(|()| uids_in(pid, text));
+    check_uids(pid, uids, allowed)
+}
+
+fn not_self(pid: i32) -> Result<(), DiscoveryError> {
     if pid == std::process::id() as i32 {
         return Err(DiscoveryError::SelfProcess(pid));
     }
-    let (real, effective) = uids_of(pid).map_err(|e| DiscoveryError::Io {
+    Ok(())
+}
+
+fn check_uids(
+    pid: i32,
+    uids: io::Result<(u32, u32)>,
+    allowed: &Allowed,
+) -> Result<(), DiscoveryError> {
+    let (real, effective) = uids.map_err(|e| DiscoveryError::Io {
         path: PathBuf::from(format!("/proc/{pid}/status")),
         op: "read Uid",
         source: e,

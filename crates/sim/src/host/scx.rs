@@ -81,7 +81,7 @@
 //! **Slices.** A slice end (exact here; the kernel notices it at the next tick, 4 ms at
 //! HZ=250): a registered thread with a slot whose guest shows a critical section and that
 //! had no extension in this slice gets one of `extension_ns` if its total `ext_ns +
-//! extension_ns` stays within the grant's `ext_allowed_ns` (`pvs_tick`; else
+//! extension_ns` stays within its record's `ext_allowed_ns` (`pvs_tick`; else
 //! `ext_refused`). Otherwise the CPU picks as above *before* the thread is put back (the
 //! kernel's `balance_one` calls `ops.dispatch` first, with the thread as `prev`, still
 //! `SCX_TASK_QUEUED`): if it finds a task, the thread stops and is enqueued (not a wakeup;
