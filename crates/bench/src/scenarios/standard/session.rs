@@ -512,6 +512,10 @@ impl Bench<'_> {
         }
         self.vcpus = vcpu_threads(&vm)?;
         self.baseline = thread_baseline(vm.qemu_pid())?;
+        // pvschedd cannot serve a guest that died before it started (its
+        // QMP socket and process gone): that says nothing of pvschedd, and
+        // the session is measured again on this guest, not skipped.
+        self.pvsched_broken = None;
         let _ = vm.exec(
             &guest::cyclictest_cmd(1000, 3, self.guest_cpus as usize, 1000),
             Duration::from_secs(60),
