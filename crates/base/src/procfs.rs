@@ -83,15 +83,22 @@ mod tests {
         assert!(status.ends_with('\n'), "{status}");
     }
 
-    #[test]
-    fn reads_a_file_longer_than_its_first_buffer_whole() {
-        let dir = std::env::temp_dir().join(format!("pvsched-procfs-{}", std::process::id()));
+    /// A file of three buffers' length in a directory of its own (removed
+    /// by the caller), and its text.
+    fn long_file(name: &str) -> (std::path::PathBuf, std::path::PathBuf, String) {
+        let dir = std::env::temp_dir().join(format!("pvsched-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("long");
         let text: String = (0..3 * INITIAL_CAPACITY)
             .map(|i| char::from(b'a' + (i % 26) as u8))
             .collect();
         std::fs::write(&path, &text).unwrap();
+        (dir, path, text)
+    }
+
+    #[test]
+    fn reads_a_file_longer_than_its_first_buffer_whole() {
+        let (dir, path, text) = long_file("procfs");
         assert_eq!(read_to_string(&path).unwrap(), text);
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -135,13 +142,7 @@ mod tests {
 
     #[test]
     fn a_kept_file_longer_than_its_first_buffer_is_read_whole() {
-        let dir = std::env::temp_dir().join(format!("pvsched-procfile-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("long");
-        let text: String = (0..3 * INITIAL_CAPACITY)
-            .map(|i| char::from(b'a' + (i % 26) as u8))
-            .collect();
-        std::fs::write(&path, &text).unwrap();
+        let (dir, path, text) = long_file("procfile");
         let mut read = String::new();
         ProcFile::open(&path).unwrap().read_into(&mut read).unwrap();
         assert_eq!(read, text);

@@ -178,15 +178,25 @@ mod tests {
         assert_eq!(parse_start_time(stat), Some(98765));
     }
 
-    #[test]
-    fn handle_of_a_live_thread_is_alive_and_of_an_exited_one_is_not() {
+    /// A thread of this process that lives until `done` is sent: its id,
+    /// `done`, and the thread to join.
+    fn parked_thread() -> (
+        i32,
+        std::sync::mpsc::Sender<()>,
+        std::thread::JoinHandle<()>,
+    ) {
         let (tx, rx) = std::sync::mpsc::channel();
         let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
         let t = std::thread::spawn(move || {
             tx.send(gettid()).unwrap();
             done_rx.recv().ok();
         });
-        let tid = rx.recv().unwrap();
+        (rx.recv().unwrap(), done_tx, t)
+    }
+
+    #[test]
+    fn handle_of_a_live_thread_is_alive_and_of_an_exited_one_is_not() {
+        let (tid, done_tx, t) = parked_thread();
         let handle = ThreadHandle::open(std::process::id() as i32, tid).unwrap();
         assert!(handle.is_alive());
 
@@ -198,13 +208,7 @@ mod tests {
 
     #[test]
     fn handles_are_all_alive_until_one_thread_exits() {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-        let t = std::thread::spawn(move || {
-            tx.send(gettid()).unwrap();
-            done_rx.recv().ok();
-        });
-        let tid = rx.recv().unwrap();
+        let (tid, done_tx, t) = parked_thread();
         let pid = std::process::id() as i32;
         let handles = [
             ThreadHandle::open(pid, pid).unwrap(),
