@@ -10,7 +10,7 @@
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// A page: more than any /proc file read through [`read_to_string`].
 const INITIAL_CAPACITY: usize = 4096;
@@ -29,20 +29,13 @@ pub fn read_to_string(path: impl AsRef<Path>) -> io::Result<String> {
 #[derive(Debug)]
 pub struct ProcFile {
     file: File,
-    path: PathBuf,
 }
 
 impl ProcFile {
-    pub fn open(path: impl Into<PathBuf>) -> io::Result<Self> {
-        let path = path.into();
+    pub fn open(path: impl AsRef<Path>) -> io::Result<Self> {
         Ok(Self {
-            file: File::open(&path)?,
-            path,
+            file: File::open(path)?,
         })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     /// The file's text now, into `text` (cleared first). For the files
