@@ -178,6 +178,20 @@ mod tests {
         assert_eq!(parse_start_time(stat), Some(98765));
     }
 
+    /// Whether `cond` holds within 5 s. A joined thread has cleared its
+    /// tid but may still be listed in /proc for a moment (its release
+    /// comes after), which the kernels without thread pidfds are read by.
+    fn eventually(cond: impl Fn() -> bool) -> bool {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while std::time::Instant::now() < deadline {
+            if cond() {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        cond()
+    }
+
     /// A thread of this process that lives until `done` is sent: its id,
     /// `done`, and the thread to join.
     fn parked_thread() -> (
@@ -203,7 +217,7 @@ mod tests {
         done_tx.send(()).unwrap();
         t.join().unwrap();
 
-        assert!(!handle.is_alive());
+        assert!(eventually(|| !handle.is_alive()));
     }
 
     #[test]
@@ -219,7 +233,7 @@ mod tests {
         done_tx.send(()).unwrap();
         t.join().unwrap();
 
-        assert!(!ThreadHandle::all_alive(&handles));
+        assert!(eventually(|| !ThreadHandle::all_alive(&handles)));
         assert!(ThreadHandle::all_alive(&handles[..1]));
     }
 

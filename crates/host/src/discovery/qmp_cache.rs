@@ -211,6 +211,12 @@ mod tests {
         assert_eq!(queries.get(), 1, "asked once while every thread lives");
         end_tx.send(()).unwrap();
         t.join().unwrap();
+        // A joined thread may still be listed in /proc for a moment.
+        let listed = format!("/proc/self/task/{tid}");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Path::new(&listed).exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
 
         cache.threads("vm", sock, &us(), t0, query).unwrap();
 
