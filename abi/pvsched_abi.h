@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 OR MIT */
 /*
- * pvsched shared-region ABI, version 1.3.
+ * pvsched shared-region ABI, version 1.6.
  *
  * The ONE definition of the memory a KVM guest and its host share for
  * cooperative vCPU scheduling. Guest kernel module, host daemon (through
@@ -56,7 +56,7 @@ typedef uint64_t __u64;
 /* "PVSCHED\0" read as a little-endian 64-bit word. */
 #define PVSCHED_MAGIC		0x0044454843535650ULL
 #define PVSCHED_ABI_MAJOR	1
-#define PVSCHED_ABI_MINOR	5
+#define PVSCHED_ABI_MINOR	6
 
 #define PVSCHED_CACHELINE	64
 #define PVSCHED_HEADER_SIZE	128
@@ -100,9 +100,18 @@ typedef uint64_t __u64;
  * for a bounded extension when it is preempted, charged to the VM.
  */
 #define PVSCHED_F_LOCK_WAIT	(1ULL << 5)
+/*
+ * Since minor 6: the guest publishes PVSCHED_CS_LOCK while the task running
+ * on the vCPU holds a sleeping lock (a mutex, an rwsem for reading or
+ * writing) that it took with a blocking call, seen at the call's entry, so
+ * that the host can keep a holder on its CPU before anyone waits for it. A
+ * host offers it where it acts on it (lock holders honoured).
+ */
+#define PVSCHED_F_LOCK_HOLD	(1ULL << 6)
 #define PVSCHED_F_ALL		(PVSCHED_F_HOST_HALF | PVSCHED_F_PENDING_HINT | \
 				 PVSCHED_F_BOOST_REQUEST | PVSCHED_F_IDLE_HINTS | \
-				 PVSCHED_F_DOORBELL | PVSCHED_F_LOCK_WAIT)
+				 PVSCHED_F_DOORBELL | PVSCHED_F_LOCK_WAIT | \
+				 PVSCHED_F_LOCK_HOLD)
 
 /* ivshmem's Doorbell register: BAR0 offset, value = peer ID << 16 | vector. */
 #define PVSCHED_IVSHMEM_DOORBELL_REG	12
@@ -119,16 +128,22 @@ typedef uint64_t __u64;
 
 /*
  * struct pvsched_guest_half.cs_flags: kernel critical sections in progress.
- * Since minor 5, bits 0, 3 and 4 are reserved (never set; a host ignores
- * them): until minor 4 they were named CS_NMI, CS_PREEMPT_OFF and CS_LOCK,
- * which no guest set, as a module on a stock kernel cannot observe them
- * (no NMI entry/exit tracepoint, no preempt-toggle tracepoints in a
- * distribution kernel, no lock-acquire tracepoint without lockdep). A lock
- * holder is named by its waiters instead (lock_holder, F_LOCK_WAIT).
+ * Bits 0 and 3 are reserved (never set; a host ignores them): until minor 4
+ * they were named CS_NMI and CS_PREEMPT_OFF, which no guest set, as a
+ * module on a stock kernel cannot observe them (no NMI entry/exit
+ * tracepoint, no preempt-toggle tracepoints in a distribution kernel).
+ * Bit 4 was a CS_LOCK no guest set until minor 4, reserved in minor 5, and
+ * is CS_LOCK again since minor 6, set only where F_LOCK_HOLD was accepted.
  */
 #define PVSCHED_CS_HARDIRQ	(1U << 1)
 #define PVSCHED_CS_SOFTIRQ	(1U << 2)
-#define PVSCHED_CS_ALL		(PVSCHED_CS_HARDIRQ | PVSCHED_CS_SOFTIRQ)
+/*
+ * F_LOCK_HOLD: the running task holds a sleeping lock it took by a blocking
+ * call (not one it waits for; not a trylock's, not a spinlock).
+ */
+#define PVSCHED_CS_LOCK		(1U << 4)
+#define PVSCHED_CS_ALL		(PVSCHED_CS_HARDIRQ | PVSCHED_CS_SOFTIRQ | \
+				 PVSCHED_CS_LOCK)
 
 /*
  * struct pvsched_guest_half.lock_holder (PVSCHED_F_LOCK_WAIT): whose lock a

@@ -12,8 +12,18 @@
 
 #include "pvsched_abi.h"
 
-/* Features this module implements. */
+/*
+ * Features this module implements. PVSCHED_F_LOCK_HOLD reads a lock call's
+ * first argument through ftrace, which x86-64 passes with the arguments.
+ */
+#if defined(CONFIG_X86_64) && defined(CONFIG_DYNAMIC_FTRACE_WITH_ARGS)
 #define PVSCHED_SUPPORTED_FEATURES	PVSCHED_F_ALL
+#else
+#define PVSCHED_SUPPORTED_FEATURES	(PVSCHED_F_ALL & ~PVSCHED_F_LOCK_HOLD)
+#endif
+
+/* Nested sleeping locks a task is followed in (F_LOCK_HOLD). */
+#define PVSCHED_HELD_MAX	8
 
 /*
  * Private state of one CPU. Only that CPU writes it, with interrupts off, so
@@ -90,6 +100,19 @@ struct pvsched_cpu {
 	/* Slot index + 1 and its host-half seq this CPU last rang for. */
 	u32 lock_rung_slot;
 	u32 lock_rung_seq;
+	/*
+	 * PVSCHED_F_LOCK_HOLD (pvsched_lockhold.c): the sleeping locks the
+	 * running task took by a blocking call, innermost last; a context
+	 * switch saves them with the task and gives the next task its own.
+	 */
+	void *held[PVSCHED_HELD_MAX];
+	u32 held_count;
+	/* Seen in debugfs only. */
+	u64 held_takes;			/* lock calls seen */
+	u64 held_releases;		/* unlocks that matched a lock call */
+	u64 held_unmatched;		/* unlocks of a lock not seen taken */
+	u64 held_dropped;		/* takes beyond PVSCHED_HELD_MAX */
+	u64 held_user_resets;		/* ticks in user mode that found some */
 };
 
 DECLARE_PER_CPU(struct pvsched_cpu, pvsched_cpu);
@@ -169,6 +192,43 @@ void pvsched_lock_reset(struct pvsched_cpu *pc);
 void pvsched_lock_ring(struct pvsched_cpu *pc, u32 ring);
 void pvsched_hints_start(void);
 void pvsched_hints_stop(void);
+
+/*
+ * pvsched_probes.c, for the ftrace callbacks of pvsched_lockhold.c: an
+ * update of this CPU's state (NULL: the CPU serves no slot), and its end,
+ * which publishes what changed.
+ */
+struct pvsched_cpu *pvsched_update_begin(unsigned long *irqfl);
+void pvsched_update_end(struct pvsched_cpu *pc, unsigned long irqfl);
+
+/*
+ * pvsched_lockhold.c: sleeping locks held (PVSCHED_F_LOCK_HOLD). The
+ * _switch, _reset and _user_tick calls run inside an update of @pc's state.
+ */
+int pvsched_lockhold_update(u64 features);
+void pvsched_lockhold_release(void);
+void pvsched_lockhold_switch(struct pvsched_cpu *pc, struct task_struct *prev,
+			     unsigned int prev_state, struct task_struct *next);
+void pvsched_lockhold_reset(struct pvsched_cpu *pc);
+void pvsched_lockhold_user_tick(struct pvsched_cpu *pc);
+bool pvsched_lockhold_saved(void);
+const char *pvsched_lockhold_function(unsigned int i, bool *hooked);
+unsigned int pvsched_lockhold_saved_now(void);
+u64 pvsched_lockhold_save_failures(void);
+
+/*
+ * Whether the slot shows PVSCHED_CS_LOCK: the task holds a lock it took by
+ * a blocking call, other than the one it waits for now (a lock call is seen
+ * at its entry, before the lock is taken).
+ */
+static inline bool pvsched_lockhold_shows(const struct pvsched_cpu *pc)
+{
+	u32 n = pc->held_count;
+
+	if (n && pc->lock_task && pc->held[n - 1] == pc->lock_addr)
+		n--;
+	return n;
+}
 
 /* pvsched_user.c */
 int pvsched_misc_register(void);

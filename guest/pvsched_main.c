@@ -26,9 +26,11 @@
 static ulong features = PVSCHED_SUPPORTED_FEATURES;
 module_param(features, ulong, 0444);
 MODULE_PARM_DESC(features,
-		 "PVSCHED_F_* bits the module may accept (default 0x3f: all it supports)");
+		 "PVSCHED_F_* bits the module may accept (default 0x7f on x86-64: all it supports)");
 /* The text above says what the default is. */
-static_assert(PVSCHED_SUPPORTED_FEATURES == 0x3f);
+#if defined(CONFIG_X86_64) && defined(CONFIG_DYNAMIC_FTRACE_WITH_ARGS)
+static_assert(PVSCHED_SUPPORTED_FEATURES == 0x7f);
+#endif
 
 struct pvsched_region pvsched_region;
 
@@ -431,6 +433,7 @@ static void pvsched_pci_remove(struct pci_dev *pdev)
 	pvsched_unbind_and_unmap(false);
 	/* Also after a failed rebind, which leaves the region unbound. */
 	pvsched_probes_unregister();
+	pvsched_lockhold_release();
 	pvsched_unmap_regs(pdev);
 	r->pdev = NULL;
 	pci_release_region(pdev, PVSCHED_BAR);

@@ -29,6 +29,9 @@
 #include <trace/events/sched.h>
 #ifdef CONFIG_X86
 #include <asm/hardirq.h>
+#include <asm/irq_regs.h>
+#include <asm/irq_vectors.h>
+#include <asm/ptrace.h>
 #include <asm/trace/irq_vectors.h>
 #include <trace/events/nmi.h>
 #endif
@@ -58,6 +61,8 @@ static __always_inline void pvsched_words(const struct pvsched_cpu *pc,
 			*cs |= PVSCHED_CS_HARDIRQ;
 		if (pc->softirq_depth)
 			*cs |= PVSCHED_CS_SOFTIRQ;
+		if (pvsched_lockhold_shows(pc))
+			*cs |= PVSCHED_CS_LOCK;
 	}
 }
 
@@ -166,7 +171,8 @@ static __always_inline void pvsched_doorbell(struct pvsched_cpu *pc)
 	if (!(READ_ONCE(pvsched_region.features) & PVSCHED_F_DOORBELL))
 		return;
 	if (pc->flags || pc->hardirq_depth || pc->softirq_depth ||
-	    pc->rt_priority || pc->policy == PVSCHED_POLICY_DEADLINE)
+	    pc->rt_priority || pc->policy == PVSCHED_POLICY_DEADLINE ||
+	    pvsched_lockhold_shows(pc))
 		return;
 	if (!(READ_ONCE(host->flags) & PVSCHED_HF_BOOSTED))
 		return;
@@ -196,6 +202,16 @@ static __always_inline void pvsched_end(struct pvsched_cpu *pc,
 	if (pvsched_publish_changed(pc))
 		pvsched_doorbell(pc);
 	pvsched_release(pc, irqfl);
+}
+
+struct pvsched_cpu *pvsched_update_begin(unsigned long *irqfl)
+{
+	return pvsched_begin(irqfl);
+}
+
+void pvsched_update_end(struct pvsched_cpu *pc, unsigned long irqfl)
+{
+	pvsched_end(pc, irqfl);
 }
 
 static u32 pvsched_task_policy(const struct task_struct *p)
@@ -288,7 +304,8 @@ static __always_inline bool pvsched_switch_unchanged(const struct pvsched_cpu *p
 						     const struct task_struct *next)
 {
 	return pc->active && !pc->flags && !pc->boost_task && !pc->lock_task &&
-	       !pc->hardirq_depth && !pc->softirq_depth &&
+	       !pc->hardirq_depth && !pc->softirq_depth && !pc->held_count &&
+	       !pvsched_lockhold_saved() &&
 	       !READ_ONCE(pc->hint_raised) && !is_idle_task(next) &&
 	       pc->policy == pc->shown_policy &&
 	       pc->rt_priority == pc->shown_rt_priority &&
@@ -335,6 +352,7 @@ static void pvsched_probe_sched_switch(void *data, bool preempt,
 	pc->softirq_depth = 0;
 	pvsched_pending_switch(pc, next);
 	pvsched_lock_switch(pc, next);
+	pvsched_lockhold_switch(pc, prev, prev_state, next);
 	pvsched_end(pc, irqfl);
 }
 
@@ -377,7 +395,8 @@ static void pvsched_probe_sched_wakeup(void *data, struct task_struct *p)
 	}
 }
 
-static void pvsched_hardirq_enter(void)
+/* @timer: the local timer's tick, which may find the task in user mode. */
+static void pvsched_hardirq_enter(bool timer)
 {
 	struct pvsched_cpu *pc;
 	unsigned long irqfl;
@@ -385,6 +404,12 @@ static void pvsched_hardirq_enter(void)
 	pc = pvsched_begin(&irqfl);
 	if (!pc)
 		return;
+	if (timer && pc->held_count) {
+		struct pt_regs *regs = get_irq_regs();
+
+		if (regs && user_mode(regs))
+			pvsched_lockhold_user_tick(pc);
+	}
 	pc->hardirq_depth++;
 	pc->hardirq_count++;
 	pvsched_set_task(pc, current);
@@ -408,7 +433,7 @@ static void pvsched_hardirq_exit(void)
 static void pvsched_probe_irq_entry(void *data, int irq,
 				    struct irqaction *action)
 {
-	pvsched_hardirq_enter();
+	pvsched_hardirq_enter(false);
 }
 
 static void pvsched_probe_irq_exit(void *data, int irq,
@@ -419,7 +444,11 @@ static void pvsched_probe_irq_exit(void *data, int irq,
 
 static void pvsched_probe_vector_entry(void *data, int vector)
 {
-	pvsched_hardirq_enter();
+#ifdef CONFIG_X86
+	pvsched_hardirq_enter(vector == LOCAL_TIMER_VECTOR);
+#else
+	pvsched_hardirq_enter(false);
+#endif
 }
 
 static void pvsched_probe_vector_exit(void *data, int vector)
@@ -640,6 +669,7 @@ void pvsched_probes_unregister(void)
 	if (any)
 		tracepoint_synchronize_unregister();
 	pvsched_region.nr_tracepoints = 0;
+	pvsched_lockhold_update(0);
 }
 
 /*
@@ -715,6 +745,10 @@ int pvsched_probes_update(u64 features)
 		pvsched_region.nr_tracepoints++;
 		pvsched_region.probe_changes++;
 	}
+	/* After sched_switch: a task switched out is followed from the start. */
+	ret = pvsched_lockhold_update(features);
+	if (ret)
+		goto fail;
 	return 0;
 fail:
 	pvsched_probes_unregister();
@@ -749,6 +783,7 @@ int pvsched_cpu_online(unsigned int cpu)
 	pc->softirq_depth = 0;
 	pc->boost_task = NULL;
 	pvsched_lock_reset(pc);
+	pvsched_lockhold_reset(pc);
 	pvsched_set_task(pc, current);
 	WRITE_ONCE(pc->slot->guest.guest_pending, 0);
 	WRITE_ONCE(pc->hint_raised, false);
@@ -776,6 +811,7 @@ int pvsched_cpu_offline(unsigned int cpu)
 	pc->softirq_depth = 0;
 	pc->boost_task = NULL;
 	pvsched_lock_reset(pc);
+	pvsched_lockhold_reset(pc);
 	pvsched_publish(pc);
 	WRITE_ONCE(pc->slot->guest.guest_pending, 0);
 	barrier();

@@ -114,6 +114,14 @@ static int pvsched_status_show(struct seq_file *m, void *unused)
 	seq_putc(m, '\n');
 	/* Each one patched kernel text: a rebind should cost none. */
 	seq_printf(m, "probe_changes=%llu\n", r->probe_changes);
+	/* PVSCHED_F_LOCK_HOLD: the lock calls ftrace hooks, and tasks saved. */
+	seq_puts(m, "lock_calls=");
+	for (i = 0; (name = pvsched_lockhold_function(i, &on)); i++)
+		if (on)
+			seq_printf(m, "%s%s", i ? "," : "", name);
+	seq_printf(m, "\nheld_saved=%u held_save_failures=%llu\n",
+		   pvsched_lockhold_saved_now(),
+		   pvsched_lockhold_save_failures());
 
 	for_each_possible_cpu(cpu) {
 		struct pvsched_guest_half g;
@@ -147,6 +155,13 @@ static int pvsched_status_show(struct seq_file *m, void *unused)
 			   READ_ONCE(pc->lock_spins_stopped),
 			   READ_ONCE(pc->lock_requests),
 			   READ_ONCE(pc->lock_doorbell_rings));
+		seq_printf(m, " held=%u held_takes=%llu held_releases=%llu held_unmatched=%llu held_dropped=%llu held_user_resets=%llu",
+			   READ_ONCE(pc->held_count),
+			   READ_ONCE(pc->held_takes),
+			   READ_ONCE(pc->held_releases),
+			   READ_ONCE(pc->held_unmatched),
+			   READ_ONCE(pc->held_dropped),
+			   READ_ONCE(pc->held_user_resets));
 		pvsched_show_host(m, s);
 		seq_putc(m, '\n');
 	}

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::mpsc::Sender;
 
-use pvsched_abi::{F_ALL, F_DOORBELL, F_IDLE_HINTS};
+use pvsched_abi::{F_ALL, F_DOORBELL, F_IDLE_HINTS, F_LOCK_HOLD};
 use tracing::{error, info, warn};
 
 use crate::backend::SchedExt;
@@ -117,6 +117,11 @@ impl VmTable {
             }
             if !terms.doorbells.serves(&f.name) {
                 features &= !F_DOORBELL;
+            }
+            // A guest marks its lock holders (ftrace on its lock calls, a
+            // cost on each) only for a host that extends them.
+            if !limits.honor_lock_holders {
+                features &= !F_LOCK_HOLD;
             }
             let req = OpenRequest {
                 found: f,

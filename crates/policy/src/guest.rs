@@ -375,8 +375,8 @@ mod tests {
     fn unknown_flag_and_cs_bits_are_dropped_and_counted() {
         let mut h = half();
         h.flags |= 1 << 31;
-        // Bit 4: CS_LOCK until ABI minor 5, reserved since (never set by a guest).
-        h.cs_flags = abi::CS_SOFTIRQ | (1 << 20) | (1 << 4);
+        // Bit 3: CS_PREEMPT_OFF until ABI minor 4, reserved since (never set by a guest).
+        h.cs_flags = abi::CS_SOFTIRQ | (1 << 20) | (1 << 3);
         let v = GuestView::from_half(&h);
         assert_eq!(v.cs_flags, abi::CS_SOFTIRQ);
         assert_eq!(v.clamped, 2);

@@ -1068,7 +1068,8 @@ mod tests {
             (abi::LOCK_NONE, 0, 0, 0),
             "not the holder's slot"
         );
-        // The holder's slot says nothing of the lock (no guest can: ABI minor 5).
+        // The holder's slot says nothing of the lock: the simulated guest does not mark
+        // holders at acquisition (F_LOCK_HOLD, ABI minor 6, is not modelled).
         assert_eq!(vm.guest_half(1, 1).cs_flags & !abi::CS_ALL, 0);
     }
 

@@ -698,7 +698,15 @@ fn rebind_with(vm: &Vm, features: u64) {
         let h = region(vm).header();
         (h.guest_generation == gen).then_some(())
     })
-    .unwrap_or_else(|| panic!("no binding to generation {gen}: {:?}", region(vm).header()));
+    .unwrap_or_else(|| {
+        let log = vm.kernel_log();
+        let tail: Vec<&str> = log.lines().rev().take(20).collect();
+        panic!(
+            "no binding to generation {gen}: {:?}\nkernel log tail:\n{}",
+            region(vm).header(),
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        )
+    });
 }
 
 guest_test! {
@@ -961,6 +969,96 @@ fn a_mutex_spin_on_a_holder_whose_vcpu_is_preempted_is_stopped() {
     );
 
     end_lockpair(vm, p.pid);
+}
+}
+
+guest_test! {
+/// ABI 1.6 lock holders (`F_LOCK_HOLD`), with a known holder and waiter.
+/// `lockpair -m mmap`: the thread on CPU 1 holds its process's mmap_lock for
+/// writing through each mprotect() (`down_write_killable`), the thread on
+/// CPU 0 waits to read it. The test, as the host, samples both slots: slot
+/// 1 shows `CS_LOCK` while its holder runs, slot 0 names slot 1 while it
+/// waits and never shows `CS_LOCK` for the lock it waits for; debugfs shows
+/// the hooked lock calls and CPU 1's takes and releases. Once the program
+/// ends no slot shows `CS_LOCK`. A host that does not offer the feature gets
+/// no hook and no `CS_LOCK` from the same program.
+fn a_holder_of_a_sleeping_lock_shows_cs_lock_and_its_waiter_does_not() {
+    let g = live();
+    let vm = g.vm();
+    let _clear = ClearHosts(vm);
+    rebind_with(vm, abi::F_ALL);
+    nobody_preempted(vm);
+    let status = debugfs_status(vm);
+    for call in ["mutex_lock", "down_write_killable", "mutex_unlock", "up_write"] {
+        assert!(
+            status.contains(call),
+            "{call} not hooked:\n{status}"
+        );
+    }
+    let takes0 = status_field(&status, 1, "held_takes");
+
+    let sample = |secs: u64| {
+        let p = vm
+            .spawn(&format!("lockpair -m mmap -s 128 -H 1 -W 0 -t {secs}"))
+            .unwrap();
+        let reap_p = reap(vm, p.pid);
+        wait_slot(vm, 0, "slot 0 waits for slot 1", WAIT, |s| s.lock_holder == 2);
+        // (samples, slot 1 with CS_LOCK, slot 0 naming slot 1)
+        let mut seen = (0u32, 0u32, 0u32);
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            let (Ok(waiter), Ok(holder)) = (region(vm).read_guest(0), region(vm).read_guest(1))
+            else {
+                continue;
+            };
+            seen.0 += 1;
+            seen.1 += u32::from(holder.cs_flags & abi::CS_LOCK != 0);
+            if waiter.lock_holder == 2 {
+                seen.2 += 1;
+                assert_eq!(
+                    waiter.cs_flags & abi::CS_LOCK,
+                    0,
+                    "the waiter shows the lock it waits for as held: {waiter:?}"
+                );
+            }
+            std::thread::sleep(POLL);
+        }
+        end_lockpair(vm, p.pid);
+        drop(reap_p);
+        seen
+    };
+
+    let (samples, held, waited) = sample(300);
+    let status = debugfs_status(vm);
+    eprintln!(
+        "F_LOCK_HOLD: slot 1 CS_LOCK in {held} of {samples} samples, slot 0 waiting in {waited}"
+    );
+    assert!(held > 0, "slot 1 never showed CS_LOCK:\n{status}");
+    assert!(waited > 0, "slot 0 never waited:\n{status}");
+    assert!(
+        status_field(&status, 1, "held_takes") > takes0
+            && status_field(&status, 1, "held_releases") > 0,
+        "{status}"
+    );
+    for i in 0..2 {
+        wait_slot(vm, i, "no CS_LOCK after lockpair ended", WAIT, |s| {
+            s.cs_flags & abi::CS_LOCK == 0
+        });
+    }
+
+    // Not offered: unhooked, and the same pattern shows no holder.
+    let changes = probe_changes(vm);
+    rebind_with(vm, abi::F_ALL & !abi::F_LOCK_HOLD);
+    let status = debugfs_status(vm);
+    assert_eq!(probe_changes(vm), changes + 1, "{status}");
+    assert!(!status.contains("down_write_killable"), "{status}");
+    let (samples, held, waited) = sample(300);
+    rebind_with(vm, abi::F_ALL);
+    eprintln!(
+        "without F_LOCK_HOLD: slot 1 CS_LOCK in {held} of {samples} samples, slot 0 waiting in {waited}"
+    );
+    assert_eq!(held, 0, "CS_LOCK shown without F_LOCK_HOLD");
+    assert!(waited > 0, "slot 0 never waited without F_LOCK_HOLD");
 }
 }
 

@@ -763,6 +763,11 @@ void BPF_STRUCT_OPS(pvs_tick, struct task_struct *p)
 		__sync_fetch_and_add(&totals.slot_read_failed, 1);
 		return;
 	}
+	/*
+	 * A lock holder: its guest marks it (CS_LOCK, offered only where lock
+	 * holders are honoured), or another of its vCPUs names it waiting.
+	 */
+	lock = cs & extension_cs & PVSCHED_CS_LOCK;
 	if (!(cs & extension_cs)) {
 		lock = g->lock_peers && g->slot_stride && waited_on(g, v);
 		if (!lock)
