@@ -21,6 +21,12 @@
  * A task that blocks holding locks keeps them in a small table keyed by the
  * task, taken back when it runs again on any CPU. The scheduler orders the
  * two: a task switched in elsewhere was switched out here first.
+ *
+ * The hooks are registered the first time a host offers the feature and
+ * stay until the driver lets go of its device: a rebind that drops the
+ * feature leaves them idle instead of patching the lock functions' text
+ * again (text patching while the guest runs is what live-locked a TCG guest
+ * at a rebind, benchmarks/LOG.md, "A guest hung by its own rebind").
  */
 #include <linux/atomic.h>
 #include <linux/ftrace.h>
@@ -133,6 +139,12 @@ static void pvsched_saved_clear(void)
 	atomic_set(&pvsched_saved_count, 0);
 }
 
+/* Whether the bound region accepted the feature (the hooks may stay idle). */
+static __always_inline bool pvsched_lockhold_on(void)
+{
+	return READ_ONCE(pvsched_region.features) & PVSCHED_F_LOCK_HOLD;
+}
+
 static void notrace pvsched_on_take(unsigned long ip, unsigned long parent_ip,
 				    struct ftrace_ops *op,
 				    struct ftrace_regs *fregs)
@@ -140,6 +152,8 @@ static void notrace pvsched_on_take(unsigned long ip, unsigned long parent_ip,
 	struct pvsched_cpu *pc;
 	unsigned long irqfl;
 
+	if (!pvsched_lockhold_on())
+		return;
 	pc = pvsched_update_begin(&irqfl);
 	if (!pc)
 		return;
@@ -161,7 +175,10 @@ static void notrace pvsched_on_release(unsigned long ip,
 	unsigned long irqfl;
 	u32 i;
 
-	/* Most unlocks are of locks never seen taken here (trylocks). */
+	/*
+	 * Most unlocks are of locks never seen taken here (trylocks); none is
+	 * listed while the feature is not accepted.
+	 */
 	if (likely(!this_cpu_read(pvsched_cpu.held_count)))
 		return;
 	pc = pvsched_update_begin(&irqfl);
@@ -249,20 +266,18 @@ void pvsched_lockhold_release(void)
 }
 
 /*
- * Hook the lock calls when @features has PVSCHED_F_LOCK_HOLD, unhook them
- * when it has not; nothing changes (no text is patched) when it stays.
+ * At a bind (every slot inactive, no probe in flight): forget the tasks
+ * saved under the last binding, and hook the lock calls the first time
+ * @features has PVSCHED_F_LOCK_HOLD. Hooks registered stay, idle while the
+ * feature is not accepted.
  */
 int pvsched_lockhold_update(u64 features)
 {
 	int ret;
 
-	if (!(features & PVSCHED_F_LOCK_HOLD)) {
-		pvsched_lockhold_unregister();
-		return 0;
-	}
-	if (pvsched_lockhold_registered)
-		return 0;
 	pvsched_saved_clear();
+	if (!(features & PVSCHED_F_LOCK_HOLD) || pvsched_lockhold_registered)
+		return 0;
 	if (!pvsched_filtered) {
 		pvsched_filtered = true;
 		if (!pvsched_filter(&pvsched_take_ops, pvsched_take_fns,

@@ -212,6 +212,12 @@ static int pvsched_bind(struct pci_dev *pdev, const struct pvsched_header *h)
 	ret = pvsched_probes_update(r->features);
 	if (ret)
 		goto fail;
+	/* After sched_switch's probe: a task switched out is followed. */
+	if (pvsched_lockhold_update(r->features)) {
+		dev_warn(&pdev->dev,
+			 "cannot hook the lock calls: no lock holder published\n");
+		r->features &= ~PVSCHED_F_LOCK_HOLD;
+	}
 	ret = cpuhp_setup_state(CPUHP_AP_ONLINE_DYN, "pvsched:online",
 				pvsched_cpu_online, pvsched_cpu_offline);
 	if (ret < 0)

@@ -669,7 +669,6 @@ void pvsched_probes_unregister(void)
 	if (any)
 		tracepoint_synchronize_unregister();
 	pvsched_region.nr_tracepoints = 0;
-	pvsched_lockhold_update(0);
 }
 
 /*
@@ -745,10 +744,6 @@ int pvsched_probes_update(u64 features)
 		pvsched_region.nr_tracepoints++;
 		pvsched_region.probe_changes++;
 	}
-	/* After sched_switch: a task switched out is followed from the start. */
-	ret = pvsched_lockhold_update(features);
-	if (ret)
-		goto fail;
 	return 0;
 fail:
 	pvsched_probes_unregister();

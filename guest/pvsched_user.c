@@ -100,7 +100,7 @@ static int pvsched_status_show(struct seq_file *m, void *unused)
 	const struct pvsched_region *r = &pvsched_region;
 	unsigned int cpu, i;
 	const char *name;
-	bool on;
+	bool on, first;
 
 	seq_printf(m, "device=%s abi=%u.%u generation=%llu slots=%u cpus=%u features=0x%llx offered=0x%llx doorbell=%s\n",
 		   pci_name(r->pdev), PVSCHED_ABI_MAJOR, PVSCHED_ABI_MINOR,
@@ -116,10 +116,14 @@ static int pvsched_status_show(struct seq_file *m, void *unused)
 	seq_printf(m, "probe_changes=%llu\n", r->probe_changes);
 	/* PVSCHED_F_LOCK_HOLD: the lock calls ftrace hooks, and tasks saved. */
 	seq_puts(m, "lock_calls=");
-	for (i = 0; (name = pvsched_lockhold_function(i, &on)); i++)
-		if (on)
-			seq_printf(m, "%s%s", i ? "," : "", name);
-	seq_printf(m, "\nheld_saved=%u held_save_failures=%llu\n",
+	for (i = 0, first = true; (name = pvsched_lockhold_function(i, &on)); i++) {
+		if (!on)
+			continue;
+		seq_printf(m, "%s%s", first ? "" : ",", name);
+		first = false;
+	}
+	seq_printf(m, "\nlock_hold=%s held_saved=%u held_save_failures=%llu\n",
+		   r->features & PVSCHED_F_LOCK_HOLD ? "on" : "off",
 		   pvsched_lockhold_saved_now(),
 		   pvsched_lockhold_save_failures());
 

@@ -22,6 +22,14 @@
  *   DIR/a to DIR/b and back: the rename mutex and both directories' rwsems.
  * - rename-own: the control without a shared lock: every thread renames
  *   its own file within its own directory DIR/t<id> and back.
+ * - web: an application, a web server under a load generator. BusyBox's
+ *   httpd (run here, serving DIR on 127.0.0.1:WEB_PORT) forks a process per
+ *   connection, as a prefork server does; every thread is a client that
+ *   connects, asks for a 4 KiB page over HTTP/1.0 and reads the answer to
+ *   its end. The kernel's locks are the application's: fork and exit (the
+ *   parent's mmap_lock, the binary's i_mmap_rwsem shared by every process),
+ *   the listening socket's accept queue, the file's lookups. One operation
+ *   = one request answered 200.
  *
  * THREADS defaults to 2 per online CPU. The threads start together and run
  * SECONDS (default 10); every second the main thread samples the operations
@@ -42,8 +50,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -53,8 +66,11 @@
 /* The write workload: 4 KiB writes into 64 slots of one 256 KiB file. */
 #define WRITE_BYTES 4096
 #define WRITE_SLOTS 64
+/* The web workload: the server's port and the page it serves. */
+#define WEB_PORT 18080
+#define WEB_PAGE_BYTES 4096
 
-enum workload { W_FILES, W_RENAME, W_WRITE, W_MMAP, W_RENAME_OWN };
+enum workload { W_FILES, W_RENAME, W_WRITE, W_MMAP, W_RENAME_OWN, W_WEB };
 
 /* One counter per thread, each on its own cache line. */
 struct counter {
@@ -62,7 +78,7 @@ struct counter {
 	char pad[64 - sizeof(uint64_t)];
 } __attribute__((aligned(64)));
 
-static const char *const names[] = { "files", "rename", "write", "mmap", "rename-own" };
+static const char *const names[] = { "files", "rename", "write", "mmap", "rename-own", "web" };
 static struct counter counts[MAX_THREADS];
 static _Atomic int stop;
 static enum workload work = W_FILES;
@@ -197,6 +213,96 @@ static int mmap_op(void)
 	return 0;
 }
 
+static pid_t web_server = -1;
+
+static int web_connect(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(WEB_PORT) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd < 0)
+		return -1;
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a))) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Writes the page, starts httpd on it and waits until it accepts. */
+static int web_setup(void)
+{
+	char name[256], port[32], page_buf[WEB_PAGE_BYTES];
+	int fd;
+
+	snprintf(name, sizeof(name), "%s/index.html", dir);
+	fd = open(name, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
+	memset(page_buf, 'x', sizeof(page_buf));
+	if (fd < 0 || write(fd, page_buf, sizeof(page_buf)) != (ssize_t)sizeof(page_buf)) {
+		fprintf(stderr, "lockstress: writing %s: %s\n", name, strerror(errno));
+		return -1;
+	}
+	close(fd);
+	snprintf(port, sizeof(port), "127.0.0.1:%d", WEB_PORT);
+	web_server = fork();
+	if (web_server < 0) {
+		perror("lockstress: fork");
+		return -1;
+	}
+	if (web_server == 0) {
+		execlp("busybox", "busybox", "httpd", "-f", "-p", port, "-h", dir, (char *)NULL);
+		perror("lockstress: exec busybox httpd");
+		_exit(127);
+	}
+	for (int i = 0; i < 500; i++) {
+		fd = web_connect();
+		if (fd >= 0) {
+			close(fd);
+			return 0;
+		}
+		usleep(10000);
+	}
+	fprintf(stderr, "lockstress: httpd does not accept on %s\n", port);
+	return -1;
+}
+
+static void web_teardown(void)
+{
+	if (web_server <= 0)
+		return;
+	kill(web_server, SIGTERM);
+	waitpid(web_server, NULL, 0);
+}
+
+static int web_op(void)
+{
+	static const char req[] = "GET /index.html HTTP/1.0\r\nHost: localhost\r\n\r\n";
+	char buf[8192];
+	size_t got = 0;
+	ssize_t n;
+	int fd = web_connect();
+
+	if (fd < 0) {
+		fprintf(stderr, "lockstress: connect: %s\n", strerror(errno));
+		return -1;
+	}
+	if (write(fd, req, sizeof(req) - 1) != (ssize_t)(sizeof(req) - 1)) {
+		fprintf(stderr, "lockstress: request: %s\n", strerror(errno));
+		close(fd);
+		return -1;
+	}
+	while ((n = read(fd, buf + (got < 64 ? got : 64), sizeof(buf) - 64)) > 0)
+		got += (size_t)n;
+	close(fd);
+	buf[got < 64 ? got : 63] = '\0';
+	if (n < 0 || got < WEB_PAGE_BYTES || strncmp(buf, "HTTP/1.", 7) || !strstr(buf, " 200")) {
+		fprintf(stderr, "lockstress: bad answer (%zu bytes): %.40s\n", got, buf);
+		return -1;
+	}
+	return 0;
+}
+
 static void *worker(void *arg)
 {
 	int id = (int)(intptr_t)arg;
@@ -211,6 +317,7 @@ static void *worker(void *arg)
 		case W_RENAME:
 		case W_RENAME_OWN: rc = rename_op(id); break;
 		case W_WRITE: rc = write_op(id, seq); break;
+		case W_WEB: rc = web_op(); break;
 		default: rc = mmap_op(); break;
 		}
 
@@ -226,7 +333,7 @@ static void *worker(void *arg)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: lockstress [-d SECONDS] [-t THREADS] [-w files|rename|rename-own|write|mmap] [-D DIR]\n");
+	fprintf(stderr, "usage: lockstress [-d SECONDS] [-t THREADS] [-w files|rename|rename-own|write|mmap|web] [-D DIR]\n");
 	exit(2);
 }
 
@@ -255,6 +362,8 @@ int main(int argc, char **argv)
 				work = W_WRITE;
 			else if (!strcmp(optarg, "mmap"))
 				work = W_MMAP;
+			else if (!strcmp(optarg, "web"))
+				work = W_WEB;
 			else
 				usage();
 			break;
@@ -299,6 +408,10 @@ int main(int argc, char **argv)
 		}
 		memset(write_buf, 'x', sizeof(write_buf));
 	}
+	if (work == W_WEB && web_setup()) {
+		web_teardown();
+		return 1;
+	}
 	if (pthread_barrier_init(&start, NULL, (unsigned)threads + 1)) {
 		perror("lockstress: pthread_barrier_init");
 		return 1;
@@ -342,6 +455,8 @@ int main(int argc, char **argv)
 	}
 	if (work == W_WRITE)
 		close(write_fd);
+	if (work == W_WEB)
+		web_teardown();
 	if (work != W_MMAP) {
 		char cmd[512];
 

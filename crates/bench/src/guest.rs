@@ -77,10 +77,21 @@ pub fn build_programs(cache: &Path) -> Result<Vec<PathBuf>> {
 
 /// The vmtest image plus the bench's programs (as extra host binaries:
 /// static, so no libraries come along).
+///
+/// Built once per run: guests booted again after a loss get the image the
+/// run started with, whatever changed in the sources since (and inside the
+/// KVM host VM, which only reads the image cache, no other could be built).
 pub fn build_image(cache: &Path) -> Result<GuestImage> {
+    static IMAGE: std::sync::Mutex<Option<GuestImage>> = std::sync::Mutex::new(None);
+    let mut built = IMAGE.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(image) = built.as_ref() {
+        return Ok(image.clone());
+    }
     let mut cfg = ImageConfig::default();
     cfg.binaries.extend(build_programs(&cache.join("progs"))?);
-    GuestImage::build(&cfg).map_err(guest("guest image"))
+    let image = GuestImage::build(&cfg).map_err(guest("guest image"))?;
+    *built = Some(image.clone());
+    Ok(image)
 }
 
 /// Marks the line with cyclictest's JSON, gzipped and base64-encoded: it

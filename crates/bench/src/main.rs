@@ -91,7 +91,8 @@ struct Cli {
     /// (create + unlink in one directory: its rwsem), write (4 KiB writes
     /// into one file: its rwsem), mmap (mmap/fault/munmap: mmap_lock),
     /// rename-own (the control: renames within each thread's own directory,
-    /// no lock shared between threads).
+    /// no lock shared between threads), web (an application: BusyBox httpd
+    /// forking per connection, a client per thread asking for a 4 KiB page).
     #[arg(long, default_value = "rename")]
     lock_workload: Workload,
     /// Lock scenario: workload threads per guest [default: 2 per vCPU].

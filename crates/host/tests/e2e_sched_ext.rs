@@ -420,6 +420,81 @@ kvm_test! {
     }
 }
 
+kvm_test! {
+    /// The lock-claiming rogue: a guest whose vCPU claims to hold a lock
+    /// (`CS_LOCK`, offered with `honor_lock_holders`) all the time, spinning
+    /// beside a host hog on one CPU. The scheduler extends it at slice ends as
+    /// a lock holder, but no further than its allowance (5 % of its time and
+    /// a burst), the time is charged to its vtime, and its boosts stay within
+    /// the boost budget (10 % here): the hog keeps most of its fair half.
+    fn sched_ext_holds_a_guest_that_always_claims_a_lock_to_its_allowance_and_budget() {
+        let dir = tempdir("scx-lockrogue");
+        let name = vm_name("scx-lockrogue");
+        let (vmm, entry) = vmm(&dir, &name, None, Some(pvsched_abi::CS_LOCK), true);
+        let start = Instant::now();
+        let d = sched_ext_daemon(
+            &dir,
+            "scx_extension_us = 4000\nscx_extension_share_permille = 50",
+            &format!(
+                "[defaults]\nhonor_lock_holders = true\n{entry}[vm.limits]\n\
+                 honor_lock_holders = true\nboost_share_permille = 100\n\
+                 fairness_window_ns = 1_000_000_000\n"
+            ),
+        );
+        d.wait_serving(&name, 1);
+        let hog = Hog::on_cpu0();
+        let (hog_pid, vmm_pid, tid) = (hog.0.id(), vmm.pid as u32, vmm.tids[0]);
+        let (t0, c0, v0) = (Instant::now(), cpu_ticks(hog_pid), thread_ticks(vmm_pid, tid));
+        let b0 = d.status().vms[0].boosted_s;
+
+        let v = wait_until(Duration::from_secs(60), Duration::from_millis(50), || {
+            let v = d.status().vms[0].vcpus[0].clone();
+            (v.scx_lock_extensions >= 2 && v.scx_extensions_refused >= 10).then_some(v)
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "no lock extension, or none refused: {:?}; log:\n{}",
+                d.status().vms[0].vcpus[0],
+                d.log()
+            )
+        });
+        std::thread::sleep(Duration::from_secs(4).saturating_sub(t0.elapsed()));
+        let secs = t0.elapsed().as_secs_f64();
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        let hog_share = (cpu_ticks(hog_pid) - c0) as f64 / hz / secs;
+        let ran = (thread_ticks(vmm_pid, tid) - v0) as f64 / hz;
+        let boosted = d.status().vms[0].boosted_s - b0;
+        let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
+        let last = d.status().vms[0].vcpus[0].clone();
+
+        assert_eq!(v.scx_lock_extensions, v.scx_extensions, "each one for the lock: {v:?}");
+        let scan_ns = pvsched_host::config::DaemonConfig::default().scx_scan_interval_us * 1000;
+        let burst_ms = pvsched_policy::extension_burst_ns(4_000_000, 50, scan_ns) as f64 / 1e6;
+        let bound = 0.05 * elapsed_ms + burst_ms;
+        assert!(last.scx_extended_ms <= bound, "{last:?} over {bound} ms");
+        assert!(
+            boosted <= 0.1 * secs + 0.1 + 0.25,
+            "boosted {boosted:.3} s of {secs:.1} s at a 10 % budget; status {:?}",
+            d.status().vms[0]
+        );
+        eprintln!(
+            "lock rogue: {} lock extensions ({:.0} ms), {} refused; ran {ran:.2} s, boosted \
+             {boosted:.2} s, hog {:.0} % of CPU 0 in {secs:.1} s",
+            last.scx_lock_extensions,
+            last.scx_extended_ms,
+            last.scx_extensions_refused,
+            hog_share * 100.0
+        );
+        assert!(
+            hog_share > 0.3,
+            "the hog got {:.0} % of its CPU beside a guest always claiming a lock; status {:?}",
+            hog_share * 100.0,
+            d.status().vms[0]
+        );
+    }
+}
+
 /// CPU time (utime + stime) of process `pid`, in clock ticks.
 fn cpu_ticks(pid: u32) -> u64 {
     stat_ticks(&format!("/proc/{pid}/stat"))

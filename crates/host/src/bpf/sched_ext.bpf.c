@@ -30,7 +30,8 @@
  *    longer one throttled, by the policy's own rules
  *    (grant.demote_after_ns, max_boost_ns, throttle_ns);
  *  - at a slice end, a vCPU whose guest is in a critical section (the
- *    slot's cs_flags, read here while the vCPU thread is the current task),
+ *    slot's cs_flags, read here while the vCPU thread is the current task;
+ *    CS_LOCK, a sleeping lock held, only with lock holders honoured),
  *    or that another vCPU of its VM waits on (a lock wait its guest
  *    published naming this vCPU as the holder, grant.lock_peers), keeps
  *    its CPU for one extension of extension_ns, within the total the
@@ -764,11 +765,12 @@ void BPF_STRUCT_OPS(pvs_tick, struct task_struct *p)
 		return;
 	}
 	/*
-	 * A lock holder: its guest marks it (CS_LOCK, offered only where lock
-	 * holders are honoured), or another of its vCPUs names it waiting.
+	 * A lock holder: its guest marks it (CS_LOCK, which the daemon offers,
+	 * and honours, only with lock holders honoured: grant.lock_peers), or
+	 * another of its vCPUs names it waiting.
 	 */
-	lock = cs & extension_cs & PVSCHED_CS_LOCK;
-	if (!(cs & extension_cs)) {
+	lock = g->lock_peers && (cs & extension_cs & PVSCHED_CS_LOCK);
+	if (!lock && !(cs & extension_cs & ~PVSCHED_CS_LOCK)) {
 		lock = g->lock_peers && g->slot_stride && waited_on(g, v);
 		if (!lock)
 			return;

@@ -249,15 +249,17 @@ pub enum Workload {
     Write,
     Mmap,
     RenameOwn,
+    Web,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 5] = [
+    pub const ALL: [Workload; 6] = [
         Workload::Rename,
         Workload::Files,
         Workload::Write,
         Workload::Mmap,
         Workload::RenameOwn,
+        Workload::Web,
     ];
 
     pub fn name(self) -> &'static str {
@@ -267,6 +269,7 @@ impl Workload {
             Workload::Write => "write",
             Workload::Mmap => "mmap",
             Workload::RenameOwn => "rename-own",
+            Workload::Web => "web",
         }
     }
 
@@ -294,6 +297,12 @@ impl Workload {
                 "the control without a shared lock: every thread renames its own file within \
                  its own tmpfs directory and back (that directory's i_rwsem only, which no \
                  other thread takes); one op = 2 renames"
+            }
+            Workload::Web => {
+                "an application: BusyBox httpd, forking a process per connection, serves a \
+                 4 KiB page on the loopback to a client per thread (HTTP/1.0): fork and exit \
+                 (mmap_lock, the binary's i_mmap_rwsem), the accept queue, the file's \
+                 lookups; one op = one request answered 200"
             }
         }
     }

@@ -74,6 +74,18 @@ fn run_in(
     let booted = boot_guests(s, pvsched)?;
     let (accel_reason, accel) = (booted.accel_reason, booted.accel);
     let (guests, notes, kernel_counter) = (booted.guests, booted.notes, booted.kernel_counter);
+    // What the report says of the guests, as first booted: a run aborted
+    // after losing them still has it.
+    let first = &guests[0].1;
+    let (guest_cpus, guest_kernel, guest_module) = (
+        first.cpus,
+        first.vm.kernel_release().to_string(),
+        first.module.clone(),
+    );
+    let vm_modules: Vec<(String, String)> = guests
+        .iter()
+        .map(|(n, g)| (n.to_string(), g.module.clone()))
+        .collect();
     let host_cpus = machine.cpus;
     let mut bench = Bench {
         s,
@@ -147,22 +159,17 @@ fn run_in(
         .flat_map(|p| p.vms.iter())
         .find_map(|v| v.result.as_ref().map(|r| r.threads))
         .unwrap_or(s.threads);
-    let first = &bench.guests[0].1;
     let meta = LocksMeta {
         base: Meta {
-            guest_cpus: first.cpus,
-            guest_kernel: first.vm.kernel_release().to_string(),
-            guest_module: first.module.clone(),
+            guest_cpus,
+            guest_kernel,
+            guest_module,
             notes: bench.journal.notes.clone(),
             load_cmd: String::new(),
             static_rt_priority: 0,
             ..Meta::of_run(b, (started, t0), (accel, accel_reason), machine)
         },
-        vms: bench
-            .guests
-            .iter()
-            .map(|(n, g)| (n.to_string(), g.module.clone()))
-            .collect(),
+        vms: vm_modules,
         workload: s.workload.name().to_string(),
         workload_describe: s.workload.describe().to_string(),
         workload_cmd: lockstress_args(b.duration, s.workload, s.threads).replacen(
