@@ -208,6 +208,10 @@ pub fn served_vm(status: &Status, vcpus: usize) -> Option<&VmStatus> {
 
 /// Whether the daemon's status shows the VM `name` with `vcpus` vCPU
 /// threads known; returns the VM's entry then.
+/// How long [`Daemon::start_vms`] waits for the guests to bind to the
+/// regions pvschedd initialized (the module looks once a second).
+const GUEST_BIND_WAIT: Duration = Duration::from_secs(5);
+
 pub fn served<'a>(status: &'a Status, name: &str, vcpus: usize) -> Option<&'a VmStatus> {
     let vm = status.vms.iter().find(|v| v.name == name)?;
     let known = vm.vcpus.iter().filter(|c| c.tid > 0).count();
@@ -330,6 +334,7 @@ impl Daemon {
             }
             if let Ok(st) = d.status() {
                 if vms.iter().all(|v| served(&st, &v.name, v.vcpus).is_some()) {
+                    d.wait_guests_bound(vms);
                     return Ok(d);
                 }
             }
@@ -352,6 +357,31 @@ impl Daemon {
                 )));
             }
             std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// Waits, up to [`GUEST_BIND_WAIT`], until every VM's guest is bound to
+    /// the region as pvschedd initialized it: a daemon whose offered
+    /// features differ from the last one's re-initializes the region, and
+    /// the guest module notices within about a second. A window started
+    /// before would measure the guest unbound (its lock counters unread, in
+    /// the lock scenario: LH5). A guest without the module never binds:
+    /// the wait then ends at the bound, as the run would have gone on.
+    fn wait_guests_bound(&self, vms: &[VmEntry]) {
+        let deadline = Instant::now() + GUEST_BIND_WAIT;
+        while Instant::now() < deadline {
+            let bound = self.status().is_ok_and(|st| {
+                vms.iter().all(|v| {
+                    st.vms
+                        .iter()
+                        .find(|s| s.name == v.name)
+                        .is_some_and(|s| s.guest_bound)
+                })
+            });
+            if bound {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
         }
     }
 
