@@ -258,7 +258,9 @@ struct pvsched_guest_half {
 	 * lock wait in progress on this vCPU (PVSCHED_LOCK_*), and counters as
 	 * of the last publish: lock contentions seen, and of those, the ones
 	 * whose holder's vCPU (for PVSCHED_LOCK_ANY: another vCPU of the
-	 * guest) the host half showed PVSCHED_HS_PREEMPTED at the time.
+	 * guest) was preempted at the time: for a named holder, as KVM's
+	 * steal-time flag says where the guest has it (since minor 6), else
+	 * as the host half shows (PVSCHED_HS_PREEMPTED).
 	 */
 	__u32 lock_holder;
 	__u32 lock_flags;

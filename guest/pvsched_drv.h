@@ -191,6 +191,7 @@ void pvsched_lock_switch(struct pvsched_cpu *pc, struct task_struct *next);
 void pvsched_lock_reset(struct pvsched_cpu *pc);
 void pvsched_lock_ring(struct pvsched_cpu *pc, u32 ring);
 void pvsched_hints_start(void);
+const char *pvsched_holder_preempted_source(void);
 void pvsched_hints_stop(void);
 
 /*

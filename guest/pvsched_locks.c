@@ -26,6 +26,8 @@
 #include <linux/compiler.h>
 #include <linux/cpumask.h>
 #include <linux/io.h>
+#include <linux/kvm_para.h>
+#include <asm/processor.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
 #include <linux/percpu.h>
@@ -53,6 +55,16 @@
 /* Set while the region is mapped and its geometry valid (exported hints). */
 static bool pvsched_hints_live;
 
+/*
+ * KVM with steal time: the kernel's vcpu_is_preempted() reads the flag KVM
+ * sets in a vCPU's steal-time record whenever it schedules that vCPU out
+ * while it runs, and clears when it runs again: the hypervisor's answer at
+ * this instant. The host half says what pvschedd last wrote, which on the
+ * sched_ext backend can be a scan (50 ms) old. Read once per binding (a
+ * CPUID, a VM exit, each time).
+ */
+static bool pvsched_kvm_steal;
+
 /* The host half of slot @index says its vCPU is runnable but not running. */
 static bool pvsched_slot_preempted(u32 index)
 {
@@ -75,6 +87,17 @@ static int pvsched_preempted_sibling(unsigned int self)
 			return cpu;
 	}
 	return -1;
+}
+
+/*
+ * Whether the vCPU of @cpu, a named holder's, is preempted now: KVM's own
+ * flag where the guest has it, else the host half.
+ */
+static bool pvsched_holder_preempted(unsigned int cpu)
+{
+	if (READ_ONCE(pvsched_kvm_steal))
+		return vcpu_is_preempted(cpu);
+	return pvsched_slot_preempted(cpu);
 }
 
 enum pvsched_owner {
@@ -171,7 +194,7 @@ static bool pvsched_lock_holder(void *lock, unsigned int lcb, u32 *target,
 	if (cpu >= pvsched_region.slot_count)
 		return true;
 	*target = cpu + 1;
-	if (pvsched_slot_preempted(cpu))
+	if (pvsched_holder_preempted(cpu))
 		*preempted = cpu;
 	return true;
 }
@@ -369,8 +392,28 @@ void pvsched_lock_ring(struct pvsched_cpu *pc, u32 ring)
 }
 
 /* The region is bound: the exported hints may read it. */
+/* KVM offers steal time (the features leaf; kvm_para_has_feature() is not exported). */
+static bool pvsched_kvm_has_steal_time(void)
+{
+#if defined(CONFIG_X86) && defined(CONFIG_PARAVIRT_SPINLOCKS)
+	u32 base = hypervisor_cpuid_base(KVM_SIGNATURE, 0);
+
+	return base && (cpuid_eax(base | KVM_CPUID_FEATURES) &
+			BIT(KVM_FEATURE_STEAL_TIME));
+#else
+	return false;
+#endif
+}
+
+/* Whose answer a named holder's preemption is: "kvm" or "host". */
+const char *pvsched_holder_preempted_source(void)
+{
+	return READ_ONCE(pvsched_kvm_steal) ? "kvm" : "host";
+}
+
 void pvsched_hints_start(void)
 {
+	WRITE_ONCE(pvsched_kvm_steal, pvsched_kvm_has_steal_time());
 	/* Geometry and mapping before "live": pairs with the readers. */
 	smp_store_release(&pvsched_hints_live, true);
 }

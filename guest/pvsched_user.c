@@ -122,7 +122,8 @@ static int pvsched_status_show(struct seq_file *m, void *unused)
 		seq_printf(m, "%s%s", first ? "" : ",", name);
 		first = false;
 	}
-	seq_printf(m, "\nlock_hold=%s held_saved=%u held_save_failures=%llu\n",
+	seq_printf(m, "\nholder_preempted_by=%s lock_hold=%s held_saved=%u held_save_failures=%llu\n",
+		   pvsched_holder_preempted_source(),
 		   r->features & PVSCHED_F_LOCK_HOLD ? "on" : "off",
 		   pvsched_lockhold_saved_now(),
 		   pvsched_lockhold_save_failures());

@@ -31,9 +31,10 @@ pub const DEFINITIONS: [&str; 6] = [
     "Guest lock counters: `lock_contended_count` and `lock_preempted_count` of every slot of \
      the VM's region (ABI 1.3, F_LOCK_WAIT), read by the bench on the host at the start and \
      the end of the window: contentions whose holder ran on another vCPU (or was unknown), \
-     and of those the ones whose holder's vCPU the host half showed preempted. In vanilla no \
-     daemon writes the host halves, so the guest cannot see a preempted holder: the \
-     holder-preempted count is shown for the pvsched modes only.",
+     and of those the ones whose holder's vCPU was preempted: for a named holder, KVM's \
+     steal-time flag (the guest kernel's vcpu_is_preempted(), ABI 1.6) where the guest has \
+     it, else the host half. Vanilla's is not shown: without host halves a guest without \
+     KVM's flag cannot see a preempted holder.",
     "Holder preemptions avoided = 1 - (holder-preempted contentions per contention with lock \
      handling) / (the same without), each rate summed over every repeat of the case (and over \
      both VMs for `both`); per backend: rt, pvsched-lock against pvsched-nolock; sched_ext, \

@@ -135,6 +135,9 @@ fn run_in(
                         Ok(again) => {
                             bench.guests = again.guests;
                             bench.journal.errors = errors;
+                            // pvschedd failed on the guests that were lost, maybe
+                            // for them: it gets its chance on the new ones.
+                            bench.broken.clear();
                             bench.note(format!(
                                 "rep{rep}-{case}-{mode}: a guest stopped answering (lost {lost} \
                                  of at most {MAX_LOST_GUESTS}); both booted again, measured again"
