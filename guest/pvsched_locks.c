@@ -89,17 +89,6 @@ static int pvsched_preempted_sibling(unsigned int self)
 	return -1;
 }
 
-/*
- * Whether the vCPU of @cpu, a named holder's, is preempted now: KVM's own
- * flag where the guest has it, else the host half.
- */
-static bool pvsched_holder_preempted(unsigned int cpu)
-{
-	if (READ_ONCE(pvsched_kvm_steal))
-		return vcpu_is_preempted(cpu);
-	return pvsched_slot_preempted(cpu);
-}
-
 enum pvsched_owner {
 	PVSCHED_OWNER_UNKNOWN,		/* the lock does not say */
 	PVSCHED_OWNER_FREE,		/* nobody: just released */
@@ -151,11 +140,14 @@ static enum pvsched_owner pvsched_lock_owner(void *lock, unsigned int lcb,
  * sleeps or waits for a guest CPU, runs on a CPU without a slot, or is
  * unknown and no other vCPU is preempted). *@preempted is the index of the
  * slot whose host half says PREEMPTED (the holder's; for an unknown holder
- * any other active one), -1 if none. Returns false when there is no
- * contention to count: the lock is free, or held on this CPU.
+ * any other active one), -1 if none: what the slot and the doorbell act on.
+ * *@count_preempted is whether the wait counts as one on a preempted holder
+ * (lock_preempted_count): for a named holder under KVM with steal time,
+ * KVM's own flag, else the same as *@preempted. Returns false when there is
+ * no contention to count: the lock is free, or held on this CPU.
  */
 static bool pvsched_lock_holder(void *lock, unsigned int lcb, u32 *target,
-				int *preempted)
+				int *preempted, bool *count_preempted)
 {
 	unsigned int self = smp_processor_id();
 	struct task_struct *owner = NULL;
@@ -163,6 +155,7 @@ static bool pvsched_lock_holder(void *lock, unsigned int lcb, u32 *target,
 
 	*target = PVSCHED_LOCK_NONE;
 	*preempted = -1;
+	*count_preempted = false;
 	switch (pvsched_lock_owner(lock, lcb, &owner)) {
 	case PVSCHED_OWNER_FREE:
 		return false;
@@ -170,6 +163,7 @@ static bool pvsched_lock_holder(void *lock, unsigned int lcb, u32 *target,
 		*preempted = pvsched_preempted_sibling(self);
 		if (*preempted >= 0)
 			*target = PVSCHED_LOCK_ANY;
+		*count_preempted = *preempted >= 0;
 		return true;
 	case PVSCHED_OWNER_TASK:
 		break;
@@ -194,8 +188,10 @@ static bool pvsched_lock_holder(void *lock, unsigned int lcb, u32 *target,
 	if (cpu >= pvsched_region.slot_count)
 		return true;
 	*target = cpu + 1;
-	if (pvsched_holder_preempted(cpu))
+	if (pvsched_slot_preempted(cpu))
 		*preempted = cpu;
+	*count_preempted = READ_ONCE(pvsched_kvm_steal) ?
+			   vcpu_is_preempted(cpu) : *preempted >= 0;
 	return true;
 }
 
@@ -267,6 +263,7 @@ u32 pvsched_lock_begin(struct pvsched_cpu *pc, void *lock, unsigned int lcb)
 {
 	struct task_struct *curr = current;
 	bool fresh = false, counted;
+	bool count_preempted;
 	int preempted;
 	u32 target;
 
@@ -280,9 +277,10 @@ u32 pvsched_lock_begin(struct pvsched_cpu *pc, void *lock, unsigned int lcb)
 		 * migrated, got the lock elsewhere and came back).
 		 */
 		if (pc->lock_task != curr || pvsched_lock_spins(lcb)) {
-			if (pvsched_lock_holder(lock, lcb, &target, &preempted)) {
+			if (pvsched_lock_holder(lock, lcb, &target, &preempted,
+						&count_preempted)) {
 				pc->lock_contended_count++;
-				if (preempted >= 0)
+				if (count_preempted)
 					pc->lock_preempted_count++;
 			}
 			return 0;
@@ -290,7 +288,8 @@ u32 pvsched_lock_begin(struct pvsched_cpu *pc, void *lock, unsigned int lcb)
 		pvsched_lock_clear(pc);
 	}
 
-	counted = pvsched_lock_holder(lock, lcb, &target, &preempted);
+	counted = pvsched_lock_holder(lock, lcb, &target, &preempted,
+				      &count_preempted);
 	if (!pc->lock_task) {
 		if (!counted)
 			return 0;
@@ -309,7 +308,7 @@ u32 pvsched_lock_begin(struct pvsched_cpu *pc, void *lock, unsigned int lcb)
 	}
 	/* Again for the same wait (a mutex: spin, then sleep): a new look. */
 	pc->lock_kind = pvsched_lock_kind(lcb);
-	if (preempted >= 0 && !pc->lock_preempted_seen) {
+	if (count_preempted && !pc->lock_preempted_seen) {
 		pc->lock_preempted_seen = true;
 		pc->lock_preempted_count++;
 	}
@@ -405,7 +404,7 @@ static bool pvsched_kvm_has_steal_time(void)
 #endif
 }
 
-/* Whose answer a named holder's preemption is: "kvm" or "host". */
+/* Whose answer a named holder's counted preemption is: "kvm" or "host". */
 const char *pvsched_holder_preempted_source(void)
 {
 	return READ_ONCE(pvsched_kvm_steal) ? "kvm" : "host";
