@@ -51,8 +51,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <arpa/inet.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -230,11 +232,33 @@ static int web_connect(void)
 	return fd;
 }
 
+/* The loopback interface up (a minimal guest boots with it down). */
+static int loopback_up(void)
+{
+	struct ifreq ifr;
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	int rc = -1;
+
+	if (fd < 0)
+		return -1;
+	memset(&ifr, 0, sizeof(ifr));
+	strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
+	if (!ioctl(fd, SIOCGIFFLAGS, &ifr)) {
+		ifr.ifr_flags |= IFF_UP;
+		rc = ioctl(fd, SIOCSIFFLAGS, &ifr);
+	}
+	close(fd);
+	return rc;
+}
+
 /* Writes the page, starts httpd on it and waits until it accepts. */
 static int web_setup(void)
 {
 	char name[256], port[32], page_buf[WEB_PAGE_BYTES];
 	int fd;
+
+	if (loopback_up())
+		fprintf(stderr, "lockstress: bringing lo up: %s\n", strerror(errno));
 
 	snprintf(name, sizeof(name), "%s/index.html", dir);
 	fd = open(name, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
