@@ -139,7 +139,10 @@ typedef uint64_t __u64;
 #define PVSCHED_CS_SOFTIRQ	(1U << 2)
 /*
  * F_LOCK_HOLD: the running task holds a sleeping lock it took by a blocking
- * call (not one it waits for; not a trylock's, not a spinlock).
+ * call (not one it waits for; not a trylock's, not a spinlock). The one
+ * exception to the seqcount: when only this bit changes, the guest stores
+ * cs_flags alone, with no seq round (it flips at every lock and unlock); it
+ * means the same whether a reader's copy has it or not.
  */
 #define PVSCHED_CS_LOCK		(1U << 4)
 #define PVSCHED_CS_ALL		(PVSCHED_CS_HARDIRQ | PVSCHED_CS_SOFTIRQ | \

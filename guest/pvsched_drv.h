@@ -197,10 +197,10 @@ void pvsched_hints_stop(void);
 /*
  * pvsched_probes.c, for the ftrace callbacks of pvsched_lockhold.c: an
  * update of this CPU's state (NULL: the CPU serves no slot), and its end,
- * which publishes what changed.
+ * which publishes what changed (CS_LOCK alone: one store).
  */
 struct pvsched_cpu *pvsched_update_begin(unsigned long *irqfl);
-void pvsched_update_end(struct pvsched_cpu *pc, unsigned long irqfl);
+void pvsched_update_end_lock(struct pvsched_cpu *pc, unsigned long irqfl);
 
 /*
  * pvsched_lockhold.c: sleeping locks held (PVSCHED_F_LOCK_HOLD). The

@@ -162,7 +162,7 @@ static void notrace pvsched_on_take(unsigned long ip, unsigned long parent_ip,
 		pc->held[pc->held_count++] = pvsched_lock_arg(fregs);
 	else
 		pc->held_dropped++;
-	pvsched_update_end(pc, irqfl);
+	pvsched_update_end_lock(pc, irqfl);
 }
 
 static void notrace pvsched_on_release(unsigned long ip,
@@ -191,11 +191,11 @@ static void notrace pvsched_on_release(unsigned long ip,
 			(pc->held_count - i - 1) * sizeof(pc->held[0]));
 		pc->held_count--;
 		pc->held_releases++;
-		pvsched_update_end(pc, irqfl);
+		pvsched_update_end_lock(pc, irqfl);
 		return;
 	}
 	pc->held_unmatched++;
-	pvsched_update_end(pc, irqfl);
+	pvsched_update_end_lock(pc, irqfl);
 }
 
 /* RECURSION: the ftrace core guards the callbacks against re-entry. */

@@ -209,8 +209,29 @@ struct pvsched_cpu *pvsched_update_begin(unsigned long *irqfl)
 	return pvsched_begin(irqfl);
 }
 
-void pvsched_update_end(struct pvsched_cpu *pc, unsigned long irqfl)
+/*
+ * End an update of the lock-call hooks. When only CS_LOCK moved, the slot's
+ * cs_flags word is stored alone, without a seqcount round: a task taking an
+ * uncontended mutex would otherwise publish twice per lock (a pipe round
+ * trip, two), and the bit means the same read in or out of a consistent
+ * copy (pvsched_abi.h). Anything else changed: the usual publish.
+ */
+void pvsched_update_end_lock(struct pvsched_cpu *pc, unsigned long irqfl)
 {
+	u32 flags, cs;
+
+	pvsched_words(pc, &flags, &cs);
+	if (flags == pc->shown_flags && (cs ^ pc->shown_cs) == PVSCHED_CS_LOCK &&
+	    pc->policy == pc->shown_policy &&
+	    pc->rt_priority == pc->shown_rt_priority &&
+	    pc->nice == pc->shown_nice &&
+	    pc->lock_holder == pc->shown_lock_holder &&
+	    pc->lock_flags == pc->shown_lock_flags) {
+		WRITE_ONCE(pc->slot->guest.cs_flags, cs);
+		pc->shown_cs = cs;
+		pvsched_release(pc, irqfl);
+		return;
+	}
 	pvsched_end(pc, irqfl);
 }
 
