@@ -6,6 +6,7 @@
 #define PVSCHED_DRV_H
 
 #include <linux/pci.h>
+#include <linux/atomic.h>
 #include <linux/percpu.h>
 #include <linux/sched.h>
 #include <linux/types.h>
@@ -212,9 +213,14 @@ void pvsched_lockhold_switch(struct pvsched_cpu *pc, struct task_struct *prev,
 			     unsigned int prev_state, struct task_struct *next);
 void pvsched_lockhold_reset(struct pvsched_cpu *pc);
 void pvsched_lockhold_user_tick(struct pvsched_cpu *pc);
-bool pvsched_lockhold_saved(void);
 const char *pvsched_lockhold_function(unsigned int i, bool *hooked);
-unsigned int pvsched_lockhold_saved_now(void);
+extern atomic_t pvsched_saved_count;
+
+/* Tasks switched out holding locks, waiting in the table for their turn. */
+static inline unsigned int pvsched_lockhold_saved(void)
+{
+	return atomic_read(&pvsched_saved_count);
+}
 u64 pvsched_lockhold_save_failures(void);
 
 /*

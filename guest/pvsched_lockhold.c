@@ -38,6 +38,9 @@
 
 #include "pvsched_drv.h"
 
+/* Tasks in the table: read at every context switch (pvsched_drv.h). */
+atomic_t pvsched_saved_count = ATOMIC_INIT(0);
+
 #if defined(CONFIG_X86_64) && defined(CONFIG_DYNAMIC_FTRACE_WITH_ARGS)
 
 /* The lock word: the first argument of every hooked call. */
@@ -81,7 +84,6 @@ struct pvsched_saved {
 };
 
 static struct pvsched_saved pvsched_saved[PVSCHED_SAVED_SIZE];
-static atomic_t pvsched_saved_count = ATOMIC_INIT(0);
 static atomic64_t pvsched_save_failed = ATOMIC64_INIT(0);
 static bool pvsched_lockhold_registered;
 
@@ -316,16 +318,6 @@ const char *pvsched_lockhold_function(unsigned int i, bool *hooked)
 				     pvsched_release_fns[i - PVSCHED_NR_TAKE];
 }
 
-bool pvsched_lockhold_saved(void)
-{
-	return atomic_read(&pvsched_saved_count);
-}
-
-unsigned int pvsched_lockhold_saved_now(void)
-{
-	return atomic_read(&pvsched_saved_count);
-}
-
 u64 pvsched_lockhold_save_failures(void)
 {
 	return atomic64_read(&pvsched_save_failed);
@@ -340,7 +332,7 @@ void pvsched_lockhold_switch(struct pvsched_cpu *pc, struct task_struct *prev,
 			pvsched_held_save(pc, prev);
 		pc->held_count = 0;
 	}
-	if (atomic_read(&pvsched_saved_count))
+	if (pvsched_lockhold_saved())
 		pvsched_held_restore(pc, next);
 }
 
@@ -358,16 +350,6 @@ void pvsched_lockhold_release(void)
 const char *pvsched_lockhold_function(unsigned int i, bool *hooked)
 {
 	return NULL;
-}
-
-bool pvsched_lockhold_saved(void)
-{
-	return false;
-}
-
-unsigned int pvsched_lockhold_saved_now(void)
-{
-	return 0;
 }
 
 u64 pvsched_lockhold_save_failures(void)

@@ -120,17 +120,24 @@ static void pvsched_publish(struct pvsched_cpu *pc)
  * class changes nothing the host reads: it costs no store to the slot).
  * Returns whether it published.
  */
+/* Whether every field the host acts on but cs_flags is as the slot shows. */
+static __always_inline bool pvsched_shown_but_cs(const struct pvsched_cpu *pc,
+						 u32 flags)
+{
+	return flags == pc->shown_flags &&
+	       pc->policy == pc->shown_policy &&
+	       pc->rt_priority == pc->shown_rt_priority &&
+	       pc->nice == pc->shown_nice &&
+	       pc->lock_holder == pc->shown_lock_holder &&
+	       pc->lock_flags == pc->shown_lock_flags;
+}
+
 static __always_inline bool pvsched_publish_changed(struct pvsched_cpu *pc)
 {
 	u32 flags, cs;
 
 	pvsched_words(pc, &flags, &cs);
-	if (flags == pc->shown_flags && cs == pc->shown_cs &&
-	    pc->policy == pc->shown_policy &&
-	    pc->rt_priority == pc->shown_rt_priority &&
-	    pc->nice == pc->shown_nice &&
-	    pc->lock_holder == pc->shown_lock_holder &&
-	    pc->lock_flags == pc->shown_lock_flags)
+	if (cs == pc->shown_cs && pvsched_shown_but_cs(pc, flags))
 		return false;
 	pvsched_write(pc, flags, cs);
 	return true;
@@ -221,12 +228,8 @@ void pvsched_update_end_lock(struct pvsched_cpu *pc, unsigned long irqfl)
 	u32 flags, cs;
 
 	pvsched_words(pc, &flags, &cs);
-	if (flags == pc->shown_flags && (cs ^ pc->shown_cs) == PVSCHED_CS_LOCK &&
-	    pc->policy == pc->shown_policy &&
-	    pc->rt_priority == pc->shown_rt_priority &&
-	    pc->nice == pc->shown_nice &&
-	    pc->lock_holder == pc->shown_lock_holder &&
-	    pc->lock_flags == pc->shown_lock_flags) {
+	if ((cs ^ pc->shown_cs) == PVSCHED_CS_LOCK &&
+	    pvsched_shown_but_cs(pc, flags)) {
 		WRITE_ONCE(pc->slot->guest.cs_flags, cs);
 		pc->shown_cs = cs;
 		pvsched_release(pc, irqfl);

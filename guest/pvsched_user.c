@@ -125,7 +125,7 @@ static int pvsched_status_show(struct seq_file *m, void *unused)
 	seq_printf(m, "\nholder_preempted_by=%s lock_hold=%s held_saved=%u held_save_failures=%llu\n",
 		   pvsched_holder_preempted_source(),
 		   r->features & PVSCHED_F_LOCK_HOLD ? "on" : "off",
-		   pvsched_lockhold_saved_now(),
+		   pvsched_lockhold_saved(),
 		   pvsched_lockhold_save_failures());
 
 	for_each_possible_cpu(cpu) {
