@@ -177,21 +177,45 @@ pub fn run_test(name: &str, cfg: &HostVmConfig, timeout: Duration) -> Result<Str
 /// its console and kernel log, which say how it died (a reset, a panic).
 const LOST_TAIL_LINES: usize = 20;
 
+/// A stall report's lines on QEMU's run state and each vCPU's instruction
+/// pointer, kept wherever they are (as is what QEMU said on its stderr when
+/// it stopped a vCPU on an error).
+fn is_vcpu_state(line: &str) -> bool {
+    let l = line.trim_start();
+    l.starts_with("QEMU status:") || l.starts_with("vCPU RIP ")
+}
+
+/// An IOAPIC pin no device uses: `info pic` lists all 24 of them.
+fn is_masked_ioapic_pin(line: &str) -> bool {
+    let l = line.trim_start();
+    l.starts_with("pin ") && l.contains(" masked ") && l.contains("vec=0 ")
+}
+
 /// The marker's line of a lost guest's test output, and the (indented) lines
 /// before the panic's own notes that follow it: without them a note says
 /// only "QEMU exited", as CI's did for three lost attempts in a row.
 fn lost_report(out: &str) -> (&str, String) {
     let mut lines = out.lines().skip_while(|l| !l.contains(GUEST_LOST_MARKER));
     let line = lines.next().unwrap_or_default();
-    let tail: Vec<&str> = lines
+    let report: Vec<&str> = lines
         .take_while(|l| !l.starts_with("note: ") && !l.starts_with("stack backtrace:"))
-        .filter(|l| !l.trim().is_empty())
+        .filter(|l| !l.trim().is_empty() && !is_masked_ioapic_pin(l))
         .collect();
-    let kept = &tail[tail.len().saturating_sub(LOST_TAIL_LINES)..];
-    let tail = kept
-        .iter()
-        .map(|l| format!("\n    {l}"))
-        .collect::<String>();
+    // Where each vCPU was (wherever the stall report says it) and how the guest
+    // ended (the console's and kernel log's last lines).
+    let from = report.len().saturating_sub(LOST_TAIL_LINES);
+    let mut in_stderr = false;
+    let vcpus = report[..from].iter().filter(|l| {
+        let l = l.trim_start();
+        if l.starts_with("QEMU stderr:") {
+            in_stderr = true;
+        } else if l.starts_with("kernel log tail:") {
+            in_stderr = false;
+        }
+        in_stderr || is_vcpu_state(l)
+    });
+    let kept = vcpus.chain(&report[from..]);
+    let tail = kept.map(|l| format!("\n    {l}")).collect::<String>();
     (line, tail)
 }
 
@@ -232,7 +256,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_lost_guest_report_keeps_the_console_tail_before_the_panic_notes() {
+    fn a_lost_guest_report_keeps_the_vcpus_and_the_console_tail_before_the_panic_notes() {
         let out = format!(
             "running 1 test\npanicked at x.rs:1:\n{GUEST_LOST_MARKER} the KVM guest stopped \
              answering: VM v: QEMU exited (exit status: 0); stderr:\n\nconsole tail:\n\
@@ -249,6 +273,22 @@ mod tests {
         let (_, tail) = lost_report(&format!("{GUEST_LOST_MARKER}\n{long}"));
         assert_eq!(tail.lines().count(), LOST_TAIL_LINES + 1, "{tail}");
         assert!(tail.ends_with("l49"), "{tail}");
+
+        // A stall report's vCPU lines are kept however long its APIC
+        // state; the pins no device uses are not.
+        let pins: String = (0..24)
+            .map(|i| format!("  pin {i} 0x0000000000010000 dest=0 vec=0   active-hi edge  masked fixed  physical\n"))
+            .collect();
+        let (_, tail) = lost_report(&format!(
+            "{GUEST_LOST_MARKER}\nQEMU status: running\nvCPU RIP 0xffffffffc0001234 (in a module) \
+             RFL 0x46 (interrupts off)\n{pins}{long}"
+        ));
+        assert!(
+            tail.starts_with("\n    QEMU status: running\n    vCPU RIP 0xffffffffc0001234"),
+            "{tail}"
+        );
+        assert!(!tail.contains("pin "), "{tail}");
+        assert_eq!(tail.lines().count(), LOST_TAIL_LINES + 3, "{tail}");
     }
 
     #[test]

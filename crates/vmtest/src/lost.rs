@@ -184,7 +184,19 @@ pub fn stall_report(vm: &Vm) -> String {
         );
     }
     report += &format!("info pic:\n{}\n", hmp("info pic").trim_end());
+    // A vCPU QEMU stopped on (KVM's "internal error", its suberror and the
+    // instruction bytes) is said on QEMU's stderr only.
+    if status.contains("internal-error") || status.contains("guest-panicked") {
+        let stderr = fs::read_to_string(vm.dir().join("qemu.stderr")).unwrap_or_default();
+        report += &format!("QEMU stderr:\n{}\n", tail_lines(&stderr, 40));
+    }
     report
+}
+
+/// The last `n` lines of `text`.
+fn tail_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 /// The `return` member of a QMP reply, as text (HMP's output is a string).
