@@ -171,10 +171,13 @@ pub struct BackendStatus {
     pub boost_queued: u64,
     pub extensions: u64,
     pub extensions_refused: u64,
-    /// Of `extensions`, those for a lock holder (a waiter's published wait
-    /// named the vCPU).
+    /// Of `extensions`, those for a lock holder (its guest showed a lock
+    /// held, or a waiter's published wait named the vCPU).
     #[serde(default)]
     pub lock_extensions: u64,
+    /// Of `lock_extensions`, those at a preemption a boosted vCPU deferred.
+    #[serde(default)]
+    pub lock_extensions_at_preemption: u64,
     /// Boosts granted to a vCPU waiting in the vtime queue, which was then
     /// moved ahead at once.
     #[serde(default)]
@@ -359,10 +362,16 @@ pub struct VcpuStatus {
     pub scx_extended_ms: f64,
     #[serde(default)]
     pub scx_extensions_refused: u64,
-    /// Of `scx_extensions`, those for a lock wait another vCPU of the VM
-    /// published naming this one as the holder.
+    /// Of `scx_extensions`, those for a lock holder: its guest showed a
+    /// sleeping lock held (`CS_LOCK`), or another vCPU of the VM published
+    /// a lock wait naming this one.
     #[serde(default)]
     pub scx_lock_extensions: u64,
+    /// Of `scx_lock_extensions`, those at a preemption: a boosted vCPU
+    /// would have preempted this one while its guest showed a lock held,
+    /// and waited for the extension instead.
+    #[serde(default)]
+    pub scx_lock_extensions_at_preemption: u64,
     /// sched_ext backend: boosted enqueues that preempted a task.
     #[serde(default)]
     pub scx_boost_preempts: u64,

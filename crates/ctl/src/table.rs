@@ -287,6 +287,7 @@ mod tests {
                 scx_extended_ms: 0.0,
                 scx_extensions_refused: 0,
                 scx_lock_extensions: 0,
+                scx_lock_extensions_at_preemption: 0,
                 scx_boost_preempts: 0,
                 scx_kernel_boosts: 0,
                 kernel_boosted_ms: 0.0,

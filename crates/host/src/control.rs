@@ -307,6 +307,7 @@ impl ControlServer {
                             scx_extended_ms: x.ext_ns as f64 * 1e-6,
                             scx_extensions_refused: x.ext_refused,
                             scx_lock_extensions: x.ext_lock_count,
+                            scx_lock_extensions_at_preemption: u64::from(x.ext_at_preempt_count),
                             scx_boost_preempts: x.boost_preempts,
                             scx_kernel_boosts: x.kboosts,
                             kernel_boosted_ms: s.kernel_boosted_ns as f64 * 1e-6,

@@ -495,6 +495,83 @@ kvm_test! {
     }
 }
 
+kvm_test! {
+    /// Extension at the preemption: a vCPU whose guest shows a sleeping lock
+    /// held (`CS_LOCK`, with lock holders honoured) spins on CPU 0, where
+    /// another VM's vCPU with guest RT work wakes again and again, boosted by
+    /// the scheduler at each wakeup. A boosted wakeup would preempt the
+    /// holder: the holder runs one extension first, counted as a lock
+    /// extension at the preemption, within its allowance; the RT vCPU's
+    /// boosts go on.
+    fn sched_ext_lets_a_lock_holder_run_an_extension_before_a_boosted_vcpu_preempts_it() {
+        let dir = tempdir("scx-lockpreempt");
+        let (holder_name, rt_name) = (vm_name("scx-holder"), vm_name("scx-rtwaker"));
+        let (_holder, holder_entry) =
+            vmm(&dir, &holder_name, None, Some(pvsched_abi::CS_LOCK), true);
+        let (_rt, rt_entry) = vmm(&dir, &rt_name, Some(10), None, false);
+        let start = Instant::now();
+        let d = sched_ext_daemon(
+            &dir,
+            "scx_extension_us = 2000\nscx_extension_share_permille = 100",
+            &format!(
+                "[defaults]\nhonor_lock_holders = true\n{holder_entry}{}",
+                rt_entry.replace("[discovery]\nauto = false\n", "")
+            ),
+        );
+        d.wait_serving(&holder_name, 1);
+        d.wait_serving(&rt_name, 1);
+        let vcpu = |name: &str| {
+            let s = d.status();
+            s.vms.iter().find(|v| v.name == name).map(|v| v.vcpus[0].clone())
+        };
+        let rt_boosts0 = vcpu(&rt_name).map_or(0, |v| v.scx_kernel_boosts);
+
+        let held = wait_until(Duration::from_secs(60), Duration::from_millis(50), || {
+            vcpu(&holder_name).filter(|v| v.scx_lock_extensions_at_preemption >= 5)
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "no lock extension at a boosted preemption: holder {:?}, RT vCPU {:?}; \
+                 backend {:?}; log:\n{}",
+                vcpu(&holder_name),
+                vcpu(&rt_name),
+                d.status().backend,
+                d.log()
+            )
+        });
+        let rt = vcpu(&rt_name).expect("the RT VM is served");
+        let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
+        let backend = d.status().backend;
+
+        eprintln!(
+            "holder: {} lock extensions, {} at a boosted preemption, {:.0} ms, {} refused; \
+             RT vCPU: {} kernel boosts",
+            held.scx_lock_extensions,
+            held.scx_lock_extensions_at_preemption,
+            held.scx_extended_ms,
+            held.scx_extensions_refused,
+            rt.scx_kernel_boosts - rt_boosts0
+        );
+        assert!(
+            held.scx_lock_extensions_at_preemption <= held.scx_lock_extensions
+                && held.scx_lock_extensions <= held.scx_extensions,
+            "{held:?}"
+        );
+        assert!(
+            backend.lock_extensions_at_preemption >= held.scx_lock_extensions_at_preemption,
+            "{backend:?}"
+        );
+        let scan_ns = pvsched_host::config::DaemonConfig::default().scx_scan_interval_us * 1000;
+        let burst_ms = pvsched_policy::extension_burst_ns(2_000_000, 100, scan_ns) as f64 / 1e6;
+        let bound = 0.1 * elapsed_ms + burst_ms;
+        assert!(held.scx_extended_ms <= bound, "{held:?} over {bound} ms");
+        assert!(
+            rt.scx_kernel_boosts > rt_boosts0,
+            "the RT vCPU was not boosted any more beside the holder: {rt:?}"
+        );
+    }
+}
+
 /// CPU time (utime + stime) of process `pid`, in clock ticks.
 fn cpu_ticks(pid: u32) -> u64 {
     stat_ticks(&format!("/proc/{pid}/stat"))

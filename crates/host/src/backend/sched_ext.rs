@@ -245,6 +245,10 @@ impl SchedExt {
             .cpu_run
             .set_max_entries(cpus.max(1))
             .map_err(SchedExtError::bpf("size map cpu_run"))?;
+        open.maps
+            .cpu_holder
+            .set_max_entries(cpus.max(1))
+            .map_err(SchedExtError::bpf("size map cpu_holder"))?;
         let started = std::time::Instant::now();
         let mut skel: SchedExtSkel<'_> = open.load().map_err(SchedExtError::bpf("load"))?;
         let verified = started.elapsed();

@@ -279,7 +279,10 @@ struct pvs_scx_vcpu {
 	__u32 wake_boost;
 	/* 1: stopped preempted with the slot showing a critical section. */
 	__u32 cs_preempted;
-	__u32 pad3;
+	/* Of ext_lock_count, extensions at a preemption: a boosted vCPU would
+	 * have preempted this one while its guest showed a lock held, and
+	 * waited for the extension instead. */
+	__u32 ext_at_preempt_count;
 	__u64 run_start;	/* when the run in progress started */
 	__u64 last_rt_ns;	/* when the slot last showed guest RT work */
 	__u64 rt_switches;	/* the slot's rt_switch_count then */
@@ -328,6 +331,7 @@ struct pvs_scx_totals {
 	__u64 wakeup_preempts;	/* woken tasks that preempted a later one */
 	__u64 kthrottles;	/* vCPUs throttled for a long burst */
 	__u64 ext_lock;		/* of extensions, for a lock holder */
+	__u64 ext_at_preempt;	/* of ext_lock, at a preemption deferred */
 	__u64 fair_pulls;	/* tasks a CPU took from another CPU's fair queue */
 	__u64 queued_to_run_boosted[PVS_SCX_LAT_BUCKETS];
 	__u64 queued_to_run_other[PVS_SCX_LAT_BUCKETS];

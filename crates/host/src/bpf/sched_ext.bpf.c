@@ -37,7 +37,12 @@
  *    its CPU for one extension of extension_ns, within the total the
  *    daemon allows it (the record's ext_allowed_ns). Its vtime is charged
  *    for it like for any time it ran, so the fair queue takes it back
- *    later.
+ *    later;
+ *  - at a boosted enqueue that would preempt a vCPU whose guest shows a
+ *    sleeping lock held (CS_LOCK, as of its last tick, or read at once when
+ *    the enqueue runs on its own thread: its guest woke the task, often by
+ *    releasing one of the locks it holds), the holder runs one extension
+ *    first, from the same allowance, and the boosted task runs next there.
  *
  * The policy (budgets, throttles, demotion, fairness debt) stays in the
  * daemon: this program only acts within what a grant says.
@@ -149,6 +154,24 @@ struct {
 	__type(key, u32);
 	__type(value, struct pvs_cpu_run);
 } cpu_run SEC(".maps");
+
+/*
+ * Per CPU: the vCPU thread of a VM whose lock holders are honoured running
+ * there, and whether its guest showed a sleeping lock held (CS_LOCK) when
+ * its slot was last read: at each of its ticks, or at an enqueue that runs
+ * on its own thread. What a boosted enqueue asks before it preempts it.
+ */
+struct pvs_cpu_holder {
+	u32 tid;	/* 0: no such vCPU runs there */
+	u32 lock;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1024); /* possible CPUs, set by the loader */
+	__type(key, u32);
+	__type(value, struct pvs_cpu_holder);
+} cpu_holder SEC(".maps");
 
 /* Possible CPUs (cpu_boost's size), set by the loader. */
 const volatile u32 nr_cpu_ids = 1;
@@ -306,10 +329,93 @@ s32 BPF_STRUCT_OPS(pvs_select_cpu, struct task_struct *p, s32 prev_cpu,
 	return cpu;
 }
 
+static __always_inline struct pvs_cpu_holder *cpu_holder_of(s32 cpu)
+{
+	u32 key = cpu;
+
+	return bpf_map_lookup_elem(&cpu_holder, &key);
+}
+
+/* The slot's cs_flags shows a lock held that earns an extension. */
+static __always_inline int slot_lock_held(struct pvs_scx_grant *g)
+{
+	u32 cs = 0;
+
+	if (!g->lock_peers || !g->slot_addr)
+		return 0;
+	if (bpf_probe_read_user(&cs, sizeof(cs),
+				(void *)(g->slot_addr +
+					 PVSCHED_OFFSETOF(struct pvsched_slot,
+							  guest.cs_flags))))
+		return -1;
+	return (cs & extension_cs & PVSCHED_CS_LOCK) != 0;
+}
+
+/*
+ * Extension at the preemption: a boosted task (p) would preempt the vCPU
+ * running on `cpu` while that vCPU's guest shows a sleeping lock held. The
+ * holder keeps its CPU for one extension instead, within the allowance and
+ * charged like one granted at a slice end (its vtime pays for the time it
+ * runs); the boosted task runs next on that CPU. Returns whether the
+ * preemption is deferred. The holder's flag is as of its last tick, or
+ * read now when this enqueue runs on the holder's own thread (its guest
+ * woke the task, often by releasing a lock it may not be the last of).
+ */
+static __always_inline bool holder_keeps_cpu(struct task_struct *p, s32 cpu)
+{
+	struct pvs_cpu_holder *h = cpu_holder_of(cpu);
+	struct pvs_scx_grant *hg;
+	struct pvs_scx_vcpu *hv;
+	struct task_struct *holder;
+	u32 tid;
+	int held;
+
+	if (!extension_ns || !h || !h->tid || h->tid == (u32)p->pid)
+		return false;
+	tid = h->tid;
+	hg = bpf_map_lookup_elem(&scx_grants, &tid);
+	if (!hg || !hg->lock_peers)
+		return false;
+	if (cpu == bpf_get_smp_processor_id() &&
+	    (u32)bpf_get_current_pid_tgid() == tid) {
+		held = slot_lock_held(hg);
+		if (held >= 0)
+			h->lock = held;
+	}
+	if (!h->lock)
+		return false;
+	hv = bpf_map_lookup_elem(&scx_vcpus, &hg->record);
+	if (!hv || hv->ext_in_slice)
+		return false;
+	if (hv->ext_ns + extension_ns > allowance(&hv->ext_allowed_ns)) {
+		hv->ext_refused++;
+		__sync_fetch_and_add(&totals.ext_refused, 1);
+		return false;
+	}
+	/* At most one extension from now, whatever its slice had left. */
+	holder = bpf_task_from_pid(tid);
+	if (!holder)
+		return false;
+	if (holder->scx.slice > extension_ns)
+		holder->scx.slice = extension_ns;
+	bpf_task_release(holder);
+	hv->ext_ns += extension_ns;
+	hv->ext_count++;
+	hv->ext_in_slice = extension_ns;
+	hv->ext_lock_count++;
+	hv->ext_lock_ns += extension_ns;
+	hv->ext_at_preempt_count++;
+	__sync_fetch_and_add(&totals.extensions, 1);
+	__sync_fetch_and_add(&totals.ext_lock, 1);
+	__sync_fetch_and_add(&totals.ext_at_preempt, 1);
+	return true;
+}
+
 /*
  * A boosted task: on the CPU it is enqueued on at once, preempting the task
- * there when that one is weaker; else on the boost queue, with a CPU that
- * runs an unboosted task told to pick again.
+ * there when that one is weaker (unless that one is a lock holder, which
+ * keeps its CPU for an extension first); else on the boost queue, with a
+ * CPU that runs an unboosted task told to pick again.
  */
 static __always_inline void enqueue_boosted(struct task_struct *p, u32 boost,
 					    u64 slice, u64 enq_flags)
@@ -319,6 +425,10 @@ static __always_inline void enqueue_boosted(struct task_struct *p, u32 boost,
 	u32 i;
 
 	if (boost_on(cpu) < boost) {
+		if (holder_keeps_cpu(p, cpu)) {
+			scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice, enq_flags);
+			return;
+		}
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice,
 				   enq_flags | SCX_ENQ_PREEMPT);
 		__sync_fetch_and_add(&totals.boost_preempts, 1);
@@ -541,6 +651,15 @@ void BPF_STRUCT_OPS(pvs_running, struct task_struct *p)
 	if (vtime_before(vtime_now, p->scx.dsq_vtime))
 		vtime_now = p->scx.dsq_vtime;
 	v = g ? vcpu_of(p) : NULL;
+	{
+		struct pvs_cpu_holder *h = cpu_holder_of(bpf_get_smp_processor_id());
+
+		/* Its lock flag is unknown until its first tick reads it. */
+		if (h) {
+			h->tid = g && g->lock_peers ? p->pid : 0;
+			h->lock = 0;
+		}
+	}
 	if (daemon_tid && p->pid == daemon_tid)
 		set_boost_on(bpf_get_smp_processor_id(), DAEMON_BOOST);
 	else
@@ -694,6 +813,12 @@ void BPF_STRUCT_OPS(pvs_stopping, struct task_struct *p, bool runnable)
 	if (!boosted)
 		p->scx.dsq_vtime += used * 100 / (weight ? weight : 100);
 	set_boost_on(bpf_get_smp_processor_id(), 0);
+	{
+		struct pvs_cpu_holder *h = cpu_holder_of(bpf_get_smp_processor_id());
+
+		if (h)
+			h->tid = 0;
+	}
 	if (wakeup_preempt_ns)
 		c = cpu_run_of(bpf_get_smp_processor_id());
 	if (c)
@@ -748,10 +873,20 @@ void BPF_STRUCT_OPS(pvs_tick, struct task_struct *p)
 	bool lock = false;
 	u32 cs = 0;
 
-	if (p->scx.slice || !extension_ns)
+	if (!extension_ns)
 		return;
 	g = grant_of(p);
 	if (!g || !g->slot_addr)
+		return;
+	if (g->lock_peers) {
+		/* For a boosted enqueue that would preempt it (holder_keeps_cpu). */
+		struct pvs_cpu_holder *h = cpu_holder_of(bpf_get_smp_processor_id());
+		int held = slot_lock_held(g);
+
+		if (h && h->tid == (u32)p->pid && held >= 0)
+			h->lock = held;
+	}
+	if (p->scx.slice)
 		return;
 	v = vcpu_of(p);
 	if (!v || v->ext_in_slice)

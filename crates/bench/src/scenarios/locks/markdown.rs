@@ -545,15 +545,37 @@ fn scx_extension_table(o: &mut String, r: &LocksReport) {
          allowance (`scx_extension_share_permille`; refused). pvsched-scx-nolock runs with \
          `scx_extension_us = 0`: none.\n"
     );
-    let _ = writeln!(
-        o,
-        "| case | mode | VM | extensions granted at the preemption (slice end) | of them for a lock holder | refused (allowance) | extended ms |"
-    );
-    let _ = writeln!(o, "|---|---|---|--:|--:|--:|--:|");
-    for (c, mode, v, x) in rows {
+    // Runs before the extension at a boosted vCPU's preemption had none:
+    // their table stays as it was.
+    let deferred = rows.iter().any(|(_, _, _, x)| x.at_preemption > 0);
+    if deferred {
         let _ = writeln!(
             o,
-            "| {} | {} | {} | {} | {} | {} | {:.1} |",
+            "A boosted vCPU (woken onto a busy CPU, or granted a boost) that would preempt a \
+             vCPU whose guest shows a lock held waits instead while the holder runs one \
+             extension (at a boosted preemption), within the same allowance.\n"
+        );
+        let _ = writeln!(
+            o,
+            "| case | mode | VM | extensions granted at the preemption (slice end or boosted vCPU) | of them for a lock holder | of those at a boosted vCPU's preemption | refused (allowance) | extended ms |"
+        );
+        let _ = writeln!(o, "|---|---|---|--:|--:|--:|--:|--:|");
+    } else {
+        let _ = writeln!(
+            o,
+            "| case | mode | VM | extensions granted at the preemption (slice end) | of them for a lock holder | refused (allowance) | extended ms |"
+        );
+        let _ = writeln!(o, "|---|---|---|--:|--:|--:|--:|");
+    }
+    for (c, mode, v, x) in rows {
+        let deferred_cell = if deferred {
+            format!(" {} |", x.at_preemption)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {} |{deferred_cell} {} | {:.1} |",
             c.case, mode, v.name, x.granted, x.for_lock_holder, x.refused, x.extended_ms
         );
     }

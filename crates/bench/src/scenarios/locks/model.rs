@@ -442,6 +442,11 @@ pub struct ScxExtensions {
     /// named the vCPU (`scx_lock_extensions`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub for_lock_holder: u64,
+    /// Of `for_lock_holder`, those at a preemption: a boosted vCPU would
+    /// have preempted the holder and waited for the extension instead
+    /// (`scx_lock_extensions_at_preemption`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub at_preemption: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -457,6 +462,7 @@ impl ScxExtensions {
             sum.refused += c.scx_extensions_refused;
             sum.extended_ms += c.scx_extended_ms;
             sum.for_lock_holder += c.scx_lock_extensions;
+            sum.at_preemption += c.scx_lock_extensions_at_preemption;
         }
         sum
     }
@@ -476,6 +482,7 @@ impl ScxExtensions {
             refused: a.refused - b.refused,
             extended_ms: (a.extended_ms - b.extended_ms).max(0.0),
             for_lock_holder: a.for_lock_holder.saturating_sub(b.for_lock_holder),
+            at_preemption: a.at_preemption.saturating_sub(b.at_preemption),
         }
     }
 
@@ -484,6 +491,7 @@ impl ScxExtensions {
         self.refused += o.refused;
         self.extended_ms += o.extended_ms;
         self.for_lock_holder += o.for_lock_holder;
+        self.at_preemption += o.at_preemption;
     }
 
     /// Whether the scheduler granted or refused any.

@@ -592,6 +592,7 @@ fn with_scx(mut v: VmPhase, granted: u64, refused: u64, extended_ms: f64) -> VmP
         refused,
         extended_ms,
         for_lock_holder: granted / 2,
+        at_preemption: 0,
     });
     v
 }
@@ -605,6 +606,11 @@ fn with_scx(mut v: VmPhase, granted: u64, refused: u64, extended_ms: f64) -> VmP
 /// scx-lock:       150, 10.2, (1000, 10)                   140, 9.8,  (1000, 20)   40 / 2 refused / 160 ms each
 /// alone (lock-a): vanilla 200, pvsched-scx-lock 190.
 fn scx_sample() -> LocksReport {
+    build(&scx_sample_raw())
+}
+
+/// [`scx_sample`]'s measurements.
+fn scx_sample_raw() -> LocksRaw {
     use LockCase::{Alone, Overcommitted as O};
     use LockMode::*;
     let pair = |mode, a: (f64, f64, (u64, u64)), b: (f64, f64, (u64, u64)), ext: u64| {
@@ -625,7 +631,7 @@ fn scx_sample() -> LocksReport {
             ],
         )
     };
-    build(&raw_of(
+    raw_of(
         &LockMode::ALL,
         vec![
             pair(Vanilla, (100.0, 9.0, (800, 0)), (100.0, 11.0, (800, 0)), 0),
@@ -666,7 +672,7 @@ fn scx_sample() -> LocksReport {
                 vec![vm(VM_A, Some(190.0), 19.0, None), vm(VM_B, None, 1.0, None)],
             ),
         ],
-    ))
+    )
 }
 
 #[test]
@@ -851,7 +857,8 @@ fn slice_end_extensions_are_summed_per_vm_and_shown_for_the_sched_ext_modes() {
             granted: 40,
             refused: 2,
             extended_ms: 160.0,
-            for_lock_holder: 20
+            for_lock_holder: 20,
+            at_preemption: 0,
         })
     );
     for needle in [
@@ -866,6 +873,39 @@ fn slice_end_extensions_are_summed_per_vm_and_shown_for_the_sched_ext_modes() {
         !md.contains("| overcommitted | pvsched-lock | lock-a | 0 | 0 | 0 | 0.0 |"),
         "{md}"
     );
+}
+
+#[test]
+fn extensions_at_a_boosted_vcpus_preemption_get_their_own_column_when_there_are_any() {
+    // Arrange: the sample's sched_ext run, one VM's holder extended at 7
+    // boosted preemptions.
+    let mut raw = scx_sample_raw();
+    let md_before = markdown(&build(&raw));
+    for p in &mut raw.phases {
+        if p.mode == LockMode::PvschedScxLock {
+            if let Some(x) = p.vms[1].scx_extensions.as_mut() {
+                x.at_preemption = 7;
+            }
+        }
+    }
+
+    // Act
+    let md = markdown(&build(&raw));
+
+    // Assert
+    assert!(
+        !md_before.contains("of those at a boosted vCPU's preemption"),
+        "{md_before}"
+    );
+    for needle in [
+        "| case | mode | VM | extensions granted at the preemption (slice end or boosted vCPU) \
+         | of them for a lock holder | of those at a boosted vCPU's preemption | refused \
+         (allowance) | extended ms |",
+        "| overcommitted | pvsched-scx-lock | lock-b | 40 | 20 | 7 | 2 | 160.0 |",
+        "| overcommitted | pvsched-scx-nolock | lock-a | 0 | 0 | 0 | 0 | 0.0 |",
+    ] {
+        assert!(md.contains(needle), "{needle:?} not in\n{md}");
+    }
 }
 
 #[test]
@@ -962,7 +1002,8 @@ fn slice_end_extensions_between_two_statuses_sum_the_vcpus() {
             refused: 1,
             extended_ms: 160.0,
             // (15 + 12) - (5 + 2)
-            for_lock_holder: 20
+            for_lock_holder: 20,
+            at_preemption: 0,
         }
     );
     assert_eq!((anew.granted, anew.refused, anew.extended_ms), (4, 0, 16.0));

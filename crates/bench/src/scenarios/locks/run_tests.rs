@@ -360,6 +360,7 @@ fn the_progress_line_names_each_vm() {
         refused: 3,
         extended_ms: 48.0,
         for_lock_holder: 0,
+        at_preemption: 0,
     });
     assert!(
         phase_line(&scx).contains("1 holder preempted, 12 slice-end extensions (3 refused) |"),
