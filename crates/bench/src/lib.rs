@@ -21,6 +21,7 @@ pub mod harness;
 pub mod host;
 pub mod interrupts;
 pub mod ipi_sources;
+pub mod kvm_preemptions;
 pub mod platform;
 pub mod progress;
 pub mod scenarios;

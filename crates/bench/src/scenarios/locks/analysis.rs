@@ -143,7 +143,15 @@ fn mode_summary(phases: &[&Phase], names: &[String]) -> ModeSummary {
         .filter_map(|p| p.split_deviation_pct())
         .map(|d| round(d, 2))
         .collect();
+    let kvm_preemptions = phases
+        .iter()
+        .filter_map(|p| p.kvm_preemptions)
+        .reduce(|a, b| KvmPreemptions {
+            reported: a.reported + b.reported,
+            other: a.other + b.other,
+        });
     ModeSummary {
+        kvm_preemptions,
         repeats: phases.len(),
         total_ops_per_s: (!totals.is_empty()).then(|| Spread::of(totals)),
         split_deviation_pct: (!devs.is_empty()).then(|| Spread::of(devs)),

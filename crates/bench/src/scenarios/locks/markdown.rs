@@ -379,6 +379,7 @@ pub fn markdown(r: &LocksReport) -> String {
     }
 
     scx_extension_table(&mut o, r);
+    kvm_preemption_table(&mut o, r);
 
     let _ = writeln!(
         o,
@@ -577,6 +578,48 @@ fn scx_extension_table(o: &mut String, r: &LocksReport) {
             o,
             "| {} | {} | {} | {} | {} |{deferred_cell} {} | {:.1} |",
             c.case, mode, v.name, x.granted, x.for_lock_holder, x.refused, x.extended_ms
+        );
+    }
+}
+
+/// KVM's vCPU preemptions per case and mode, those the guests were told of
+/// and those they were not; nothing for runs without them.
+fn kvm_preemption_table(o: &mut String, r: &LocksReport) {
+    let rows: Vec<_> = r
+        .cases
+        .iter()
+        .flat_map(|c| {
+            ordered(&c.modes)
+                .into_iter()
+                .filter_map(move |(mode, ms)| Some((c, mode, ms.kvm_preemptions?)))
+        })
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "\n## vCPU preemptions KVM reported to the guests (sums over the repeats)\n\n\
+         The guests count a holder preempted by KVM's steal-time flag, which KVM sets only for \
+         a vCPU scheduled out after leaving the guest at an instruction boundary (on AMD: for \
+         a host interrupt; debugfs `kvm/preemption_reported`). A vCPU scheduled out while KVM \
+         handled another exit (the IPI that woke its sibling, say) runs no more but is not \
+         flagged (`kvm/preemption_other`). The holder counts of two modes compare only as \
+         far as their shares reported do. Every vCPU of the host VM, both VMs.\n"
+    );
+    let _ = writeln!(
+        o,
+        "| case | mode | preemptions reported | not reported | reported share |"
+    );
+    let _ = writeln!(o, "|---|---|--:|--:|--:|");
+    for (c, mode, k) in rows {
+        let share = k
+            .reported_share()
+            .map_or_else(|| "-".to_string(), |s| format!("{:.1} %", s * 100.0));
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {share} |",
+            c.case, mode, k.reported, k.other
         );
     }
 }

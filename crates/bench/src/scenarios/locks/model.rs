@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::harness::meta::Meta;
+pub use crate::kvm_preemptions::KvmPreemptions;
 
 /// The first VM: runs the workload in both cases.
 pub const VM_A: &str = "lock-a";
@@ -562,6 +563,12 @@ pub struct Phase {
     /// was kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend_active: Option<String>,
+    /// KVM's vCPU preemptions over the window, every vCPU of the host:
+    /// those the guests' steal-time flag showed and those it did not
+    /// (`crate::kvm_preemptions`; None: no KVM debugfs, or a raw file from
+    /// before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kvm_preemptions: Option<KvmPreemptions>,
 }
 
 impl Phase {

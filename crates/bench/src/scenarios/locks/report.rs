@@ -94,6 +94,11 @@ pub struct ModeSummary {
     /// pvschedd's counters per second of window, pooled over the repeats.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub daemon_per_s: BTreeMap<String, f64>,
+    /// KVM's vCPU preemptions summed over the repeats that sampled them:
+    /// reported to the guests (the steal-time flag their holder counts
+    /// read) and not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kvm_preemptions: Option<KvmPreemptions>,
 }
 
 /// A throughput ratio, one mode over vanilla, paired by repeat.

@@ -55,6 +55,7 @@ fn phase(case: LockCase, mode: LockMode, rep: usize, vms: Vec<VmPhase>) -> Phase
         daemon_cpu_s: None,
         daemon_counters: BTreeMap::new(),
         backend_active: None,
+        kvm_preemptions: None,
     }
 }
 
@@ -903,6 +904,52 @@ fn extensions_at_a_boosted_vcpus_preemption_get_their_own_column_when_there_are_
          (allowance) | extended ms |",
         "| overcommitted | pvsched-scx-lock | lock-b | 40 | 20 | 7 | 2 | 160.0 |",
         "| overcommitted | pvsched-scx-nolock | lock-a | 0 | 0 | 0 | 0 | 0.0 |",
+    ] {
+        assert!(md.contains(needle), "{needle:?} not in\n{md}");
+    }
+}
+
+#[test]
+fn kvms_preemption_counts_are_summed_per_mode_and_shown_with_the_share_reported() {
+    // Arrange: the sample's phases with KVM's counters; vanilla's windows
+    // report a quarter of their preemptions, every other mode's all.
+    let mut raw = scx_sample_raw();
+    let md_without = markdown(&build(&raw));
+    for p in &mut raw.phases {
+        p.kvm_preemptions = Some(if p.mode == LockMode::Vanilla {
+            KvmPreemptions {
+                reported: 10,
+                other: 30,
+            }
+        } else {
+            KvmPreemptions {
+                reported: 50,
+                other: 0,
+            }
+        });
+    }
+    raw.phases.push(raw.phases[0].clone());
+
+    // Act
+    let r = build(&raw);
+    let md = markdown(&r);
+
+    // Assert
+    assert!(
+        !md_without.contains("vCPU preemptions KVM reported"),
+        "{md_without}"
+    );
+    assert_eq!(
+        r.cases[0].modes["vanilla"].kvm_preemptions,
+        Some(KvmPreemptions {
+            reported: 20,
+            other: 60
+        })
+    );
+    for needle in [
+        "## vCPU preemptions KVM reported to the guests (sums over the repeats)",
+        "| overcommitted | vanilla | 20 | 60 | 25.0 % |",
+        "| overcommitted | pvsched-scx-lock | 50 | 0 | 100.0 % |",
     ] {
         assert!(md.contains(needle), "{needle:?} not in\n{md}");
     }

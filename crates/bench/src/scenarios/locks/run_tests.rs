@@ -302,6 +302,7 @@ fn the_least_disturbed_try_is_kept() {
         daemon_cpu_s: None,
         daemon_counters: BTreeMap::new(),
         backend_active: None,
+        kvm_preemptions: None,
     };
     assert_eq!(
         least_disturbed(Some(p(0.3)), Some(p(0.2))).map(|x| x.foreign_cpu),
@@ -331,6 +332,7 @@ fn the_progress_line_names_each_vm() {
         daemon_cpu_s: None,
         daemon_counters: BTreeMap::new(),
         backend_active: None,
+        kvm_preemptions: None,
         vms: vec![
             VmPhase {
                 name: VM_A.into(),

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::commands::*;
@@ -15,6 +15,7 @@ use crate::foreign;
 use crate::harness::disturbance::{disturbed_note, Judgement, Retries, DISTURBED};
 use crate::harness::journal::{first_line, Journal, Journaled};
 use crate::harness::vm::Guest;
+use crate::kvm_preemptions::{KvmPreemptions, KVM_DEBUGFS};
 use crate::progress::Progress;
 
 /// What the sampler reads at each end of the window.
@@ -30,6 +31,8 @@ struct Ends {
     /// pvschedd's own ticks and its counters (pvsched modes).
     daemon_ticks: Option<u64>,
     daemon_counters: BTreeMap<String, f64>,
+    /// KVM's vCPU preemptions, reported to the guests and not.
+    kvm_preemptions: Option<KvmPreemptions>,
 }
 
 pub(super) struct Bench<'a> {
@@ -79,6 +82,7 @@ impl Bench<'_> {
                 .and_then(|d| d.metrics_text().ok())
                 .map(|t| daemon_counters(&t))
                 .unwrap_or_default(),
+            kvm_preemptions: KvmPreemptions::sample(Path::new(KVM_DEBUGFS)),
         }
     }
 
@@ -278,6 +282,10 @@ impl Bench<'_> {
                 .filter_map(|(k, a)| Some((k.clone(), (end.daemon_counters.get(k)? - a).max(0.0))))
                 .collect(),
             backend_active: end.backend_active,
+            kvm_preemptions: match (start.kvm_preemptions, end.kvm_preemptions) {
+                (Some(a), Some(b)) => KvmPreemptions::between(&a, &b),
+                _ => None,
+            },
         };
         if let Some(note) = backend_mismatch(&tag, mode, phase.backend_active.as_deref()) {
             self.note(note);
