@@ -45,6 +45,11 @@ pub struct HostVmFacts {
     pub failed_attempts: Vec<String>,
     /// Wall time of the whole bench, boots and failed attempts included.
     pub wall_s: f64,
+    /// The host VM CPUs its KVM guests were confined to (`crates/hostvm`,
+    /// `PVSCHED_HOSTVM_GUEST_CPUS`); empty: every one. None: a run from
+    /// before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_cpus: Option<Vec<u32>>,
 }
 
 impl HostVmFacts {
@@ -65,6 +70,21 @@ impl HostVmFacts {
             boot = self.boot_s,
             wall = self.wall_s,
         );
+        match self.guest_cpus.as_deref() {
+            None => {}
+            Some([]) => md.push_str(
+                "\nKVM guests ran on every CPU of the host VM \
+                 (`PVSCHED_HOSTVM_GUEST_CPUS=all`).\n",
+            ),
+            Some(cpus) => md.push_str(&format!(
+                "\nKVM guests were confined to host VM CPU(s) {}: the vCPUs of every guest \
+                 share them (`PVSCHED_HOSTVM_GUEST_CPUS`).\n",
+                cpus.iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )),
+        }
         if self.failed_attempts.is_empty() {
             md.push_str("\nThe host VM did not fail.\n");
         } else {
@@ -468,6 +488,7 @@ fn vm_facts(vm: &HostVm, cfg: &HostVmConfig) -> HostVmFacts {
         cpus: vm.cpus(),
         memory_mb: cfg.memory_mb,
         boot_s: vm.boot_time().as_secs_f64(),
+        guest_cpus: Some(cfg.guest_cpus.clone().unwrap_or_default()),
         ..HostVmFacts::default()
     }
 }
@@ -752,6 +773,7 @@ mod tests {
             boot_s: 5.2,
             failed_attempts: vec!["QEMU exited\nmore".into(), "no answer".into()],
             wall_s: 900.0,
+            guest_cpus: None,
         };
 
         // Act
@@ -762,5 +784,28 @@ mod tests {
         assert!(md.contains("- failure 1: QEMU exited / more"), "{md}");
         assert!(md.contains("- failure 2: no answer"), "{md}");
         assert!(md.contains("KVM in the host VM"), "{md}");
+        assert!(
+            !md.contains("KVM guests"),
+            "no word on the guests' CPUs when unknown: {md}"
+        );
+    }
+
+    #[test]
+    fn the_report_says_which_host_vm_cpus_the_guests_shared() {
+        let facts = |cpus: Vec<u32>| HostVmFacts {
+            cpus: 2,
+            guest_cpus: Some(cpus),
+            ..HostVmFacts::default()
+        };
+        let md = facts(vec![0]).markdown();
+        assert!(
+            md.contains("KVM guests were confined to host VM CPU(s) 0:"),
+            "{md}"
+        );
+        let md = facts(vec![]).markdown();
+        assert!(
+            md.contains("KVM guests ran on every CPU of the host VM"),
+            "{md}"
+        );
     }
 }
