@@ -178,6 +178,10 @@ pub struct BackendStatus {
     /// Of `lock_extensions`, those at a preemption a boosted vCPU deferred.
     #[serde(default)]
     pub lock_extensions_at_preemption: u64,
+    /// Woken vCPUs sent to a CPU without another vCPU of their VM
+    /// (`scx_spread_vm_vcpus`).
+    #[serde(default)]
+    pub vcpus_spread: u64,
     /// Boosts granted to a vCPU waiting in the vtime queue, which was then
     /// moved ahead at once.
     #[serde(default)]

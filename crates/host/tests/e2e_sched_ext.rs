@@ -67,8 +67,12 @@ struct Hog(Child);
 
 impl Hog {
     fn on_cpu0() -> Self {
+        Self::on_cpu(0)
+    }
+
+    fn on_cpu(cpu: u32) -> Self {
         Hog(Command::new("taskset")
-            .args(["-c", "0", "sh", "-c", "while :; do :; done"])
+            .args(["-c", &cpu.to_string(), "sh", "-c", "while :; do :; done"])
             .spawn()
             .expect("start a host hog"))
     }
@@ -569,6 +573,41 @@ kvm_test! {
             rt.scx_kernel_boosts > rt_boosts0,
             "the RT vCPU was not boosted any more beside the holder: {rt:?}"
         );
+    }
+}
+
+kvm_test! {
+    /// A VM's vCPUs kept apart: a 2-vCPU VM whose vCPU 0 spins and whose
+    /// vCPU 1 wakes every millisecond, beside a host hog on each CPU (no CPU
+    /// is ever idle). A wakeup of vCPU 1 where vCPU 0 runs goes to the other
+    /// CPU (`vcpus_spread`); with `scx_spread_vm_vcpus = false` none does.
+    fn sched_ext_sends_a_waking_vcpu_away_from_the_cpu_its_sibling_runs_on() {
+        let run = |spread: bool| {
+            let dir = tempdir(if spread { "scx-spread" } else { "scx-nospread" });
+            let name = vm_name("scx-spread");
+            let mut c = FakeVmmConfig::new(Path::new(""));
+            c.vcpus = 2;
+            c.name_format = "CPU {}/KVM".into();
+            c.spin_first = Some(1);
+            let (_vmm, entry) = support::qmp_vm(&dir, &name, c);
+            let d = sched_ext_daemon(&dir, &format!("scx_spread_vm_vcpus = {spread}"), &entry);
+            d.wait_serving(&name, 2);
+            let _hogs = (Hog::on_cpu(0), Hog::on_cpu(1));
+            let spread_now = || d.status().backend.vcpus_spread;
+            let before = spread_now();
+            let moved = wait_until(Duration::from_secs(5), Duration::from_millis(50), || {
+                (spread_now() > before + 20).then_some(())
+            });
+            std::thread::sleep(Duration::from_secs(2));
+            (moved.is_some(), spread_now() - before, d.status().backend)
+        };
+
+        let (moved, spread, backend) = run(true);
+        let (_, kept, backend_off) = run(false);
+
+        eprintln!("wakeups sent away from a sibling: {spread} (spreading off: {kept})");
+        assert!(moved, "no waking vCPU sent away from its sibling: {backend:?}");
+        assert_eq!(kept, 0, "spreading off, yet {kept} sent away: {backend_off:?}");
     }
 }
 

@@ -122,6 +122,7 @@ impl BackendState {
         s.extensions_refused = t.ext_refused;
         s.lock_extensions = t.ext_lock;
         s.lock_extensions_at_preemption = t.ext_at_preempt;
+        s.vcpus_spread = t.vcpus_spread;
         s.boost_moved = t.boost_moved;
         s.kernel_boosts = t.kboosts;
         s.wakeup_preempts = t.wakeup_preempts;

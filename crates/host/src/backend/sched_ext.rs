@@ -84,6 +84,9 @@ pub struct SchedExtOptions {
     /// (pvschedd's event thread, which leaves the RT class while the
     /// scheduler is loaded); 0: none.
     pub daemon_tid: u32,
+    /// A vCPU woken onto a CPU where another vCPU of its VM runs goes to a
+    /// CPU without one, where it may run.
+    pub spread_vm_vcpus: bool,
 }
 
 impl Default for SchedExtOptions {
@@ -94,6 +97,7 @@ impl Default for SchedExtOptions {
             wakeup_preempt_ns: 0,
             max_threads: 4096,
             daemon_tid: 0,
+            spread_vm_vcpus: true,
         }
     }
 }
@@ -227,6 +231,7 @@ impl SchedExt {
             ro.wakeup_preempt_ns = options.wakeup_preempt_ns;
             ro.nr_cpu_ids = cpus;
             ro.daemon_tid = options.daemon_tid;
+            ro.spread_vm_vcpus = u32::from(options.spread_vm_vcpus);
         }
         let threads = options.max_threads.max(1);
         open.maps

@@ -332,6 +332,7 @@ struct pvs_scx_totals {
 	__u64 kthrottles;	/* vCPUs throttled for a long burst */
 	__u64 ext_lock;		/* of extensions, for a lock holder */
 	__u64 ext_at_preempt;	/* of ext_lock, at a preemption deferred */
+	__u64 vcpus_spread;	/* woken vCPUs sent away from a sibling's CPU */
 	__u64 fair_pulls;	/* tasks a CPU took from another CPU's fair queue */
 	__u64 queued_to_run_boosted[PVS_SCX_LAT_BUCKETS];
 	__u64 queued_to_run_other[PVS_SCX_LAT_BUCKETS];

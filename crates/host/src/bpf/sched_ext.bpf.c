@@ -85,6 +85,14 @@ const volatile u32 extension_cs = PVSCHED_CS_ALL;
  * an IPI each (46 a second beside a 1 ms RR cyclictest in the host VM).
  */
 const volatile u32 daemon_tid = 0;
+/*
+ * 1: a vCPU thread that wakes while another vCPU of its VM (its process)
+ * runs on the CPU it would queue on goes to a CPU that runs none of them,
+ * where it may run. Two vCPUs of a VM on one CPU take turns, and a lock
+ * holder among them waits off its CPU while its waiter runs; this program
+ * keeps a task on its CPU, so such a pairing lasted (BENCHMARKS.md, LH15).
+ */
+const volatile u32 spread_vm_vcpus = 1;
 
 /* The boost of the CPU running the daemon's event thread: above any the
  * policy grants (RT priorities 1..99). */
@@ -164,6 +172,8 @@ struct {
 struct pvs_cpu_holder {
 	u32 tid;	/* 0: no such vCPU runs there */
 	u32 lock;
+	u32 vm;		/* the process (VMM) of the vCPU running there; 0: none */
+	u32 pad;
 };
 
 struct {
@@ -303,6 +313,40 @@ static __always_inline u32 log2_bucket(u64 ns)
 	return b < PVS_SCX_LAT_BUCKETS ? b : PVS_SCX_LAT_BUCKETS - 1;
 }
 
+static __always_inline struct pvs_cpu_holder *cpu_holder_of(s32 cpu);
+
+/*
+ * A woken vCPU thread with no idle CPU to go to: if another vCPU of its VM
+ * runs on `cpu`, a CPU where none does (the first found after `cpu`), else
+ * `cpu`. Only for a thread that may run on every CPU: a pinned one keeps
+ * its pinning's placement (and no cpumask is read here).
+ */
+static __always_inline s32 away_from_siblings(struct task_struct *p, s32 cpu)
+{
+	struct pvs_cpu_holder *h = cpu_holder_of(cpu);
+	struct bpf_iter_num it;
+	u32 vm = p->tgid, n = nr_cpu_ids < PVS_MAX_CPUS ? nr_cpu_ids : PVS_MAX_CPUS;
+	s32 found = cpu;
+	int *i;
+
+	if (!h || h->vm != vm || (u32)p->nr_cpus_allowed < nr_cpu_ids)
+		return cpu;
+	bpf_iter_num_new(&it, 1, n);
+	while ((i = bpf_iter_num_next(&it))) {
+		u32 other = ((u32)cpu + *i) % n;
+		struct pvs_cpu_holder *o = cpu_holder_of(other);
+
+		if (!o || o->vm == vm)
+			continue;
+		found = other;
+		break;
+	}
+	bpf_iter_num_destroy(&it);
+	if (found != cpu)
+		__sync_fetch_and_add(&totals.vcpus_spread, 1);
+	return found;
+}
+
 s32 BPF_STRUCT_OPS(pvs_select_cpu, struct task_struct *p, s32 prev_cpu,
 		   u64 wake_flags)
 {
@@ -311,6 +355,8 @@ s32 BPF_STRUCT_OPS(pvs_select_cpu, struct task_struct *p, s32 prev_cpu,
 	s32 cpu;
 
 	cpu = scx_bpf_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
+	if (!is_idle && g && spread_vm_vcpus)
+		cpu = away_from_siblings(p, cpu);
 	if (is_idle) {
 		/* An idle CPU: nothing to go ahead of, no boost decided. */
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, 0);
@@ -658,6 +704,7 @@ void BPF_STRUCT_OPS(pvs_running, struct task_struct *p)
 		if (h) {
 			h->tid = g && g->lock_peers ? p->pid : 0;
 			h->lock = 0;
+			h->vm = g ? p->tgid : 0;
 		}
 	}
 	if (daemon_tid && p->pid == daemon_tid)
@@ -816,8 +863,10 @@ void BPF_STRUCT_OPS(pvs_stopping, struct task_struct *p, bool runnable)
 	{
 		struct pvs_cpu_holder *h = cpu_holder_of(bpf_get_smp_processor_id());
 
-		if (h)
+		if (h) {
 			h->tid = 0;
+			h->vm = 0;
+		}
 	}
 	if (wakeup_preempt_ns)
 		c = cpu_run_of(bpf_get_smp_processor_id());

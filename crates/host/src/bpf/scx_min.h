@@ -41,6 +41,7 @@ struct sched_entity {
 struct task_struct {
 	int pid;
 	int tgid;
+	int nr_cpus_allowed;
 	struct sched_entity se;
 	struct sched_ext_entity scx;
 } __attribute__((preserve_access_index));

@@ -158,6 +158,12 @@ pub struct DaemonConfig {
     /// wakeup of the daemon costs the host CPU time and an IPI or two, and
     /// the scheduler needs none in between (BENCHMARKS C4).
     pub scx_scan_interval_us: u64,
+    /// sched_ext backend: a vCPU that wakes while another vCPU of its VM
+    /// runs on the CPU it would queue on goes to a CPU that runs none of
+    /// them (when one exists it may run on): two vCPUs of a VM sharing a
+    /// CPU take turns, and a lock holder among them waits off its CPU while
+    /// its waiter runs (BENCHMARKS.md, LH15).
+    pub scx_spread_vm_vcpus: bool,
 }
 
 impl DaemonConfig {
@@ -167,6 +173,7 @@ impl DaemonConfig {
             slice_ns: self.scx_slice_us * 1000,
             extension_ns: self.scx_extension_us * 1000,
             wakeup_preempt_ns: self.scx_wakeup_preempt_us * 1000,
+            spread_vm_vcpus: self.scx_spread_vm_vcpus,
             ..Default::default()
         }
     }
@@ -222,6 +229,7 @@ impl Default for DaemonConfig {
             scx_wakeup_preempt_us: 0,
             scx_extension_share_permille: pvsched_policy::DEFAULT_SCX_EXTENSION_SHARE_PERMILLE,
             scx_scan_interval_us: pvsched_policy::DEFAULT_SCX_SCAN_INTERVAL_NS / 1000,
+            scx_spread_vm_vcpus: true,
         }
     }
 }

@@ -337,6 +337,8 @@ pub struct FakeVmmConfig {
     /// `--guest-lock-wait W=H`: vCPU W publishes a mutex wait naming vCPU H.
     pub guest_lock_wait: Option<(u32, u32)>,
     pub spin: bool,
+    /// `--spin-first N`: only vCPUs below N spin.
+    pub spin_first: Option<u32>,
     /// Carry the region path in argv only, without mapping it.
     pub no_map: bool,
     pub qmp: Option<PathBuf>,
@@ -375,6 +377,7 @@ impl FakeVmmConfig {
             guest_rt_bursts: false,
             guest_lock_wait: None,
             spin: false,
+            spin_first: None,
             no_map: false,
             qmp: None,
             qmp_tids: None,
@@ -534,7 +537,9 @@ impl FakeVmm {
         if let Some((w, h)) = cfg.guest_lock_wait {
             cmd.args(["--guest-lock-wait", &format!("{w}={h}")]);
         }
-        if cfg.spin {
+        if let Some(n) = cfg.spin_first {
+            cmd.args(["--spin-first", &n.to_string()]);
+        } else if cfg.spin {
             cmd.arg("--spin");
         }
         if cfg.no_map {

@@ -8,6 +8,7 @@
 //! pvsched-fake-vmm --region PATH [--vcpus N] [--name-format "CPU {}/TCG"]
 //!                  [--guest-fifo PRIO] [--guest-cs FLAGS] [--guest-pending PRIO]
 //!                  [--guest-rt-bursts] [--guest-lock-wait W=H] [--spin]
+//!                  [--spin-first N]
 //!                  [--no-map] [--qmp PATH]
 //!                  [--qmp-tids TID,TID,...] [--seconds S]
 //! pvsched-fake-vmm --ivshmem-server SOCKET [-name NAME] [--ring-every-ms MS]
@@ -63,6 +64,8 @@ struct Args {
     /// (waiter, holder): the waiter vCPU's guest half names the holder's vCPU.
     guest_lock_wait: Option<(u32, u32)>,
     spin: bool,
+    /// `--spin-first N`: only vCPUs below N spin, the others sleep.
+    spin_first: Option<u32>,
     no_map: bool,
     qmp: Option<PathBuf>,
     qmp_tids: Option<Vec<i64>>,
@@ -89,6 +92,7 @@ fn parse_args() -> Args {
         guest_rt_bursts: false,
         guest_lock_wait: None,
         spin: false,
+        spin_first: None,
         no_map: false,
         qmp: None,
         qmp_tids: None,
@@ -139,6 +143,14 @@ fn parse_args() -> Args {
                 }
             }
             "--spin" => a.spin = true,
+            "--spin-first" => {
+                a.spin = true;
+                a.spin_first = Some(
+                    value()
+                        .parse()
+                        .unwrap_or_else(|_| usage("--spin-first N (a vCPU count)")),
+                );
+            }
             "--no-map" => a.no_map = true,
             "--qmp" => a.qmp = Some(PathBuf::from(value())),
             "--qmp-tids" => {
@@ -319,7 +331,8 @@ fn main() {
     for i in 0..args.vcpus {
         let name = args.name_format.replace("{}", &i.to_string());
         let (tx, region, stop) = (tx.clone(), region.clone(), stop.clone());
-        let (fifo, cs, spin) = (args.guest_fifo, args.guest_cs, args.spin);
+        let spin = args.spin && args.spin_first.is_none_or(|n| i < n);
+        let (fifo, cs) = (args.guest_fifo, args.guest_cs);
         let bursts = args.guest_rt_bursts;
         // lock_holder: the holder's slot index + 1.
         let waits_for = args
