@@ -104,7 +104,8 @@ pub fn render(s: &Status) -> String {
                 out,
                 "  enqueues {}  boosted: preempting {}, queued {}, moved ahead {}, by the \
                  scheduler itself {} (throttled {})  wakeup preemptions {}  extensions {} \
-                 (for lock holders {}, refused {})  pulled from another CPU {}",
+                 (for lock holders {}, at a boosted preemption {}, refused {})  pulled from \
+                 another CPU {}  vCPUs sent away from a sibling {}",
                 b.enqueues,
                 b.boost_preempts,
                 b.boost_queued,
@@ -114,8 +115,10 @@ pub fn render(s: &Status) -> String {
                 b.wakeup_preempts,
                 b.extensions,
                 b.lock_extensions,
+                b.lock_extensions_at_preemption,
                 b.extensions_refused,
-                b.fair_pulls
+                b.fair_pulls,
+                b.vcpus_spread
             );
         }
         for (what, d) in [

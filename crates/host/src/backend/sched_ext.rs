@@ -97,7 +97,7 @@ impl Default for SchedExtOptions {
             wakeup_preempt_ns: 0,
             max_threads: 4096,
             daemon_tid: 0,
-            spread_vm_vcpus: true,
+            spread_vm_vcpus: false,
         }
     }
 }

@@ -91,8 +91,9 @@ const volatile u32 daemon_tid = 0;
  * where it may run. Two vCPUs of a VM on one CPU take turns, and a lock
  * holder among them waits off its CPU while its waiter runs; this program
  * keeps a task on its CPU, so such a pairing lasted (BENCHMARKS.md, LH15).
+ * 0 by default: LH16 showed no gain beyond the spread of its repeats.
  */
-const volatile u32 spread_vm_vcpus = 1;
+const volatile u32 spread_vm_vcpus = 0;
 
 /* The boost of the CPU running the daemon's event thread: above any the
  * policy grants (RT priorities 1..99). */

@@ -162,7 +162,8 @@ pub struct DaemonConfig {
     /// runs on the CPU it would queue on goes to a CPU that runs none of
     /// them (when one exists it may run on): two vCPUs of a VM sharing a
     /// CPU take turns, and a lock holder among them waits off its CPU while
-    /// its waiter runs (BENCHMARKS.md, LH15).
+    /// its waiter runs (BENCHMARKS.md, LH15). Off by default: LH16 showed
+    /// no gain beyond the spread of its repeats.
     pub scx_spread_vm_vcpus: bool,
 }
 
@@ -229,7 +230,7 @@ impl Default for DaemonConfig {
             scx_wakeup_preempt_us: 0,
             scx_extension_share_permille: pvsched_policy::DEFAULT_SCX_EXTENSION_SHARE_PERMILLE,
             scx_scan_interval_us: pvsched_policy::DEFAULT_SCX_SCAN_INTERVAL_NS / 1000,
-            scx_spread_vm_vcpus: true,
+            scx_spread_vm_vcpus: false,
         }
     }
 }
