@@ -231,13 +231,24 @@ kvm_test! {
                 .expect("start a host hog"),
         );
 
-        guest_run(
-            &vm,
-            "for i in $(seq 300); do usleep 1000; done",
-            Duration::from_secs(120),
-        );
-        let targeted = d.metric("pvsched_events_total{kind=\"interrupt_targeted\"}");
-        let irq_boosts = d.metric("pvsched_decisions_total{vm=\"kvm\",reason=\"proactive_irq\"}");
+        // Up to three rounds of 1 ms sleeps: in a slow emulation a round
+        // can see only a few timer interrupts land while the hog holds the
+        // CPU (a fresh-clone run of 2026-11-29: 5 in one round, none
+        // boosted).
+        let targeted = || d.metric("pvsched_events_total{kind=\"interrupt_targeted\"}");
+        let irq_boosts =
+            || d.metric("pvsched_decisions_total{vm=\"kvm\",reason=\"proactive_irq\"}");
+        for _ in 0..3 {
+            guest_run(
+                &vm,
+                "for i in $(seq 300); do usleep 1000; done",
+                Duration::from_secs(120),
+            );
+            if irq_boosts() > 0.0 {
+                break;
+            }
+        }
+        let (targeted, irq_boosts) = (targeted(), irq_boosts());
 
         assert!(targeted > 0.0, "no interrupt_targeted event; log:\n{}", d.log());
         assert!(
