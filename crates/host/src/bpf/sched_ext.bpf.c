@@ -314,7 +314,12 @@ static __always_inline u32 log2_bucket(u64 ns)
 	return b < PVS_SCX_LAT_BUCKETS ? b : PVS_SCX_LAT_BUCKETS - 1;
 }
 
-static __always_inline struct pvs_cpu_holder *cpu_holder_of(s32 cpu);
+static __always_inline struct pvs_cpu_holder *cpu_holder_of(s32 cpu)
+{
+	u32 key = cpu;
+
+	return bpf_map_lookup_elem(&cpu_holder, &key);
+}
 
 /*
  * A woken vCPU thread with no idle CPU to go to: if another vCPU of its VM
@@ -376,26 +381,50 @@ s32 BPF_STRUCT_OPS(pvs_select_cpu, struct task_struct *p, s32 prev_cpu,
 	return cpu;
 }
 
-static __always_inline struct pvs_cpu_holder *cpu_holder_of(s32 cpu)
+/* The slot's cs_flags, read while its vCPU thread is the current task;
+ * false when the read faulted. */
+static __always_inline bool slot_cs_flags(struct pvs_scx_grant *g, u32 *cs)
 {
-	u32 key = cpu;
-
-	return bpf_map_lookup_elem(&cpu_holder, &key);
+	return !bpf_probe_read_user(cs, sizeof(*cs),
+				    (void *)(g->slot_addr +
+					     PVSCHED_OFFSETOF(struct pvsched_slot,
+							      guest.cs_flags)));
 }
 
-/* The slot's cs_flags shows a lock held that earns an extension. */
-static __always_inline int slot_lock_held(struct pvs_scx_grant *g)
+/* A lock held that earns an extension (CS_LOCK, with lock holders honoured). */
+static __always_inline bool cs_lock_held(struct pvs_scx_grant *g, u32 cs)
 {
-	u32 cs = 0;
+	return g->lock_peers && (cs & extension_cs & PVSCHED_CS_LOCK);
+}
 
-	if (!g->lock_peers || !g->slot_addr)
-		return 0;
-	if (bpf_probe_read_user(&cs, sizeof(cs),
-				(void *)(g->slot_addr +
-					 PVSCHED_OFFSETOF(struct pvsched_slot,
-							  guest.cs_flags))))
-		return -1;
-	return (cs & extension_cs & PVSCHED_CS_LOCK) != 0;
+/*
+ * One extension for vCPU record v if its allowance has room (counted
+ * refused otherwise): charged to its total, one per slice, counted for a
+ * lock holder (`lock`) and at a boosted preemption (`at_preempt`) apart.
+ * The caller sets the slice.
+ */
+static __always_inline bool grant_extension(struct pvs_scx_vcpu *v, bool lock,
+					    bool at_preempt)
+{
+	if (v->ext_ns + extension_ns > allowance(&v->ext_allowed_ns)) {
+		v->ext_refused++;
+		__sync_fetch_and_add(&totals.ext_refused, 1);
+		return false;
+	}
+	v->ext_ns += extension_ns;
+	v->ext_count++;
+	v->ext_in_slice = extension_ns;
+	__sync_fetch_and_add(&totals.extensions, 1);
+	if (lock) {
+		v->ext_lock_count++;
+		v->ext_lock_ns += extension_ns;
+		__sync_fetch_and_add(&totals.ext_lock, 1);
+	}
+	if (at_preempt) {
+		v->ext_at_preempt_count++;
+		__sync_fetch_and_add(&totals.ext_at_preempt, 1);
+	}
+	return true;
 }
 
 /*
@@ -414,8 +443,8 @@ static __always_inline bool holder_keeps_cpu(struct task_struct *p, s32 cpu)
 	struct pvs_scx_grant *hg;
 	struct pvs_scx_vcpu *hv;
 	struct task_struct *holder;
-	u32 tid;
-	int held;
+	bool granted;
+	u32 tid, cs;
 
 	if (!extension_ns || !h || !h->tid || h->tid == (u32)p->pid)
 		return false;
@@ -424,38 +453,23 @@ static __always_inline bool holder_keeps_cpu(struct task_struct *p, s32 cpu)
 	if (!hg || !hg->lock_peers)
 		return false;
 	if (cpu == bpf_get_smp_processor_id() &&
-	    (u32)bpf_get_current_pid_tgid() == tid) {
-		held = slot_lock_held(hg);
-		if (held >= 0)
-			h->lock = held;
-	}
+	    (u32)bpf_get_current_pid_tgid() == tid && hg->slot_addr &&
+	    slot_cs_flags(hg, &cs))
+		h->lock = cs_lock_held(hg, cs);
 	if (!h->lock)
 		return false;
 	hv = bpf_map_lookup_elem(&scx_vcpus, &hg->record);
 	if (!hv || hv->ext_in_slice)
 		return false;
-	if (hv->ext_ns + extension_ns > allowance(&hv->ext_allowed_ns)) {
-		hv->ext_refused++;
-		__sync_fetch_and_add(&totals.ext_refused, 1);
-		return false;
-	}
-	/* At most one extension from now, whatever its slice had left. */
 	holder = bpf_task_from_pid(tid);
 	if (!holder)
 		return false;
-	if (holder->scx.slice > extension_ns)
+	granted = grant_extension(hv, true, true);
+	/* At most one extension from now, whatever its slice had left. */
+	if (granted && holder->scx.slice > extension_ns)
 		holder->scx.slice = extension_ns;
 	bpf_task_release(holder);
-	hv->ext_ns += extension_ns;
-	hv->ext_count++;
-	hv->ext_in_slice = extension_ns;
-	hv->ext_lock_count++;
-	hv->ext_lock_ns += extension_ns;
-	hv->ext_at_preempt_count++;
-	__sync_fetch_and_add(&totals.extensions, 1);
-	__sync_fetch_and_add(&totals.ext_lock, 1);
-	__sync_fetch_and_add(&totals.ext_at_preempt, 1);
-	return true;
+	return granted;
 }
 
 /*
@@ -920,61 +934,46 @@ void BPF_STRUCT_OPS(pvs_tick, struct task_struct *p)
 {
 	struct pvs_scx_grant *g;
 	struct pvs_scx_vcpu *v;
-	bool lock = false;
+	struct pvs_cpu_holder *h;
+	bool lock = false, tracked;
 	u32 cs = 0;
 
 	if (!extension_ns)
 		return;
+	/* A holder running here has its lock flag noted at every tick (for
+	 * holder_keeps_cpu); any other task only at its slice end. */
+	h = cpu_holder_of(bpf_get_smp_processor_id());
+	tracked = h && h->tid == (u32)p->pid;
+	if (p->scx.slice && !tracked)
+		return;
 	g = grant_of(p);
 	if (!g || !g->slot_addr)
 		return;
-	if (g->lock_peers) {
-		/* For a boosted enqueue that would preempt it (holder_keeps_cpu). */
-		struct pvs_cpu_holder *h = cpu_holder_of(bpf_get_smp_processor_id());
-		int held = slot_lock_held(g);
-
-		if (h && h->tid == (u32)p->pid && held >= 0)
-			h->lock = held;
-	}
-	if (p->scx.slice)
-		return;
 	v = vcpu_of(p);
-	if (!v || v->ext_in_slice)
+	if (!v)
 		return;
-	if (bpf_probe_read_user(&cs, sizeof(cs),
-				(void *)(g->slot_addr +
-					 PVSCHED_OFFSETOF(struct pvsched_slot,
-							  guest.cs_flags)))) {
+	if (!slot_cs_flags(g, &cs)) {
 		v->slot_read_failed++;
 		__sync_fetch_and_add(&totals.slot_read_failed, 1);
 		return;
 	}
+	if (tracked)
+		h->lock = cs_lock_held(g, cs);
+	if (p->scx.slice || v->ext_in_slice)
+		return;
 	/*
 	 * A lock holder: its guest marks it (CS_LOCK, which the daemon offers,
 	 * and honours, only with lock holders honoured: grant.lock_peers), or
 	 * another of its vCPUs names it waiting.
 	 */
-	lock = g->lock_peers && (cs & extension_cs & PVSCHED_CS_LOCK);
+	lock = cs_lock_held(g, cs);
 	if (!lock && !(cs & extension_cs & ~PVSCHED_CS_LOCK)) {
 		lock = g->lock_peers && g->slot_stride && waited_on(g, v);
 		if (!lock)
 			return;
 	}
-	if (v->ext_ns + extension_ns > allowance(&v->ext_allowed_ns)) {
-		v->ext_refused++;
-		__sync_fetch_and_add(&totals.ext_refused, 1);
-		return;
-	}
-	p->scx.slice = extension_ns;
-	v->ext_ns += extension_ns;
-	v->ext_count++;
-	v->ext_in_slice = extension_ns;
-	__sync_fetch_and_add(&totals.extensions, 1);
-	if (lock) {
-		v->ext_lock_count++;
-		v->ext_lock_ns += extension_ns;
-		__sync_fetch_and_add(&totals.ext_lock, 1);
-	}
+	if (grant_extension(v, lock, false))
+		p->scx.slice = extension_ns;
 }
 
 /*
