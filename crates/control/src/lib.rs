@@ -178,6 +178,17 @@ pub struct BackendStatus {
     /// Of `lock_extensions`, those at a preemption a boosted vCPU deferred.
     #[serde(default)]
     pub lock_extensions_at_preemption: u64,
+    /// vCPUs preempted while their guest showed a sleeping lock held
+    /// (`CS_LOCK`, lock holders honoured), as the scheduler saw them: at a
+    /// slice end after an extension in that slice, at a slice end without
+    /// one (none due, or refused), and before the slice end (a boosted
+    /// vCPU, a kick, a higher scheduling class).
+    #[serde(default)]
+    pub holder_preempted_extended: u64,
+    #[serde(default)]
+    pub holder_preempted_unextended: u64,
+    #[serde(default)]
+    pub holder_preempted_early: u64,
     /// Woken vCPUs sent to a CPU without another vCPU of their VM
     /// (`scx_spread_vm_vcpus`).
     #[serde(default)]
@@ -376,6 +387,14 @@ pub struct VcpuStatus {
     /// and waited for the extension instead.
     #[serde(default)]
     pub scx_lock_extensions_at_preemption: u64,
+    /// sched_ext backend: preemptions of this vCPU while its guest showed a
+    /// sleeping lock held, by how (`BackendStatus::holder_preempted_*`).
+    #[serde(default)]
+    pub scx_holder_preempted_extended: u64,
+    #[serde(default)]
+    pub scx_holder_preempted_unextended: u64,
+    #[serde(default)]
+    pub scx_holder_preempted_early: u64,
     /// sched_ext backend: boosted enqueues that preempted a task.
     #[serde(default)]
     pub scx_boost_preempts: u64,

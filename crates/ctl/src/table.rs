@@ -104,8 +104,10 @@ pub fn render(s: &Status) -> String {
                 out,
                 "  enqueues {}  boosted: preempting {}, queued {}, moved ahead {}, by the \
                  scheduler itself {} (throttled {})  wakeup preemptions {}  extensions {} \
-                 (for lock holders {}, at a boosted preemption {}, refused {})  pulled from \
-                 another CPU {}  vCPUs sent away from a sibling {}",
+                 (for lock holders {}, at a boosted preemption {}, refused {})  lock holders \
+                 preempted: after an extension {}, at a slice end without one {}, before \
+                 the slice end {}  pulled from another CPU {}  vCPUs sent away from a \
+                 sibling {}",
                 b.enqueues,
                 b.boost_preempts,
                 b.boost_queued,
@@ -117,6 +119,9 @@ pub fn render(s: &Status) -> String {
                 b.lock_extensions,
                 b.lock_extensions_at_preemption,
                 b.extensions_refused,
+                b.holder_preempted_extended,
+                b.holder_preempted_unextended,
+                b.holder_preempted_early,
                 b.fair_pulls,
                 b.vcpus_spread
             );
@@ -291,6 +296,9 @@ mod tests {
                 scx_extensions_refused: 0,
                 scx_lock_extensions: 0,
                 scx_lock_extensions_at_preemption: 0,
+                scx_holder_preempted_extended: 0,
+                scx_holder_preempted_unextended: 0,
+                scx_holder_preempted_early: 0,
                 scx_boost_preempts: 0,
                 scx_kernel_boosts: 0,
                 kernel_boosted_ms: 0.0,

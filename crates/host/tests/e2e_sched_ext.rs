@@ -505,8 +505,8 @@ kvm_test! {
     /// another VM's vCPU with guest RT work wakes again and again, boosted by
     /// the scheduler at each wakeup. A boosted wakeup would preempt the
     /// holder: the holder runs one extension first, counted as a lock
-    /// extension at the preemption, within its allowance; the RT vCPU's
-    /// boosts go on.
+    /// extension at the preemption, within its allowance, and is counted
+    /// preempted holding a lock when it ends; the RT vCPU's boosts go on.
     fn sched_ext_lets_a_lock_holder_run_an_extension_before_a_boosted_vcpu_preempts_it() {
         let dir = tempdir("scx-lockpreempt");
         let (holder_name, rt_name) = (vm_name("scx-holder"), vm_name("scx-rtwaker"));
@@ -549,11 +549,15 @@ kvm_test! {
 
         eprintln!(
             "holder: {} lock extensions, {} at a boosted preemption, {:.0} ms, {} refused; \
-             RT vCPU: {} kernel boosts",
+             preempted holding the lock: {} after an extension, {} at a slice end without, \
+             {} before the slice end; RT vCPU: {} kernel boosts",
             held.scx_lock_extensions,
             held.scx_lock_extensions_at_preemption,
             held.scx_extended_ms,
             held.scx_extensions_refused,
+            held.scx_holder_preempted_extended,
+            held.scx_holder_preempted_unextended,
+            held.scx_holder_preempted_early,
             rt.scx_kernel_boosts - rt_boosts0
         );
         assert!(
@@ -564,6 +568,18 @@ kvm_test! {
         assert!(
             backend.lock_extensions_at_preemption >= held.scx_lock_extensions_at_preemption,
             "{backend:?}"
+        );
+        // The holder always shows a lock held: the boosted vCPU preempts it
+        // when its extension ends, and the scheduler counts that.
+        assert!(
+            held.scx_holder_preempted_extended >= 1,
+            "no holder preemption after an extension counted: {held:?}"
+        );
+        assert!(
+            backend.holder_preempted_extended >= held.scx_holder_preempted_extended
+                && backend.holder_preempted_unextended >= held.scx_holder_preempted_unextended
+                && backend.holder_preempted_early >= held.scx_holder_preempted_early,
+            "{backend:?} against {held:?}"
         );
         let scan_ns = pvsched_host::config::DaemonConfig::default().scx_scan_interval_us * 1000;
         let burst_ms = pvsched_policy::extension_burst_ns(2_000_000, 100, scan_ns) as f64 / 1e6;

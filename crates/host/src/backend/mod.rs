@@ -122,6 +122,9 @@ impl BackendState {
         s.extensions_refused = t.ext_refused;
         s.lock_extensions = t.ext_lock;
         s.lock_extensions_at_preemption = t.ext_at_preempt;
+        s.holder_preempted_extended = t.holder_preempted_extended;
+        s.holder_preempted_unextended = t.holder_preempted_unextended;
+        s.holder_preempted_early = t.holder_preempted_early;
         s.vcpus_spread = t.vcpus_spread;
         s.boost_moved = t.boost_moved;
         s.kernel_boosts = t.kboosts;

@@ -283,6 +283,17 @@ struct pvs_scx_vcpu {
 	 * have preempted this one while its guest showed a lock held, and
 	 * waited for the extension instead. */
 	__u32 ext_at_preempt_count;
+	/* Private to the program: a tick found the running slice used up and
+	 * extended it no further (the stop that follows is its slice end). */
+	__u32 slice_ended;
+	/* Stopped runnable (preempted) while its guest showed a sleeping lock
+	 * held (CS_LOCK, lock holders honoured): at the slice end after an
+	 * extension, at a slice end without one (none due, or refused), and
+	 * before its slice end (a boosted vCPU, a kick, a higher class). The
+	 * host's own count of holder preemptions, whoever waited. */
+	__u64 holder_preempted_extended;
+	__u64 holder_preempted_unextended;
+	__u64 holder_preempted_early;
 	__u64 run_start;	/* when the run in progress started */
 	__u64 last_rt_ns;	/* when the slot last showed guest RT work */
 	__u64 rt_switches;	/* the slot's rt_switch_count then */
@@ -334,6 +345,10 @@ struct pvs_scx_totals {
 	__u64 ext_at_preempt;	/* of ext_lock, at a preemption deferred */
 	__u64 vcpus_spread;	/* woken vCPUs sent away from a sibling's CPU */
 	__u64 fair_pulls;	/* tasks a CPU took from another CPU's fair queue */
+	/* vCPUs preempted showing a lock held (pvs_scx_vcpu's three counts). */
+	__u64 holder_preempted_extended;
+	__u64 holder_preempted_unextended;
+	__u64 holder_preempted_early;
 	__u64 queued_to_run_boosted[PVS_SCX_LAT_BUCKETS];
 	__u64 queued_to_run_other[PVS_SCX_LAT_BUCKETS];
 };
@@ -366,6 +381,6 @@ struct pvs_scx_boost_queued {
 #define PVS_SCX_DSQ_FAIR 1
 
 _Static_assert(sizeof(struct pvs_scx_grant) == 80, "pvs_scx_grant size");
-_Static_assert(sizeof(struct pvs_scx_vcpu) == 240, "pvs_scx_vcpu size");
+_Static_assert(sizeof(struct pvs_scx_vcpu) == 272, "pvs_scx_vcpu size");
 
 #endif /* __PVSCHED_INTF_H */

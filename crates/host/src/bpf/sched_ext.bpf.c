@@ -749,8 +749,9 @@ void BPF_STRUCT_OPS(pvs_running, struct task_struct *p)
 /*
  * Whether the guest half of the slot at `slot` shows a reason of the guest's
  * own to boost its vCPU: an RT or deadline task, a critical section, a boost
- * request, or an RT task waiting to run. Read while the vCPU thread is the
- * current task (its VMM's memory); < 0 when the read faulted.
+ * request, or an RT task waiting to run; SLOT_LOCK besides, for the count of
+ * holder preemptions. Read while the vCPU thread is the current task (its
+ * VMM's memory); < 0 when the read faulted.
  */
 _Static_assert(PVSCHED_OFFSETOF(struct pvsched_slot, guest.flags) == 4, "flags");
 _Static_assert(PVSCHED_OFFSETOF(struct pvsched_slot, guest.cs_flags) == 8, "cs_flags");
@@ -759,6 +760,7 @@ _Static_assert(PVSCHED_OFFSETOF(struct pvsched_slot, guest.policy) == 12, "polic
 #define SLOT_RT		1	/* guest RT work now */
 #define SLOT_CS		2	/* a critical section */
 #define SLOT_PENDING	4	/* an RT wakeup pending (the daemon's to act on) */
+#define SLOT_LOCK	8	/* a sleeping lock held (CS_LOCK), whatever else */
 
 static __always_inline int slot_guest_reason(u64 slot, u64 *rt_switches)
 {
@@ -785,6 +787,8 @@ static __always_inline int slot_guest_reason(u64 slot, u64 *rt_switches)
 		bits |= SLOT_RT;
 	if (g.cs_flags & PVSCHED_CS_ALL)
 		bits |= SLOT_CS;
+	if (g.cs_flags & PVSCHED_CS_LOCK)
+		bits |= SLOT_LOCK;
 	return bits;
 }
 
@@ -793,9 +797,31 @@ static __always_inline int slot_guest_reason(u64 slot, u64 *rt_switches)
  * the next enqueue decides, account a run of its own boost (to the burst
  * too; a run unboosted repays the burst, and so does a halt, at the wakeup).
  */
+/*
+ * A vCPU preempted while its guest showed a lock held, counted by how
+ * (pvs_scx_vcpu): at its slice end with or without an extension in that
+ * slice, or before its slice end.
+ */
+static __always_inline void count_holder_preempted(struct pvs_scx_vcpu *v,
+						   bool slice_ended,
+						   bool extended)
+{
+	if (!slice_ended) {
+		v->holder_preempted_early++;
+		__sync_fetch_and_add(&totals.holder_preempted_early, 1);
+	} else if (extended) {
+		v->holder_preempted_extended++;
+		__sync_fetch_and_add(&totals.holder_preempted_extended, 1);
+	} else {
+		v->holder_preempted_unextended++;
+		__sync_fetch_and_add(&totals.holder_preempted_unextended, 1);
+	}
+}
+
 static __always_inline void vcpu_stopping(struct task_struct *p,
 					  struct pvs_scx_vcpu *v, bool runnable,
-					  bool boosted)
+					  bool boosted, bool slice_ended,
+					  bool extended)
 {
 	struct pvs_scx_grant *g = grant_of(p);
 	u64 now = bpf_ktime_get_ns(), rt_switches = 0;
@@ -830,6 +856,9 @@ static __always_inline void vcpu_stopping(struct task_struct *p,
 		v->cs_preempted = 0;
 		return;
 	}
+	if (runnable && (reason & SLOT_LOCK) && g->lock_peers)
+		count_holder_preempted(v, slice_ended, extended);
+	reason &= ~SLOT_LOCK;
 	v->guest_reason = reason != 0;
 	v->guest_rt = (reason & SLOT_RT) != 0;
 	v->cs_preempted = runnable && (reason & SLOT_CS);
@@ -862,10 +891,13 @@ void BPF_STRUCT_OPS(pvs_stopping, struct task_struct *p, bool runnable)
 		used = left < slice_ns ? slice_ns - left : 0;
 	}
 	if (v) {
+		bool extended = v->ext_in_slice != 0, ended = v->slice_ended;
+
 		v->ext_in_slice = 0;
+		v->slice_ended = 0;
 		boosted = v->run_boosted;
 		v->run_boosted = 0;
-		vcpu_stopping(p, v, runnable, boosted);
+		vcpu_stopping(p, v, runnable, boosted, ended, extended);
 	}
 	/*
 	 * Time run boosted is paid from the boost budget, as the RT class's
@@ -952,6 +984,9 @@ void BPF_STRUCT_OPS(pvs_tick, struct task_struct *p)
 	v = vcpu_of(p);
 	if (!v)
 		return;
+	/* Used up: the stop that follows is its slice end, unless extended. */
+	if (!p->scx.slice)
+		v->slice_ended = 1;
 	if (!slot_cs_flags(g, &cs)) {
 		v->slot_read_failed++;
 		__sync_fetch_and_add(&totals.slot_read_failed, 1);
@@ -972,8 +1007,10 @@ void BPF_STRUCT_OPS(pvs_tick, struct task_struct *p)
 		if (!lock)
 			return;
 	}
-	if (grant_extension(v, lock, false))
+	if (grant_extension(v, lock, false)) {
 		p->scx.slice = extension_ns;
+		v->slice_ended = 0;
+	}
 }
 
 /*

@@ -379,6 +379,7 @@ pub fn markdown(r: &LocksReport) -> String {
     }
 
     scx_extension_table(&mut o, r);
+    scx_holder_preemption_table(&mut o, r);
     kvm_preemption_table(&mut o, r);
 
     let _ = writeln!(
@@ -578,6 +579,55 @@ fn scx_extension_table(o: &mut String, r: &LocksReport) {
             o,
             "| {} | {} | {} | {} | {} |{deferred_cell} {} | {:.1} |",
             c.case, mode, v.name, x.granted, x.for_lock_holder, x.refused, x.extended_ms
+        );
+    }
+}
+
+/// The lock holders the sched_ext scheduler preempted, per case, mode and
+/// VM, by how; nothing for runs that counted none (guests without
+/// `CS_LOCK`, or runs from before the count).
+fn scx_holder_preemption_table(o: &mut String, r: &LocksReport) {
+    let rows: Vec<_> = r
+        .cases
+        .iter()
+        .flat_map(|c| {
+            ordered(&c.modes).into_iter().flat_map(move |(mode, ms)| {
+                ms.vms.iter().filter_map(move |v| {
+                    let x = v.scx_extensions.as_ref()?;
+                    (x.holder_preempted() > 0).then_some((c, mode, v, x))
+                })
+            })
+        })
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "\n## Lock holders the sched_ext scheduler preempted (host's count; sums over the repeats)\n\n\
+         A vCPU that stopped runnable while its guest showed a sleeping lock held (`CS_LOCK`, \
+         published only with lock holders honoured), whether or not anyone waited: at the \
+         slice end after an extension in that slice, at a slice end without one (no \
+         extension due, or refused over the allowance), or before its slice end (a boosted \
+         vCPU, a kick, a higher scheduling class). Unlike the guests' count it does not \
+         depend on KVM telling the guest of a preemption.\n"
+    );
+    let _ = writeln!(
+        o,
+        "| case | mode | VM | preempted holding a lock | after an extension | at a slice end without one | before the slice end |"
+    );
+    let _ = writeln!(o, "|---|---|---|--:|--:|--:|--:|");
+    for (c, mode, v, x) in rows {
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            c.case,
+            mode,
+            v.name,
+            x.holder_preempted(),
+            x.holder_preempted_extended,
+            x.holder_preempted_unextended,
+            x.holder_preempted_early
         );
     }
 }

@@ -448,6 +448,16 @@ pub struct ScxExtensions {
     /// (`scx_lock_extensions_at_preemption`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub at_preemption: u64,
+    /// vCPUs preempted while their guest showed a sleeping lock held, as
+    /// the scheduler saw them (`scx_holder_preempted_*`): at the slice end
+    /// after an extension, at a slice end without one, before the slice
+    /// end. Only guests that publish `CS_LOCK` (lock holders honoured).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub holder_preempted_extended: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub holder_preempted_unextended: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub holder_preempted_early: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -464,6 +474,9 @@ impl ScxExtensions {
             sum.extended_ms += c.scx_extended_ms;
             sum.for_lock_holder += c.scx_lock_extensions;
             sum.at_preemption += c.scx_lock_extensions_at_preemption;
+            sum.holder_preempted_extended += c.scx_holder_preempted_extended;
+            sum.holder_preempted_unextended += c.scx_holder_preempted_unextended;
+            sum.holder_preempted_early += c.scx_holder_preempted_early;
         }
         sum
     }
@@ -484,6 +497,15 @@ impl ScxExtensions {
             extended_ms: (a.extended_ms - b.extended_ms).max(0.0),
             for_lock_holder: a.for_lock_holder.saturating_sub(b.for_lock_holder),
             at_preemption: a.at_preemption.saturating_sub(b.at_preemption),
+            holder_preempted_extended: a
+                .holder_preempted_extended
+                .saturating_sub(b.holder_preempted_extended),
+            holder_preempted_unextended: a
+                .holder_preempted_unextended
+                .saturating_sub(b.holder_preempted_unextended),
+            holder_preempted_early: a
+                .holder_preempted_early
+                .saturating_sub(b.holder_preempted_early),
         }
     }
 
@@ -493,6 +515,16 @@ impl ScxExtensions {
         self.extended_ms += o.extended_ms;
         self.for_lock_holder += o.for_lock_holder;
         self.at_preemption += o.at_preemption;
+        self.holder_preempted_extended += o.holder_preempted_extended;
+        self.holder_preempted_unextended += o.holder_preempted_unextended;
+        self.holder_preempted_early += o.holder_preempted_early;
+    }
+
+    /// Holder preemptions the scheduler saw, however they came.
+    pub fn holder_preempted(&self) -> u64 {
+        self.holder_preempted_extended
+            + self.holder_preempted_unextended
+            + self.holder_preempted_early
     }
 
     /// Whether the scheduler granted or refused any.

@@ -594,6 +594,7 @@ fn with_scx(mut v: VmPhase, granted: u64, refused: u64, extended_ms: f64) -> VmP
         extended_ms,
         for_lock_holder: granted / 2,
         at_preemption: 0,
+        ..Default::default()
     });
     v
 }
@@ -860,6 +861,7 @@ fn slice_end_extensions_are_summed_per_vm_and_shown_for_the_sched_ext_modes() {
             extended_ms: 160.0,
             for_lock_holder: 20,
             at_preemption: 0,
+            ..Default::default()
         })
     );
     for needle in [
@@ -907,6 +909,55 @@ fn extensions_at_a_boosted_vcpus_preemption_get_their_own_column_when_there_are_
     ] {
         assert!(md.contains(needle), "{needle:?} not in\n{md}");
     }
+}
+
+#[test]
+fn the_schedulers_own_holder_preemptions_are_summed_per_vm_and_shown_by_how_when_counted() {
+    // Arrange: the sample's sched_ext run; each repeat of scx-lock saw
+    // lock-b's holders preempted 3 times after an extension, twice at a
+    // slice end without one, once before the slice end.
+    let mut raw = scx_sample_raw();
+    let md_before = markdown(&build(&raw));
+    let mut repeats = 0;
+    for p in &mut raw.phases {
+        if p.mode == LockMode::PvschedScxLock {
+            if let Some(x) = p.vms[1].scx_extensions.as_mut() {
+                x.holder_preempted_extended = 3;
+                x.holder_preempted_unextended = 2;
+                x.holder_preempted_early = 1;
+                repeats += 1;
+            }
+        }
+    }
+
+    // Act
+    let r = build(&raw);
+    let md = markdown(&r);
+
+    // Assert
+    assert!(repeats >= 1, "the sample runs scx-lock");
+    assert!(
+        !md_before.contains("Lock holders the sched_ext scheduler preempted"),
+        "{md_before}"
+    );
+    let x = r.cases[0].modes["pvsched-scx-lock"].vms[1]
+        .scx_extensions
+        .clone()
+        .unwrap();
+    assert_eq!(x.holder_preempted(), 6 * repeats);
+    let row = format!(
+        "| overcommitted | pvsched-scx-lock | lock-b | {} | {} | {} | {} |",
+        6 * repeats,
+        3 * repeats,
+        2 * repeats,
+        repeats
+    );
+    assert!(md.contains(&row), "{row:?} not in\n{md}");
+    // A VM whose guests published no held lock gets no row.
+    assert!(
+        !md.contains("| overcommitted | pvsched-scx-lock | lock-a | 0 |"),
+        "{md}"
+    );
 }
 
 #[test]
@@ -1051,6 +1102,7 @@ fn slice_end_extensions_between_two_statuses_sum_the_vcpus() {
             // (15 + 12) - (5 + 2)
             for_lock_holder: 20,
             at_preemption: 0,
+            ..Default::default()
         }
     );
     assert_eq!((anew.granted, anew.refused, anew.extended_ms), (4, 0, 16.0));

@@ -363,6 +363,7 @@ fn the_progress_line_names_each_vm() {
         extended_ms: 48.0,
         for_lock_holder: 0,
         at_preemption: 0,
+        ..Default::default()
     });
     assert!(
         phase_line(&scx).contains("1 holder preempted, 12 slice-end extensions (3 refused) |"),
