@@ -193,6 +193,10 @@ pub struct BackendStatus {
     /// (`scx_spread_vm_vcpus`).
     #[serde(default)]
     pub vcpus_spread: u64,
+    /// Wakeups of pvschedd's event thread sent to a CPU where no lock
+    /// holder ran, away from one where one did.
+    #[serde(default)]
+    pub daemon_moved: u64,
     /// Boosts granted to a vCPU waiting in the vtime queue, which was then
     /// moved ahead at once.
     #[serde(default)]

@@ -107,7 +107,7 @@ pub fn render(s: &Status) -> String {
                  (for lock holders {}, at a boosted preemption {}, refused {})  lock holders \
                  preempted: after an extension {}, at a slice end without one {}, before \
                  the slice end {}  pulled from another CPU {}  vCPUs sent away from a \
-                 sibling {}",
+                 sibling {}  daemon wakeups sent away from a lock holder {}",
                 b.enqueues,
                 b.boost_preempts,
                 b.boost_queued,
@@ -123,7 +123,8 @@ pub fn render(s: &Status) -> String {
                 b.holder_preempted_unextended,
                 b.holder_preempted_early,
                 b.fair_pulls,
-                b.vcpus_spread
+                b.vcpus_spread,
+                b.daemon_moved
             );
         }
         for (what, d) in [

@@ -126,6 +126,7 @@ impl BackendState {
         s.holder_preempted_unextended = t.holder_preempted_unextended;
         s.holder_preempted_early = t.holder_preempted_early;
         s.vcpus_spread = t.vcpus_spread;
+        s.daemon_moved = t.daemon_moved;
         s.boost_moved = t.boost_moved;
         s.kernel_boosts = t.kboosts;
         s.wakeup_preempts = t.wakeup_preempts;

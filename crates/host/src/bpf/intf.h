@@ -286,6 +286,9 @@ struct pvs_scx_vcpu {
 	/* Private to the program: a tick found the running slice used up and
 	 * extended it no further (the stop that follows is its slice end). */
 	__u32 slice_ended;
+	/* Private: stopped runnable showing a lock held (noted on its CPU
+	 * again when it next runs, until its first tick reads the slot). */
+	__u32 lock_at_stop;
 	/* Stopped runnable (preempted) while its guest showed a sleeping lock
 	 * held (CS_LOCK, lock holders honoured): at the slice end after an
 	 * extension, at a slice end without one (none due, or refused), and
@@ -344,6 +347,7 @@ struct pvs_scx_totals {
 	__u64 ext_lock;		/* of extensions, for a lock holder */
 	__u64 ext_at_preempt;	/* of ext_lock, at a preemption deferred */
 	__u64 vcpus_spread;	/* woken vCPUs sent away from a sibling's CPU */
+	__u64 daemon_moved;	/* daemon wakeups sent away from a lock holder's CPU */
 	__u64 fair_pulls;	/* tasks a CPU took from another CPU's fair queue */
 	/* vCPUs preempted showing a lock held (pvs_scx_vcpu's three counts). */
 	__u64 holder_preempted_extended;

@@ -353,34 +353,6 @@ static __always_inline s32 away_from_siblings(struct task_struct *p, s32 cpu)
 	return found;
 }
 
-s32 BPF_STRUCT_OPS(pvs_select_cpu, struct task_struct *p, s32 prev_cpu,
-		   u64 wake_flags)
-{
-	struct pvs_scx_grant *g = grant_of(p);
-	bool is_idle = false;
-	s32 cpu;
-
-	cpu = scx_bpf_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
-	if (!is_idle && g && spread_vm_vcpus)
-		cpu = away_from_siblings(p, cpu);
-	if (is_idle) {
-		/* An idle CPU: nothing to go ahead of, no boost decided. */
-		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, 0);
-		if (g) {
-			struct pvs_scx_vcpu *v = vcpu_of(p);
-
-			if (v) {
-				v->enq_boost = 0;
-				v->enq_kreason = PVS_SCX_KR_NONE;
-				v->wake_boost = 0;
-				v->cs_preempted = 0;
-			}
-			mark_queued(p, false);
-		}
-	}
-	return cpu;
-}
-
 /* The slot's cs_flags, read while its vCPU thread is the current task;
  * false when the read faulted. */
 static __always_inline bool slot_cs_flags(struct pvs_scx_grant *g, u32 *cs)
@@ -428,39 +400,62 @@ static __always_inline bool grant_extension(struct pvs_scx_vcpu *v, bool lock,
 }
 
 /*
- * Extension at the preemption: a boosted task (p) would preempt the vCPU
- * running on `cpu` while that vCPU's guest shows a sleeping lock held. The
- * holder keeps its CPU for one extension instead, within the allowance and
- * charged like one granted at a slice end (its vtime pays for the time it
- * runs); the boosted task runs next on that CPU. Returns whether the
- * preemption is deferred. The holder's flag is as of its last tick, or
- * read now when this enqueue runs on the holder's own thread (its guest
- * woke the task, often by releasing a lock it may not be the last of).
+ * The lock holder running on `cpu`: the tid of the vCPU thread there whose
+ * guest shows a sleeping lock held (lock holders honoured), its grant in
+ * *hg; 0 for none, or for `except` itself. The flag is as of that vCPU's
+ * last stop or tick, or read now when this runs on its own thread (its
+ * guest woke the task, often by releasing a lock it may not be the last
+ * of).
+ */
+static __always_inline u32 holder_on(s32 cpu, u32 except,
+				     struct pvs_scx_grant **hg)
+{
+	struct pvs_cpu_holder *h = cpu_holder_of(cpu);
+	struct pvs_scx_grant *g;
+	u32 tid, cs;
+
+	if (!extension_ns || !h || !h->tid || h->tid == except)
+		return 0;
+	tid = h->tid;
+	g = bpf_map_lookup_elem(&scx_grants, &tid);
+	if (!g || !g->lock_peers)
+		return 0;
+	if (cpu == bpf_get_smp_processor_id() &&
+	    (u32)bpf_get_current_pid_tgid() == tid && g->slot_addr &&
+	    slot_cs_flags(g, &cs))
+		h->lock = cs_lock_held(g, cs);
+	if (!h->lock)
+		return 0;
+	*hg = g;
+	return tid;
+}
+
+/*
+ * Extension at the preemption: a boosted task (p: a boosted vCPU, or the
+ * daemon's event thread) would preempt the vCPU running on `cpu` while
+ * that vCPU's guest shows a sleeping lock held. The holder keeps its CPU
+ * for one extension instead, within the allowance and charged like one
+ * granted at a slice end (its vtime pays for the time it runs), or for
+ * what is left of the extension it already runs; p runs next on that CPU.
+ * Returns whether the preemption is deferred.
  */
 static __always_inline bool holder_keeps_cpu(struct task_struct *p, s32 cpu)
 {
-	struct pvs_cpu_holder *h = cpu_holder_of(cpu);
-	struct pvs_scx_grant *hg;
+	struct pvs_scx_grant *hg = NULL;
 	struct pvs_scx_vcpu *hv;
 	struct task_struct *holder;
 	bool granted;
-	u32 tid, cs;
+	u32 tid;
 
-	if (!extension_ns || !h || !h->tid || h->tid == (u32)p->pid)
-		return false;
-	tid = h->tid;
-	hg = bpf_map_lookup_elem(&scx_grants, &tid);
-	if (!hg || !hg->lock_peers)
-		return false;
-	if (cpu == bpf_get_smp_processor_id() &&
-	    (u32)bpf_get_current_pid_tgid() == tid && hg->slot_addr &&
-	    slot_cs_flags(hg, &cs))
-		h->lock = cs_lock_held(hg, cs);
-	if (!h->lock)
+	tid = holder_on(cpu, p->pid, &hg);
+	if (!tid || !hg)
 		return false;
 	hv = bpf_map_lookup_elem(&scx_vcpus, &hg->record);
-	if (!hv || hv->ext_in_slice)
+	if (!hv)
 		return false;
+	/* Extended already: its slice is that extension's rest. */
+	if (hv->ext_in_slice)
+		return true;
 	holder = bpf_task_from_pid(tid);
 	if (!holder)
 		return false;
@@ -470,6 +465,69 @@ static __always_inline bool holder_keeps_cpu(struct task_struct *p, s32 cpu)
 		holder->scx.slice = extension_ns;
 	bpf_task_release(holder);
 	return granted;
+}
+
+/*
+ * The daemon's event thread woken with no idle CPU: if a lock holder runs
+ * on `cpu`, a CPU where none runs (the first found after `cpu`), else
+ * `cpu`. It preempts the task where it goes (pvs_enqueue), and most of its
+ * wakeups came while a holder ran (BENCHMARKS.md, LH18). Only if it may
+ * run on every CPU (no cpumask is read here).
+ */
+static __always_inline s32 daemon_away_from_holders(struct task_struct *p,
+						    s32 cpu)
+{
+	struct pvs_scx_grant *hg = NULL;
+	struct bpf_iter_num it;
+	u32 n = nr_cpu_ids < PVS_MAX_CPUS ? nr_cpu_ids : PVS_MAX_CPUS;
+	s32 found = cpu;
+	int *i;
+
+	if ((u32)p->nr_cpus_allowed < nr_cpu_ids || !holder_on(cpu, p->pid, &hg))
+		return cpu;
+	bpf_iter_num_new(&it, 1, n);
+	while ((i = bpf_iter_num_next(&it))) {
+		u32 other = ((u32)cpu + *i) % n;
+
+		if (holder_on(other, p->pid, &hg))
+			continue;
+		found = other;
+		break;
+	}
+	bpf_iter_num_destroy(&it);
+	if (found != cpu)
+		__sync_fetch_and_add(&totals.daemon_moved, 1);
+	return found;
+}
+
+s32 BPF_STRUCT_OPS(pvs_select_cpu, struct task_struct *p, s32 prev_cpu,
+		   u64 wake_flags)
+{
+	struct pvs_scx_grant *g = grant_of(p);
+	bool is_idle = false;
+	s32 cpu;
+
+	cpu = scx_bpf_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
+	if (!is_idle && g && spread_vm_vcpus)
+		cpu = away_from_siblings(p, cpu);
+	if (!is_idle && daemon_tid && p->pid == daemon_tid)
+		cpu = daemon_away_from_holders(p, cpu);
+	if (is_idle) {
+		/* An idle CPU: nothing to go ahead of, no boost decided. */
+		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, 0);
+		if (g) {
+			struct pvs_scx_vcpu *v = vcpu_of(p);
+
+			if (v) {
+				v->enq_boost = 0;
+				v->enq_kreason = PVS_SCX_KR_NONE;
+				v->wake_boost = 0;
+				v->cs_preempted = 0;
+			}
+			mark_queued(p, false);
+		}
+	}
+	return cpu;
 }
 
 /*
@@ -574,8 +632,12 @@ void BPF_STRUCT_OPS(pvs_enqueue, struct task_struct *p, u64 enq_flags)
 
 	__sync_fetch_and_add(&totals.enqueues, 1);
 	if (daemon_tid && p->pid == daemon_tid) {
-		/* Woken: at once. After a whole slice: behind what waits here. */
+		/* Woken: at once, unless a lock holder runs here (then after
+		 * one extension). After a whole slice: behind what waits here. */
 		u64 preempt = enq_flags & SCX_ENQ_WAKEUP ? SCX_ENQ_PREEMPT : 0;
+
+		if (preempt && holder_keeps_cpu(p, scx_bpf_task_cpu(p)))
+			preempt = 0;
 
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags | preempt);
 		return;
@@ -715,10 +777,11 @@ void BPF_STRUCT_OPS(pvs_running, struct task_struct *p)
 	{
 		struct pvs_cpu_holder *h = cpu_holder_of(bpf_get_smp_processor_id());
 
-		/* Its lock flag is unknown until its first tick reads it. */
+		/* Its lock flag as it stopped (a preempted holder holds it
+		 * still), until its first tick reads the slot. */
 		if (h) {
 			h->tid = g && g->lock_peers ? p->pid : 0;
-			h->lock = 0;
+			h->lock = h->tid && v ? v->lock_at_stop : 0;
 			h->vm = g ? p->tgid : 0;
 		}
 	}
@@ -854,9 +917,12 @@ static __always_inline void vcpu_stopping(struct task_struct *p,
 		v->guest_rt = 0;
 		v->wake_boost = 0;
 		v->cs_preempted = 0;
+		v->lock_at_stop = 0;
 		return;
 	}
-	if (runnable && (reason & SLOT_LOCK) && g->lock_peers)
+	v->lock_at_stop = runnable && (reason & SLOT_LOCK) &&
+			  cs_lock_held(g, PVSCHED_CS_LOCK);
+	if (v->lock_at_stop)
 		count_holder_preempted(v, slice_ended, extended);
 	reason &= ~SLOT_LOCK;
 	v->guest_reason = reason != 0;
