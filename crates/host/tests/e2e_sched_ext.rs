@@ -593,6 +593,59 @@ kvm_test! {
 }
 
 kvm_test! {
+    /// pvschedd's event thread, which preempts where it wakes, is woken
+    /// (by status requests here) while a vCPU whose guest shows a sleeping
+    /// lock held spins on either CPU, beside a host hog on each: a wakeup
+    /// on the holder's CPU goes to the other CPU (`daemon_moved`), so the
+    /// daemon seldom preempts the holder, whose preemptions before its
+    /// slice end stay few.
+    fn sched_ext_wakes_the_daemon_away_from_the_cpu_a_lock_holder_runs_on() {
+        let dir = tempdir("scx-daemon-away");
+        let name = vm_name("scx-daemon-away");
+        let mut c = FakeVmmConfig::new(Path::new(""));
+        c.vcpus = 1;
+        c.name_format = "CPU {}/KVM".into();
+        c.guest_cs = Some(pvsched_abi::CS_LOCK);
+        c.spin = true;
+        let (_vmm, entry) = support::qmp_vm(&dir, &name, c);
+        let d = sched_ext_daemon(
+            &dir,
+            "",
+            &format!("[defaults]\nhonor_lock_holders = true\n{entry}"),
+        );
+        d.wait_serving(&name, 1);
+        let _hogs = (Hog::on_cpu(0), Hog::on_cpu(1));
+        let holder = || d.status().vms[0].vcpus[0].clone();
+        std::thread::sleep(Duration::from_millis(500));
+        let (moved0, early0) = (d.status().backend.daemon_moved, holder().scx_holder_preempted_early);
+
+        // Each status request wakes the daemon's event thread.
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(3) {
+            let _ = d.status();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let (backend, held) = (d.status().backend, holder());
+        let (moved, early) = (
+            backend.daemon_moved - moved0,
+            held.scx_holder_preempted_early - early0,
+        );
+
+        eprintln!(
+            "daemon wakeups sent away from the holder's CPU: {moved}; holder preempted before \
+             its slice end: {early}, after an extension {}, at a slice end without one {}",
+            held.scx_holder_preempted_extended, held.scx_holder_preempted_unextended
+        );
+        assert!(moved >= 5, "the daemon was not sent away: {backend:?}; log:\n{}", d.log());
+        assert!(
+            early * 4 <= moved,
+            "the holder was preempted {early} times before its slice end, {moved} daemon \
+             wakeups sent away: {held:?}; {backend:?}"
+        );
+    }
+}
+
+kvm_test! {
     /// A VM's vCPUs kept apart: a 2-vCPU VM whose vCPU 0 spins and whose
     /// vCPU 1 wakes every millisecond, beside a host hog on each CPU (no CPU
     /// is ever idle). A wakeup of vCPU 1 where vCPU 0 runs goes to the other
