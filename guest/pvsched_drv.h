@@ -114,6 +114,16 @@ struct pvsched_cpu {
 	u64 held_unmatched;		/* unlocks of a lock not seen taken */
 	u64 held_dropped;		/* takes beyond PVSCHED_HELD_MAX */
 	u64 held_user_resets;		/* ticks in user mode that found some */
+	u64 held_uncontended;		/* takes not listed: no host contention */
+	/*
+	 * Whether the host contends this vCPU (pvsched_host_contends()): its
+	 * steal time at the last look and that look's jiffies, the answer
+	 * then, and when to look again.
+	 */
+	u64 hold_steal;
+	unsigned long hold_looked;
+	unsigned long hold_look_after;
+	bool hold_contended;
 };
 
 DECLARE_PER_CPU(struct pvsched_cpu, pvsched_cpu);
@@ -193,6 +203,8 @@ void pvsched_lock_reset(struct pvsched_cpu *pc);
 void pvsched_lock_ring(struct pvsched_cpu *pc, u32 ring);
 void pvsched_hints_start(void);
 const char *pvsched_holder_preempted_source(void);
+/* KVM offers steal time to this guest (read at each binding). */
+bool pvsched_kvm_steal_known(void);
 void pvsched_hints_stop(void);
 
 /*

@@ -31,7 +31,9 @@
 #include <linux/atomic.h>
 #include <linux/ftrace.h>
 #include <linux/hash.h>
+#include <linux/jiffies.h>
 #include <linux/kernel.h>
+#include <linux/kernel_stat.h>
 #include <linux/log2.h>
 #include <linux/sched.h>
 #include <linux/string.h>
@@ -147,6 +149,46 @@ static __always_inline bool pvsched_lockhold_on(void)
 	return READ_ONCE(pvsched_region.features) & PVSCHED_F_LOCK_HOLD;
 }
 
+/*
+ * How often a CPU looks at its steal time again, and the share of that time
+ * stolen from it that means its host contends it (1/16: a host with a CPU
+ * for each vCPU steals well below it, an overcommitted one far above).
+ */
+#define PVSCHED_HOLD_LOOK_EVERY		(HZ / 20)
+#define PVSCHED_HOLD_STEAL_SHARE	16
+
+/*
+ * Whether the host contends this vCPU: the time stolen from it since its
+ * last look (KVM's steal time, accounted at each tick) was at least
+ * 1/PVSCHED_HOLD_STEAL_SHARE of that time; looked at again once
+ * PVSCHED_HOLD_LOOK_EVERY has passed, at the next take. Only a contended
+ * vCPU can be preempted holding a lock, and listing every take costs the
+ * lock calls even when nothing preempts (BENCHMARKS.md, LH21): so the take
+ * hook lists a lock only while this holds. Without KVM's steal time the
+ * guest cannot tell: it always holds. Preemption is off (the ftrace
+ * callback's recursion guard).
+ */
+static bool notrace pvsched_host_contends(void)
+{
+	struct pvsched_cpu *pc = this_cpu_ptr(&pvsched_cpu);
+	unsigned long now = jiffies;
+	u64 steal, since;
+
+	if (!pvsched_kvm_steal_known())
+		return true;
+	if (pc->hold_look_after && time_before(now, pc->hold_look_after))
+		return pc->hold_contended;
+	steal = kcpustat_this_cpu->cpustat[CPUTIME_STEAL];
+	since = jiffies_to_nsecs(now - pc->hold_looked);
+	/* The first look has nothing to compare with: contended until the next. */
+	pc->hold_contended = !pc->hold_look_after ||
+			     (steal - pc->hold_steal) * PVSCHED_HOLD_STEAL_SHARE >= since;
+	pc->hold_steal = steal;
+	pc->hold_looked = now;
+	pc->hold_look_after = now + PVSCHED_HOLD_LOOK_EVERY;
+	return pc->hold_contended;
+}
+
 static void notrace pvsched_on_take(unsigned long ip, unsigned long parent_ip,
 				    struct ftrace_ops *op,
 				    struct ftrace_regs *fregs)
@@ -156,6 +198,10 @@ static void notrace pvsched_on_take(unsigned long ip, unsigned long parent_ip,
 
 	if (!pvsched_lockhold_on())
 		return;
+	if (!pvsched_host_contends()) {
+		this_cpu_inc(pvsched_cpu.held_uncontended);
+		return;
+	}
 	pc = pvsched_update_begin(&irqfl);
 	if (!pc)
 		return;

@@ -404,6 +404,11 @@ static bool pvsched_kvm_has_steal_time(void)
 #endif
 }
 
+bool pvsched_kvm_steal_known(void)
+{
+	return READ_ONCE(pvsched_kvm_steal);
+}
+
 /* Whose answer a named holder's counted preemption is: "kvm" or "host". */
 const char *pvsched_holder_preempted_source(void)
 {

@@ -353,3 +353,71 @@ impl Drop for RestoreHaltPoll {
         }
     }
 }
+
+/// Field `key` of CPU `cpu`'s line in the guest module's debugfs status.
+fn guest_status_field(vm: &Vm, cpu: u32, key: &str) -> u64 {
+    let (rc, status) = guest_answers(
+        vm,
+        vm.exec(
+            "cat /sys/kernel/debug/pvsched/status",
+            Duration::from_secs(20),
+        ),
+        "read the guest module's status",
+    );
+    assert_eq!(rc, 0, "{status}");
+    let line = status
+        .lines()
+        .find(|l| l.starts_with(&format!("cpu{cpu} ")))
+        .unwrap_or_else(|| panic!("no cpu{cpu} line:\n{status}"));
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {line}"))
+}
+
+kvm_test! {
+    /// Lock holders honoured (`F_LOCK_HOLD`): a KVM guest lists the sleeping
+    /// locks its tasks take (and shows `CS_LOCK`) only while its host
+    /// contends its vCPU, by KVM's steal time. `lockpair` (an mmap_lock
+    /// writer and reader on the guest's one vCPU) alone on host VM CPU 0:
+    /// most takes are passed over as uncontended. The same beside a host hog
+    /// on that CPU: most are listed.
+    fn a_kvm_guest_lists_its_held_locks_only_while_its_host_contends_its_vcpu() {
+        let vm = kvm_guest(1, Some(vec![0]));
+        let _d = serve("kvm-hold", &vm, "honor_lock_holders = true");
+        let counts = || {
+            (
+                guest_status_field(&vm, 0, "held_takes"),
+                guest_status_field(&vm, 0, "held_uncontended"),
+            )
+        };
+        let lockpair = "lockpair -m mmap -s 8 -H 0 -W 0 -t 3";
+
+        let (t0, u0) = counts();
+        guest_run(&vm, lockpair, Duration::from_secs(120));
+        let (t1, u1) = counts();
+        let _hog = KilledOnDrop(
+            std::process::Command::new("taskset")
+                .args(["-c", "0", "sh", "-c", "while :; do :; done"])
+                .spawn()
+                .expect("start a host hog"),
+        );
+        guest_run(&vm, lockpair, Duration::from_secs(120));
+        let (t2, u2) = counts();
+
+        let (alone_listed, alone_passed) = (t1 - t0, u1 - u0);
+        let (hog_listed, hog_passed) = (t2 - t1, u2 - u1);
+        eprintln!(
+            "lock takes listed / passed over: alone {alone_listed} / {alone_passed}, beside a \
+             host hog {hog_listed} / {hog_passed}"
+        );
+        assert!(
+            alone_passed > 4 * alone_listed,
+            "alone on its CPU, {alone_listed} takes listed and {alone_passed} passed over"
+        );
+        assert!(
+            hog_listed > 4 * hog_passed,
+            "beside a host hog, {hog_listed} takes listed and {hog_passed} passed over"
+        );
+    }
+}
