@@ -856,11 +856,6 @@ static __always_inline int slot_guest_reason(u64 slot, u64 *rt_switches)
 }
 
 /*
- * The vCPU thread stops (the current task still): read its slot for what
- * the next enqueue decides, account a run of its own boost (to the burst
- * too; a run unboosted repays the burst, and so does a halt, at the wakeup).
- */
-/*
  * A vCPU preempted while its guest showed a lock held, counted by how
  * (pvs_scx_vcpu): at its slice end with or without an extension in that
  * slice, or before its slice end.
@@ -881,6 +876,11 @@ static __always_inline void count_holder_preempted(struct pvs_scx_vcpu *v,
 	}
 }
 
+/*
+ * The vCPU thread stops (the current task still): read its slot for what
+ * the next enqueue decides, account a run of its own boost (to the burst
+ * too; a run unboosted repays the burst, and so does a halt, at the wakeup).
+ */
 static __always_inline void vcpu_stopping(struct task_struct *p,
 					  struct pvs_scx_vcpu *v, bool runnable,
 					  bool boosted, bool slice_ended,
