@@ -17,7 +17,9 @@ use pvsched_control::{ApplyTarget, IdleReport, Request, Response};
 use pvsched_host::discovery::threads_by_name;
 use pvsched_host::statefile::StateFile;
 use pvsched_hostvm::{guest_answers, guest_lost, kvm_test};
-use pvsched_vmtest::{wait_until, Accel, Error as VmError, GuestImage, ImageConfig, Vm, VmConfig};
+use pvsched_vmtest::{
+    guest_status, wait_until, Accel, Error as VmError, GuestImage, ImageConfig, Vm, VmConfig,
+};
 use support::{params, tempdir, Daemon};
 
 mod support;
@@ -359,20 +361,14 @@ fn guest_status_field(vm: &Vm, cpu: u32, key: &str) -> u64 {
     let (rc, status) = guest_answers(
         vm,
         vm.exec(
-            "cat /sys/kernel/debug/pvsched/status",
+            &format!("cat {}", guest_status::GUEST_STATUS_PATH),
             Duration::from_secs(20),
         ),
         "read the guest module's status",
     );
     assert_eq!(rc, 0, "{status}");
-    let line = status
-        .lines()
-        .find(|l| l.starts_with(&format!("cpu{cpu} ")))
-        .unwrap_or_else(|| panic!("no cpu{cpu} line:\n{status}"));
-    line.split_whitespace()
-        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {key} in {line}"))
+    guest_status::status_field(&status, cpu, key)
+        .unwrap_or_else(|| panic!("no cpu{cpu} {key} in:\n{status}"))
 }
 
 kvm_test! {

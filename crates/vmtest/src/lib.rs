@@ -25,6 +25,7 @@
 
 pub mod cpio;
 mod error;
+pub mod guest_status;
 pub mod image;
 pub mod lost;
 mod spawn;

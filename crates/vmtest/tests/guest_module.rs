@@ -590,14 +590,8 @@ fn rmmod_leaves_every_slot_inactive_and_generation_zero() {
 
 /// `key=<number>` from the debugfs line of `cpu`.
 fn status_field(status: &str, cpu: u32, key: &str) -> u64 {
-    let line = status
-        .lines()
-        .find(|l| l.starts_with(&format!("cpu{cpu} ")))
-        .unwrap_or_else(|| panic!("no cpu{cpu} line:\n{status}"));
-    line.split_whitespace()
-        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {key} in {line}"))
+    pvsched_vmtest::guest_status::status_field(status, cpu, key)
+        .unwrap_or_else(|| panic!("no cpu{cpu} {key} in:\n{status}"))
 }
 
 guest_test! {

@@ -517,23 +517,32 @@ pub fn markdown(r: &LocksReport) -> String {
     o
 }
 
-/// The sched_ext scheduler's slice-end extensions per case, mode and VM:
-/// rows of the sched_ext modes, and of any other mode that counted some;
-/// nothing for runs without them.
-fn scx_extension_table(o: &mut String, r: &LocksReport) {
-    let rows: Vec<_> = r
-        .cases
+/// The VMs with the sched_ext scheduler's counters, per case and mode in
+/// report order, that `shown` keeps.
+fn scx_rows(
+    r: &LocksReport,
+    shown: impl Fn(LockMode, &ScxExtensions) -> bool + Copy,
+) -> Vec<(&CaseReport, LockMode, &VmSummary, &ScxExtensions)> {
+    r.cases
         .iter()
         .flat_map(|c| {
             ordered(&c.modes).into_iter().flat_map(move |(mode, ms)| {
                 ms.vms.iter().filter_map(move |v| {
                     let x = v.scx_extensions.as_ref()?;
-                    let shown = mode.backend() == Some(LockBackend::SchedExt) || x.any();
-                    shown.then_some((c, mode, v, x))
+                    shown(mode, x).then_some((c, mode, v, x))
                 })
             })
         })
-        .collect();
+        .collect()
+}
+
+/// The sched_ext scheduler's slice-end extensions per case, mode and VM:
+/// rows of the sched_ext modes, and of any other mode that counted some;
+/// nothing for runs without them.
+fn scx_extension_table(o: &mut String, r: &LocksReport) {
+    let rows = scx_rows(r, |mode, x| {
+        mode.backend() == Some(LockBackend::SchedExt) || x.any()
+    });
     if rows.is_empty() {
         return;
     }
@@ -587,18 +596,7 @@ fn scx_extension_table(o: &mut String, r: &LocksReport) {
 /// VM, by how; nothing for runs that counted none (guests without
 /// `CS_LOCK`, or runs from before the count).
 fn scx_holder_preemption_table(o: &mut String, r: &LocksReport) {
-    let rows: Vec<_> = r
-        .cases
-        .iter()
-        .flat_map(|c| {
-            ordered(&c.modes).into_iter().flat_map(move |(mode, ms)| {
-                ms.vms.iter().filter_map(move |v| {
-                    let x = v.scx_extensions.as_ref()?;
-                    (x.holder_preempted() > 0).then_some((c, mode, v, x))
-                })
-            })
-        })
-        .collect();
+    let rows = scx_rows(r, |_, x| x.holder_preempted() > 0);
     if rows.is_empty() {
         return;
     }
