@@ -117,12 +117,11 @@ struct pvsched_cpu {
 	u64 held_uncontended;		/* takes not listed: no host contention */
 	/*
 	 * Whether the host contends this vCPU (pvsched_host_contends()): its
-	 * steal time at the last look and that look's jiffies, the answer
-	 * then, and when to look again.
+	 * steal time at the last look, that look's jiffies (0: none yet), and
+	 * the answer then.
 	 */
 	u64 hold_steal;
 	unsigned long hold_looked;
-	unsigned long hold_look_after;
 	bool hold_contended;
 };
 

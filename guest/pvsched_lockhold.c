@@ -176,16 +176,16 @@ static bool notrace pvsched_host_contends(void)
 
 	if (!pvsched_kvm_steal_known())
 		return true;
-	if (pc->hold_look_after && time_before(now, pc->hold_look_after))
+	if (pc->hold_looked &&
+	    time_before(now, pc->hold_looked + PVSCHED_HOLD_LOOK_EVERY))
 		return pc->hold_contended;
 	steal = kcpustat_this_cpu->cpustat[CPUTIME_STEAL];
 	since = jiffies_to_nsecs(now - pc->hold_looked);
 	/* The first look has nothing to compare with: contended until the next. */
-	pc->hold_contended = !pc->hold_look_after ||
+	pc->hold_contended = !pc->hold_looked ||
 			     (steal - pc->hold_steal) * PVSCHED_HOLD_STEAL_SHARE >= since;
 	pc->hold_steal = steal;
 	pc->hold_looked = now;
-	pc->hold_look_after = now + PVSCHED_HOLD_LOOK_EVERY;
 	return pc->hold_contended;
 }
 

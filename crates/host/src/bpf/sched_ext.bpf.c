@@ -321,38 +321,6 @@ static __always_inline struct pvs_cpu_holder *cpu_holder_of(s32 cpu)
 	return bpf_map_lookup_elem(&cpu_holder, &key);
 }
 
-/*
- * A woken vCPU thread with no idle CPU to go to: if another vCPU of its VM
- * runs on `cpu`, a CPU where none does (the first found after `cpu`), else
- * `cpu`. Only for a thread that may run on every CPU: a pinned one keeps
- * its pinning's placement (and no cpumask is read here).
- */
-static __always_inline s32 away_from_siblings(struct task_struct *p, s32 cpu)
-{
-	struct pvs_cpu_holder *h = cpu_holder_of(cpu);
-	struct bpf_iter_num it;
-	u32 vm = p->tgid, n = nr_cpu_ids < PVS_MAX_CPUS ? nr_cpu_ids : PVS_MAX_CPUS;
-	s32 found = cpu;
-	int *i;
-
-	if (!h || h->vm != vm || (u32)p->nr_cpus_allowed < nr_cpu_ids)
-		return cpu;
-	bpf_iter_num_new(&it, 1, n);
-	while ((i = bpf_iter_num_next(&it))) {
-		u32 other = ((u32)cpu + *i) % n;
-		struct pvs_cpu_holder *o = cpu_holder_of(other);
-
-		if (!o || o->vm == vm)
-			continue;
-		found = other;
-		break;
-	}
-	bpf_iter_num_destroy(&it);
-	if (found != cpu)
-		__sync_fetch_and_add(&totals.vcpus_spread, 1);
-	return found;
-}
-
 /* The slot's cs_flags, read while its vCPU thread is the current task;
  * false when the read faulted. */
 static __always_inline bool slot_cs_flags(struct pvs_scx_grant *g, u32 *cs)
@@ -468,33 +436,67 @@ static __always_inline bool holder_keeps_cpu(struct task_struct *p, s32 cpu)
 }
 
 /*
- * The daemon's event thread woken with no idle CPU: if a lock holder runs
- * on `cpu`, a CPU where none runs (the first found after `cpu`), else
- * `cpu`. It preempts the task where it goes (pvs_enqueue), and most of its
- * wakeups came while a holder ran (BENCHMARKS.md, LH18). Only if it may
- * run on every CPU (no cpumask is read here).
+ * The first CPU after `cpu`, in CPU order and wrapping around, that runs
+ * no vCPU of process `vm` (vm != 0) and no lock holder other than thread
+ * `tid` (tid != 0); `cpu` itself when every other CPU does.
  */
-static __always_inline s32 daemon_away_from_holders(struct task_struct *p,
-						    s32 cpu)
+static __always_inline s32 first_cpu_without(s32 cpu, u32 vm, u32 tid)
 {
+	u32 n = nr_cpu_ids < PVS_MAX_CPUS ? nr_cpu_ids : PVS_MAX_CPUS;
 	struct pvs_scx_grant *hg = NULL;
 	struct bpf_iter_num it;
-	u32 n = nr_cpu_ids < PVS_MAX_CPUS ? nr_cpu_ids : PVS_MAX_CPUS;
 	s32 found = cpu;
 	int *i;
 
-	if ((u32)p->nr_cpus_allowed < nr_cpu_ids || !holder_on(cpu, p->pid, &hg))
-		return cpu;
 	bpf_iter_num_new(&it, 1, n);
 	while ((i = bpf_iter_num_next(&it))) {
 		u32 other = ((u32)cpu + *i) % n;
+		struct pvs_cpu_holder *o = cpu_holder_of(other);
 
-		if (holder_on(other, p->pid, &hg))
+		if (!o || (vm && o->vm == vm) || (tid && holder_on(other, tid, &hg)))
 			continue;
 		found = other;
 		break;
 	}
 	bpf_iter_num_destroy(&it);
+	return found;
+}
+
+/*
+ * A woken vCPU thread with no idle CPU to go to: if another vCPU of its VM
+ * runs on `cpu`, a CPU where none does (first_cpu_without), else `cpu`.
+ * Only for a thread that may run on every CPU: a pinned one keeps its
+ * pinning's placement (and no cpumask is read here).
+ */
+static __always_inline s32 away_from_siblings(struct task_struct *p, s32 cpu)
+{
+	struct pvs_cpu_holder *h = cpu_holder_of(cpu);
+	s32 found;
+
+	if (!h || h->vm != (u32)p->tgid || (u32)p->nr_cpus_allowed < nr_cpu_ids)
+		return cpu;
+	found = first_cpu_without(cpu, p->tgid, 0);
+	if (found != cpu)
+		__sync_fetch_and_add(&totals.vcpus_spread, 1);
+	return found;
+}
+
+/*
+ * The daemon's event thread woken with no idle CPU: if a lock holder runs
+ * on `cpu`, a CPU where none runs (first_cpu_without), else `cpu`. It
+ * preempts the task where it goes (pvs_enqueue), and most of its wakeups
+ * came while a holder ran (BENCHMARKS.md, LH17b). Only if it may run on
+ * every CPU (no cpumask is read here).
+ */
+static __always_inline s32 daemon_away_from_holders(struct task_struct *p,
+						    s32 cpu)
+{
+	struct pvs_scx_grant *hg = NULL;
+	s32 found;
+
+	if ((u32)p->nr_cpus_allowed < nr_cpu_ids || !holder_on(cpu, p->pid, &hg))
+		return cpu;
+	found = first_cpu_without(cpu, 0, p->pid);
 	if (found != cpu)
 		__sync_fetch_and_add(&totals.daemon_moved, 1);
 	return found;
