@@ -298,24 +298,57 @@ pub fn avoided(without: GuestLocks, with: GuestLocks) -> Option<f64> {
 /// The backends whose avoided holder preemptions a report gives, in order.
 pub const BACKENDS: [LockBackend; 2] = [LockBackend::Rt, LockBackend::SchedExt];
 
-/// The avoided share of every backend whose two modes ran in `case`.
-fn case_avoided(raw: &LocksRaw, case: LockCase, names: &[String]) -> Vec<Avoided> {
-    BACKENDS
+/// Whether vanilla's guests counted holder preemptions: KVM guests that
+/// read KVM's steal-time flag (ABI 1.6) count them without a host half.
+/// Earlier KVM guests and TCG guests count none, so a run whose vanilla
+/// counted none is taken for one of those.
+pub fn vanilla_counts_holders(raw: &LocksRaw) -> bool {
+    let vanilla: Vec<&Phase> = raw
+        .phases
         .iter()
-        .flat_map(|b| backend_avoided(raw, case, names, *b))
-        .collect()
+        .filter(|p| p.mode == LockMode::Vanilla)
+        .collect();
+    let every_vm: Vec<&str> = vanilla
+        .iter()
+        .flat_map(|p| p.vms.iter().map(|v| v.name.as_str()))
+        .collect();
+    raw.meta.base.accel == "kvm" && summed_guest(&vanilla, &every_vm).preempted > 0
 }
 
-/// The avoided share on `backend` (its mode with lock handling against the
-/// one without) in `case`: `both` and each VM that ran the workload; empty
-/// unless both modes ran.
-fn backend_avoided(
+/// The avoided share of every backend whose two modes ran in `case`, and,
+/// where vanilla counts holders, of its mode with lock handling against
+/// vanilla.
+fn case_avoided(
+    raw: &LocksRaw,
+    case: LockCase,
+    names: &[String],
+    vanilla_counts: bool,
+) -> Vec<Avoided> {
+    let mut rows: Vec<Avoided> = BACKENDS
+        .iter()
+        .flat_map(|b| pair_avoided(raw, case, names, *b, b.lock_pair().0))
+        .collect();
+    if vanilla_counts {
+        rows.extend(
+            BACKENDS
+                .iter()
+                .flat_map(|b| pair_avoided(raw, case, names, *b, LockMode::Vanilla)),
+        );
+    }
+    rows
+}
+
+/// The avoided share of `backend`'s mode with lock handling against
+/// `without_mode` (its mode without, or vanilla) in `case`: `both` and
+/// each VM that ran the workload; empty unless both modes ran.
+fn pair_avoided(
     raw: &LocksRaw,
     case: LockCase,
     names: &[String],
     backend: LockBackend,
+    without_mode: LockMode,
 ) -> Vec<Avoided> {
-    let (without_mode, with_mode) = backend.lock_pair();
+    let with_mode = backend.lock_pair().1;
     let (without, with) = (
         phases_of(raw, case, without_mode),
         phases_of(raw, case, with_mode),
@@ -342,6 +375,7 @@ fn backend_avoided(
             );
             Avoided {
                 backend,
+                against_vanilla: without_mode == LockMode::Vanilla,
                 vm,
                 without: a,
                 with: b,
@@ -402,7 +436,7 @@ fn avoided_both(cases: &[CaseReport], backend: LockBackend) -> Option<f64> {
     case_of(cases, LockCase::Overcommitted)?
         .avoided
         .iter()
-        .find(|a| a.vm == "both" && a.backend == backend)
+        .find(|a| a.vm == "both" && a.backend == backend && !a.against_vanilla)
         .and_then(|a| a.avoided_pct)
 }
 
@@ -511,6 +545,7 @@ pub fn scx_targets(cases: &[CaseReport]) -> Vec<LockTarget> {
 
 /// Builds the report: cases and modes in the run's order.
 pub fn build(raw: &LocksRaw) -> LocksReport {
+    let vanilla_counts = vanilla_counts_holders(raw);
     let mut cases = Vec::new();
     for &case in &raw.cases {
         let all: Vec<&Phase> = raw.phases.iter().filter(|p| p.case == case).collect();
@@ -530,13 +565,14 @@ pub fn build(raw: &LocksRaw) -> LocksReport {
             }
         }
         c.ratios = case_ratios(raw, case, &names);
-        c.avoided = case_avoided(raw, case, &names);
+        c.avoided = case_avoided(raw, case, &names, vanilla_counts);
         cases.push(c);
     }
     LocksReport {
         schema: "pvsched-bench-locks/1".into(),
         meta: raw.meta.clone(),
         targets: targets(&cases, &raw.modes),
+        vanilla_counts_holders: vanilla_counts,
         efficiency: efficiency(&cases),
         cases,
         plots: Vec::new(),

@@ -242,7 +242,7 @@ pub fn markdown(r: &LocksReport) -> String {
         for (mode, ms) in ordered(&c.modes) {
             for v in &ms.vms {
                 let g = v.guest_locks;
-                let vanilla = mode == LockMode::Vanilla;
+                let vanilla = mode == LockMode::Vanilla && !r.vanilla_counts_holders;
                 let _ = writeln!(
                     o,
                     "| {} | {} | {} | {} | {} | {} | {} | {} | {}/{} |",
@@ -281,13 +281,22 @@ pub fn markdown(r: &LocksReport) -> String {
         );
         // Only rt rows: the table of the reports from before the sched_ext
         // modes; else a column names each row's backend and pair.
-        let per_backend = avoided_rows.iter().any(|(_, a)| !a.backend.is_rt());
+        let per_backend = avoided_rows
+            .iter()
+            .any(|(_, a)| !a.backend.is_rt() || a.against_vanilla);
         if per_backend {
             let _ = writeln!(
                 o,
                 "Per backend, its mode with lock handling against the one without: rt, \
                  pvsched-lock vs pvsched-nolock; sched_ext, pvsched-scx-lock vs \
-                 pvsched-scx-nolock.\n"
+                 pvsched-scx-nolock.{}\n",
+                if r.vanilla_counts_holders {
+                    " Rows `vs vanilla`: the same mode against vanilla (its KVM guests \
+                     count their holders' preemptions by KVM's steal-time flag): what \
+                     pvsched as a whole avoids."
+                } else {
+                    ""
+                }
             );
             let _ = writeln!(
                 o,
@@ -302,7 +311,9 @@ pub fn markdown(r: &LocksReport) -> String {
             let _ = writeln!(o, "|---|---|--:|--:|--:|--:|--:|");
         }
         for (c, a) in avoided_rows {
-            let backend = if per_backend {
+            let backend = if a.against_vanilla {
+                format!(" {} vs vanilla |", a.backend)
+            } else if per_backend {
                 format!(" {} |", a.backend)
             } else {
                 String::new()

@@ -34,12 +34,13 @@ pub const DEFINITIONS: [&str; 6] = [
      the end of the window: contentions whose holder ran on another vCPU (or was unknown), \
      and of those the ones whose holder's vCPU was preempted: for a named holder, KVM's \
      steal-time flag (the guest kernel's vcpu_is_preempted(), ABI 1.6) where the guest has \
-     it, else the host half. Vanilla's is not shown: without host halves a guest without \
-     KVM's flag cannot see a preempted holder.",
+     it, else the host half. Vanilla's is shown only where its guests have KVM's flag: \
+     without it, and without host halves, a guest cannot see a preempted holder.",
     "Holder preemptions avoided = 1 - (holder-preempted contentions per contention with lock \
      handling) / (the same without), each rate summed over every repeat of the case (and over \
      both VMs for `both`); per backend: rt, pvsched-lock against pvsched-nolock; sched_ext, \
-     pvsched-scx-lock against pvsched-scx-nolock.",
+     pvsched-scx-lock against pvsched-scx-nolock; where vanilla's guests count (KVM's flag), \
+     also each against vanilla.",
     "sched_ext extensions: the slice-end extensions the sched_ext scheduler granted the VM's \
      vCPUs over the window (a vCPU whose guest showed a critical section when its slice ended, \
      kept on its CPU for `scx_extension_us` more) and those it refused over their allowance, \

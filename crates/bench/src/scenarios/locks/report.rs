@@ -119,10 +119,16 @@ pub struct Avoided {
     /// reports from before the sched_ext modes (which all compared rt).
     #[serde(default, skip_serializing_if = "LockBackend::is_rt")]
     pub backend: LockBackend,
+    /// Compares the backend's mode with lock handling against vanilla
+    /// instead of against its mode without: what pvsched as a whole avoids.
+    /// Only where vanilla's guests count their holders' preemptions
+    /// ([`LocksReport::vanilla_counts_holders`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub against_vanilla: bool,
     /// A VM's name, or `both`.
     pub vm: String,
     /// The counters without lock handling (pvsched-nolock,
-    /// pvsched-scx-nolock), summed over the repeats.
+    /// pvsched-scx-nolock, or vanilla), summed over the repeats.
     pub without: GuestLocks,
     /// With it (pvsched-lock, pvsched-scx-lock).
     pub with: GuestLocks,
@@ -207,6 +213,11 @@ pub struct LocksReport {
     pub meta: LocksMeta,
     pub cases: Vec<CaseReport>,
     pub targets: Vec<LockTarget>,
+    /// Whether vanilla's guests counted their holders' preemptions: KVM
+    /// guests read them from KVM's steal-time flag (ABI 1.6), which needs
+    /// no host half; TCG guests, and KVM guests before 1.6, see none.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub vanilla_counts_holders: bool,
     /// What overcommitting costs vanilla's work per CPU-second (None
     /// unless the run has vanilla in both cases).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -242,6 +242,77 @@ fn avoided_share_compares_the_rates_over_the_whole_run() {
     assert_eq!(a[2].avoided_pct, Some(85.0));
 }
 
+/// [`sample_phases`] with vanilla's guests counting holder preemptions:
+/// 400 of 800 per VM in repeat 1, 200 of 800 in repeat 2.
+fn sample_raw_vanilla_counting(accel: &str) -> LocksRaw {
+    let mut phases = sample_phases();
+    for p in phases.iter_mut().filter(|p| p.mode == LockMode::Vanilla) {
+        for v in &mut p.vms {
+            let preempted = if p.rep == 1 { 400 } else { 200 };
+            v.guest_locks = Some(GuestLocks {
+                contended: 800,
+                preempted,
+            });
+        }
+    }
+    let mut raw = raw(phases);
+    raw.meta.base.accel = accel.into();
+    raw
+}
+
+#[test]
+fn kvm_guests_holder_preemptions_on_vanilla_are_shown_and_compared() {
+    // Act
+    let r = build(&sample_raw_vanilla_counting("kvm"));
+
+    // Assert: both VMs on vanilla: 1200 / 3200 = 37.5 %; with lock
+    // handling 60 / 4000 = 1.5 %: 96 % fewer.
+    assert!(r.vanilla_counts_holders);
+    let against: Vec<&Avoided> = r.cases[0]
+        .avoided
+        .iter()
+        .filter(|a| a.against_vanilla)
+        .collect();
+    assert_eq!(against.len(), 3, "both and each VM");
+    assert_eq!(against[0].vm, "both");
+    assert_eq!(against[0].without_pct, Some(37.5));
+    assert_eq!(against[0].avoided_pct, Some(96.0));
+    // The target still compares lock handling against its mode without.
+    let t = r
+        .targets
+        .iter()
+        .find(|t| t.what.contains("avoided"))
+        .unwrap();
+    assert_eq!(t.value, Some(92.5));
+    let md = markdown(&r);
+    for needle in [
+        "| overcommitted | vanilla | lock-a | 1600 | 80 | 600 | 37.50 |",
+        "| overcommitted | rt vs vanilla | both | 1200 / 3200 | 37.50 | 60 / 4000 | 1.50 | 96.0 % |",
+    ] {
+        assert!(md.contains(needle), "{needle:?} not in\n{md}");
+    }
+}
+
+#[test]
+fn vanilla_without_kvms_flag_or_without_any_count_is_not_compared() {
+    for raw in [
+        sample_raw_vanilla_counting("tcg"),
+        // KVM guests from before ABI 1.6 count nothing on vanilla.
+        {
+            let mut r = raw(sample_phases());
+            r.meta.base.accel = "kvm".into();
+            r
+        },
+    ] {
+        let r = build(&raw);
+
+        assert!(!r.vanilla_counts_holders);
+        assert!(r.cases[0].avoided.iter().all(|a| !a.against_vanilla));
+        assert!(markdown(&r)
+            .contains("| overcommitted | vanilla | lock-a | 1600 | 80 | — (no host halves) | — |"));
+    }
+}
+
 #[test]
 fn avoided_is_none_without_preemptions_to_avoid() {
     let g = |c, p| GuestLocks {
