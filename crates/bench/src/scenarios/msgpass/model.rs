@@ -31,6 +31,9 @@ pub const PRODCONS_WORK_NS: u64 = 5_000;
 /// (1.00x between the default idle and haltpoll, run of 2026-11-23).
 pub const PRODCONS_QUEUE: u32 = 1;
 
+/// `poll-1ms`'s window: the most pvsched.ko's `idle_poll_us` takes.
+pub const POLL_1MS_US: u32 = 1000;
+
 /// How the guest idles: which `idle=` mode pvsched.ko is loaded with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ValueEnum)]
 #[serde(rename_all = "kebab-case")]
@@ -48,17 +51,24 @@ pub enum IdleCase {
     /// `idle=off` with KVM's halt polling capped at the advisor's window
     /// (`pvschedctl idle --apply host`): KVM only.
     KvmPollAdvisor,
+    /// `idle=fixed idle_poll_us=1000`: the guest polls as long as the
+    /// module lets it, so a wake-up mostly finds its vCPU running; against
+    /// `kvm-poll-off`, what waking a halted vCPU costs.
+    #[serde(rename = "poll-1ms")]
+    #[value(name = "poll-1ms")]
+    Poll1ms,
 }
 
 impl IdleCase {
     /// Every case, in report order.
-    pub const ALL: [IdleCase; 6] = [
+    pub const ALL: [IdleCase; 7] = [
         IdleCase::Default,
         IdleCase::Haltpoll,
         IdleCase::Hinted,
         IdleCase::Advisor,
         IdleCase::KvmPollOff,
         IdleCase::KvmPollAdvisor,
+        IdleCase::Poll1ms,
     ];
 
     pub fn name(self) -> &'static str {
@@ -69,6 +79,7 @@ impl IdleCase {
             IdleCase::Advisor => "advisor",
             IdleCase::KvmPollOff => "kvm-poll-off",
             IdleCase::KvmPollAdvisor => "kvm-poll-advisor",
+            IdleCase::Poll1ms => "poll-1ms",
         }
     }
 
@@ -78,7 +89,7 @@ impl IdleCase {
             IdleCase::Default => "off",
             IdleCase::Haltpoll => "haltpoll",
             IdleCase::Hinted => "hinted",
-            IdleCase::Advisor => "fixed",
+            IdleCase::Advisor | IdleCase::Poll1ms => "fixed",
             IdleCase::KvmPollOff | IdleCase::KvmPollAdvisor => "off",
         }
     }
@@ -96,6 +107,10 @@ impl IdleCase {
             IdleCase::Advisor => {
                 window_us.map(|w| format!("idle={} idle_poll_us={w}", self.driver_mode()))
             }
+            IdleCase::Poll1ms => Some(format!(
+                "idle={} idle_poll_us={POLL_1MS_US}",
+                self.driver_mode()
+            )),
             _ => Some(format!("idle={}", self.driver_mode())),
         }
     }
@@ -124,6 +139,12 @@ impl IdleCase {
                 "`idle=off` and KVM's halt polling capped at the advisor's host-wide window \
                  (`pvschedctl idle --apply host` after that load's warm-up, put back after the \
                  session; KVM only)"
+            }
+            IdleCase::Poll1ms => {
+                "`idle=fixed idle_poll_us=1000`: the guest polls up to 1 ms (the module's \
+                 most) before it halts, so a wake-up mostly finds its vCPU running, with no \
+                 halt exit and no host wake-up (poll hits): against `kvm-poll-off`, what \
+                 waking a halted vCPU costs"
             }
         }
     }

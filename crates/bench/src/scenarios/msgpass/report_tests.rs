@@ -156,6 +156,11 @@ fn cases_name_their_module_parameters() {
         Some("idle=fixed idle_poll_us=30")
     );
     assert_eq!(IdleCase::Advisor.insmod_params(None), None);
+    assert_eq!(
+        IdleCase::Poll1ms.insmod_params(None).as_deref(),
+        Some("idle=fixed idle_poll_us=1000")
+    );
+    assert!(!IdleCase::Poll1ms.sets_kvm_polling());
     for c in IdleCase::ALL {
         assert_eq!(by_name::<IdleCase>(c.name()).unwrap(), c);
         assert_eq!(serde_json::to_value(c).unwrap(), c.name());
