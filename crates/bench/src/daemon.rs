@@ -527,7 +527,7 @@ pub(crate) fn pin_daemon(bins: Binaries, run_dir: &Path) -> Result<(Binaries, St
 
 /// The daemon counters a session keeps (`SessionRun::daemon_counters`):
 /// (key, Prometheus sample name).
-pub const DAEMON_COUNTERS: [(&str, &str); 7] = [
+pub const DAEMON_COUNTERS: [(&str, &str); 9] = [
     (
         "wakeups_records",
         "pvsched_wakeups_total{cause=\"records\"}",
@@ -543,6 +543,11 @@ pub const DAEMON_COUNTERS: [(&str, &str); 7] = [
     (
         "events_preempted",
         "pvsched_events_total{kind=\"preempted\"}",
+    ),
+    ("events_woken", "pvsched_events_total{kind=\"woken\"}"),
+    (
+        "events_interrupt_targeted",
+        "pvsched_events_total{kind=\"interrupt_targeted\"}",
     ),
 ];
 

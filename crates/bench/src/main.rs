@@ -45,10 +45,12 @@ struct Cli {
     scenario: Scenario,
     /// Message-passing scenario: the guest idle modes, interleaved: default
     /// (idle=off), haltpoll, hinted, advisor (idle=fixed with the window
-    /// pvschedd advises for --budget-permille); under KVM also kvm-poll-off
-    /// (idle=off, KVM's halt_poll_ns 0) and kvm-poll-advisor (idle=off, KVM's
-    /// halt polling capped at the advisor's window by pvschedctl idle --apply
-    /// host), where root may write the kvm module's parameters.
+    /// pvschedd advises for --budget-permille), poll-1ms (idle=fixed
+    /// idle_poll_us=1000: wake-ups find their vCPU running); under KVM also
+    /// kvm-poll-off (idle=off, KVM's halt_poll_ns 0: wake-ups find it
+    /// halted) and kvm-poll-advisor (idle=off, KVM's halt polling capped at
+    /// the advisor's window by pvschedctl idle --apply host), where root may
+    /// write the kvm module's parameters.
     #[arg(
         long,
         value_delimiter = ',',

@@ -1121,6 +1121,42 @@ fn kvm_programs_filter_in_kernel() {
     assert_eq!(irqs, vec![(4, 1), (4, 3), (9, 5)]);
 }
 
+/// An interrupt record reads its target vCPU's lazy bits (`vcpu_slots`), not
+/// the sender's: quiet while the target's say so, waking once the target is
+/// untracked (its slot freed) or for a target nobody tracks.
+#[test]
+fn an_interrupt_is_quiet_by_its_targets_lazy_bits() {
+    use pvsched_host::events::wire::PVS_LAZY_KVM_IRQ;
+    if !can_bpf() {
+        return;
+    }
+    let mut src = load(BpfOptions::default());
+    let me = gettid();
+    // The sender (this thread) is vCPU 2 of VM 4, every record waking; the
+    // target, vCPU 1, is a thread that never runs a program here.
+    let target = me + 1_000_000;
+    src.try_track(me, 4, 2).unwrap();
+    src.try_track(target, 4, 1).unwrap();
+    src.set_quiet(target, Quiet::from_bits(PVS_LAZY_KVM_IRQ));
+
+    src.selftest_kvm_apic_accept_irq(1, 0, 0, 0xfd).unwrap(); // quiet
+    src.selftest_kvm_apic_accept_irq(3, 0, 0, 0xfd).unwrap(); // nobody's: wakes
+    src.untrack(target);
+    src.selftest_kvm_apic_accept_irq(1, 0, 0, 0xfd).unwrap(); // wakes again
+                                                              // A sender's own lazy bits do not quiet an interrupt for another vCPU.
+    src.set_quiet(me, Quiet::ALL);
+    src.selftest_kvm_apic_accept_irq(3, 0, 0, 0xfd).unwrap(); // wakes
+
+    let mut evs = Vec::new();
+    src.consume(|e| evs.push(e));
+    let irqs: Vec<_> = evs
+        .iter()
+        .filter(|e| e.kind == EventKind::KvmIrq)
+        .map(|e| (e.vcpu, e.quiet))
+        .collect();
+    assert_eq!(irqs, vec![(1, true), (3, false), (1, false), (3, false)]);
+}
+
 /// A small ring buffer that nobody drains overflows; the loss is counted.
 #[test]
 fn ring_buffer_overflow_is_counted() {

@@ -54,14 +54,14 @@ enum pvs_event_flag {
 	/* WAKING: the CPU the thread last ran on runs its idle task, so the
 	 * thread gets a CPU at once without any boost (see quiet_idle_wakeups) */
 	PVS_F_CPU_IDLE = 1u << 10,
-	/* SWITCH_OUT and WAKING: no CPU ran a task from outside the thread's VM
-	 * (each ran its idle task, the daemon or a thread of the same process):
-	 * the VM competes only with itself, so a boost would only reorder its own
-	 * threads (see find_rivals in pvsched.bpf.c) */
+	/* SWITCH_OUT, WAKING and KVM_IRQ: no CPU ran a task from outside the
+	 * thread's VM (each ran its idle task, the daemon or a thread of the
+	 * same process): the VM competes only with itself, so a boost would
+	 * only reorder its own threads (see find_rivals in pvsched.bpf.c) */
 	PVS_F_NO_RIVAL = 1u << 11,
-	/* SWITCH_OUT and WAKING: no CPU ran a task from outside every VM the
-	 * daemon serves (vmm_tgid): any rival is another served VM's thread.
-	 * Set whenever PVS_F_NO_RIVAL is. */
+	/* SWITCH_OUT, WAKING and KVM_IRQ: no CPU ran a task from outside
+	 * every VM the daemon serves (vmm_tgid): any rival is another served
+	 * VM's thread. Set whenever PVS_F_NO_RIVAL is. */
 	PVS_F_NO_HOST_RIVAL = 1u << 12,
 	PVS_F_ALL = (1u << 13) - 1,
 };
@@ -106,6 +106,16 @@ struct pvs_vcpu {
 };
 
 /*
+ * Key of the `vcpu_slots` hash map (value: u32, the vCPU's lazy_slot, as
+ * in `tracked`): the cell of a vCPU known by its index, not its thread,
+ * as KVM_IRQ's target is (the sender runs the program).
+ */
+struct pvs_vcpu_key {
+	__u32 vm;
+	__u32 vcpu;
+};
+
+/*
  * Bits of a `lazy` array element (u64 per tracked vCPU, written by the
  * daemon through an mmap, read by the programs): records of a class whose
  * bit is set are queued without waking the daemon, which reads them at its
@@ -120,11 +130,12 @@ enum pvs_lazy {
 	PVS_LAZY_WAKING = 1u << 3,	/* WAKING */
 	PVS_LAZY_KVM_EXIT = 1u << 4,	/* KVM_EXIT (HLT and PAUSE) */
 	PVS_LAZY_KVM_WAKEUP = 1u << 5,	/* KVM_WAKEUP */
-	PVS_LAZY_NO_RIVAL = 1u << 6,	/* SWITCH_OUT runnable and WAKING
-					 * flagged PVS_F_NO_RIVAL */
+	PVS_LAZY_NO_RIVAL = 1u << 6,	/* SWITCH_OUT runnable, WAKING and
+					 * KVM_IRQ flagged PVS_F_NO_RIVAL */
 	PVS_LAZY_NO_HOST_RIVAL = 1u << 7, /* ... flagged PVS_F_NO_HOST_RIVAL */
-	PVS_LAZY_ALL = (1u << 8) - 1,	/* KVM_IRQ always wakes: its target
-					 * vCPU is not the current thread */
+	PVS_LAZY_KVM_IRQ = 1u << 8,	/* KVM_IRQ: read in the target vCPU's
+					 * cell (`vcpu_slots`), not the sender's */
+	PVS_LAZY_ALL = (1u << 9) - 1,
 };
 
 /* Index of the per-CPU `stats` array (u64 per CPU). */

@@ -151,6 +151,15 @@ struct {
 	__type(value, u64);
 } lazy SEC(".maps");
 
+/* vCPU (struct pvs_vcpu_key) -> its lazy_slot, as in `tracked`. Filled by
+ * the daemon beside `tracked`: KVM_IRQ finds its target's lazy bits here. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096); /* resized by the loader, = tracked */
+	__type(key, struct pvs_vcpu_key);
+	__type(value, u32);
+} vcpu_slots SEC(".maps");
+
 /* CPU -> whether it runs its idle task (quiet_idle_wakeups) and whose task
  * it runs (find_rivals). Written by that CPU only, at sched_switch, when it
  * changes; read by other CPUs. One cache line per CPU, so no two CPUs write
@@ -662,9 +671,11 @@ int BPF_PROG(pvs_kvm_apic_accept_irq, u32 apicid, u16 dm, u16 tm, u8 vec)
 {
 	u64 id = bpf_get_current_pid_tgid();
 	u32 tid = (u32)id, tgid = id >> 32;
+	struct pvs_vcpu target = {};
+	struct pvs_vcpu_key key;
 	struct pvs_event *e;
 	struct pvs_vcpu *v;
-	u32 *vm;
+	u32 *vm, *slot;
 	u32 vm_id;
 
 	if (!emit_kvm_irq)
@@ -691,6 +702,18 @@ int BPF_PROG(pvs_kvm_apic_accept_irq, u32 apicid, u16 dm, u16 tm, u8 vec)
 	e->vm = vm_id;
 	e->vcpu = apicid;
 	e->arg = vec;
-	submit(e);
+	/* The sender and the target share the process: its rivals are the
+	 * target's. The target's lazy bits decide (an IPI storm between a
+	 * VM's own vCPUs woke the daemon for each, to boost nothing). */
+	e->flags = rival_flag(tgid);
+	key.vm = vm_id;
+	key.vcpu = apicid;
+	slot = bpf_map_lookup_elem(&vcpu_slots, &key);
+	if (slot) {
+		target.lazy_slot = *slot;
+		submit_for(e, &target, PVS_LAZY_KVM_IRQ);
+	} else {
+		submit(e);
+	}
 	return 0;
 }

@@ -16,8 +16,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use pvsched_policy::VmLimits;
 
 use super::wire::{
-    PVS_LAZY_ALL, PVS_LAZY_BLOCKED, PVS_LAZY_KVM_EXIT, PVS_LAZY_KVM_WAKEUP, PVS_LAZY_NO_HOST_RIVAL,
-    PVS_LAZY_NO_RIVAL, PVS_LAZY_PREEMPTED, PVS_LAZY_SWITCH_IN, PVS_LAZY_WAKING,
+    PVS_LAZY_ALL, PVS_LAZY_BLOCKED, PVS_LAZY_KVM_EXIT, PVS_LAZY_KVM_IRQ, PVS_LAZY_KVM_WAKEUP,
+    PVS_LAZY_NO_HOST_RIVAL, PVS_LAZY_NO_RIVAL, PVS_LAZY_PREEMPTED, PVS_LAZY_SWITCH_IN,
+    PVS_LAZY_WAKING,
 };
 use super::EventSourceError;
 #[cfg(test)]
@@ -38,7 +39,10 @@ impl Quiet {
     /// unboosted one: its switch-ins and halts never start a boost (a boost
     /// follows a wakeup, a preemption, an interrupt or a slot read), and its
     /// wakeups or preemptions do not either when the limits make nothing of
-    /// them.
+    /// them. An interrupt for it (`KVM_IRQ`, read in the target's cell) starts a boost
+    /// only with `proactive_irq`, as a speculative one: the same limits quiet it as its
+    /// wakeups (an IPI storm between one VM's vCPUs woke the daemon for each, to boost
+    /// nothing).
     ///
     /// `waited_on`: another vCPU's guest waits for a lock this one holds: its preemption
     /// starts an extension, its switch-in ends the preemption the waiters see.
@@ -77,6 +81,9 @@ impl Quiet {
         if !limits.proactive_wake && !limits.honor_pending_hint {
             bits |= PVS_LAZY_WAKING;
         }
+        if !limits.proactive_irq {
+            bits |= PVS_LAZY_KVM_IRQ;
+        }
         if !(limits.honor_critical_sections
             || limits.honor_guest_rt
             || limits.honor_boost_request
@@ -92,7 +99,7 @@ impl Quiet {
             }
         }
         if quiet_without_rt_work && limits.speculative_boosts_need_rt_work {
-            bits |= PVS_LAZY_PREEMPTED | PVS_LAZY_WAKING;
+            bits |= PVS_LAZY_PREEMPTED | PVS_LAZY_WAKING | PVS_LAZY_KVM_IRQ;
         }
         Quiet(bits)
     }
@@ -137,12 +144,12 @@ impl Quiet {
             EventKind::Waking { .. } => PVS_LAZY_WAKING,
             EventKind::KvmExit { .. } => PVS_LAZY_KVM_EXIT,
             EventKind::KvmHaltWakeup { .. } => PVS_LAZY_KVM_WAKEUP,
-            // Its target vCPU is not the current thread: always wakes.
-            EventKind::KvmIrq => 0,
+            // Read in its target vCPU's cell (`vcpu_slots`).
+            EventKind::KvmIrq => PVS_LAZY_KVM_IRQ,
         };
         let looks = matches!(
             ev.kind,
-            EventKind::SwitchOut { .. } | EventKind::Waking { .. }
+            EventKind::SwitchOut { .. } | EventKind::Waking { .. } | EventKind::KvmIrq
         );
         self.0 & class != 0
             || (looks && !ev.rivals && self.0 & PVS_LAZY_NO_RIVAL != 0)
@@ -319,7 +326,7 @@ mod tests {
         assert!(!several.covers(&ev(waking_on_busy_cpu())));
         assert!(
             !one_vcpu.covers(&ev(EventKind::KvmIrq)),
-            "its target is not current"
+            "an interrupt may start a boost the scheduler cannot see"
         );
     }
 
@@ -342,7 +349,45 @@ mod tests {
             source: super::super::WakeSource::Other,
             cpu_idle: false,
         })));
-        assert!(!q.covers(&ev(EventKind::KvmIrq)));
+        assert!(q.covers(&ev(EventKind::KvmIrq)));
+    }
+
+    #[test]
+    fn an_interrupt_for_a_vcpu_wakes_the_daemon_only_where_it_may_start_a_boost() {
+        let irq = ev(EventKind::KvmIrq);
+        let alone = HostEvent {
+            rivals: false,
+            host_rivals: false,
+            ..irq
+        };
+        let peers = HostEvent {
+            host_rivals: false,
+            ..irq
+        };
+        let default = VmLimits::default();
+        let no_irq_boost = VmLimits {
+            proactive_irq: false,
+            ..VmLimits::default()
+        };
+        let need_rt = VmLimits {
+            speculative_boosts_need_rt_work: true,
+            ..VmLimits::default()
+        };
+
+        let rt_work = Quiet::for_vcpu(false, &default, false, false, false);
+        let no_rt_work = Quiet::for_vcpu(false, &default, false, false, true);
+
+        // With rivals, or guest RT work lately, it may start a boost.
+        assert!(!rt_work.covers(&irq) && !rt_work.covers(&alone));
+        assert!(!no_rt_work.covers(&irq));
+        // Against nobody, or only other served VMs, it would reorder the
+        // VM's own threads: quiet (the IPIs between one VM's vCPUs).
+        assert!(no_rt_work.covers(&alone) && no_rt_work.covers(&peers));
+        assert!(no_rt_work.kernel_decides(true, false, false).covers(&alone));
+        // No interrupt boosts at all, or none without RT work: quiet.
+        assert!(Quiet::for_vcpu(false, &no_irq_boost, false, false, false).covers(&irq));
+        assert!(Quiet::for_vcpu(false, &need_rt, false, false, true).covers(&irq));
+        assert!(!Quiet::for_vcpu(false, &need_rt, false, false, false).covers(&irq));
     }
 
     #[test]

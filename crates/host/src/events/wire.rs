@@ -46,8 +46,7 @@ pub const fn allowed_flags(kind: u32) -> Option<u32> {
         ),
         PVS_EV_KVM_EXIT => Some(PVS_F_EXIT_HLT | PVS_F_EXIT_PAUSE | PVS_F_ISA_VMX | PVS_F_QUIET),
         PVS_EV_KVM_WAKEUP => Some(PVS_F_WAITED | PVS_F_POLL_VALID | PVS_F_QUIET),
-        // Always wakes the daemon.
-        PVS_EV_KVM_IRQ => Some(0),
+        PVS_EV_KVM_IRQ => Some(PVS_F_NO_RIVAL | PVS_F_NO_HOST_RIVAL | PVS_F_QUIET),
         _ => None,
     }
 }
@@ -352,9 +351,14 @@ mod tests {
                 .unwrap()
                 .quiet
         );
-        // Only a wakeup names an idle CPU; an interrupt record always wakes.
+        // Only a wakeup names an idle CPU; an interrupt record may be
+        // queued quietly (its target's lazy bits).
         assert!(decode(&raw(PVS_EV_SWITCH_OUT, PVS_F_CPU_IDLE).to_bytes()).is_err());
-        assert!(decode(&raw(PVS_EV_KVM_IRQ, PVS_F_QUIET).to_bytes()).is_err());
+        assert!(
+            decode(&raw(PVS_EV_KVM_IRQ, PVS_F_QUIET).to_bytes())
+                .unwrap()
+                .quiet
+        );
     }
 
     #[test]
@@ -364,7 +368,7 @@ mod tests {
             let ev = decode(&raw(kind, flags).to_bytes()).unwrap();
             (ev.rivals, ev.host_rivals)
         };
-        for kind in [PVS_EV_SWITCH_OUT, PVS_EV_WAKING] {
+        for kind in [PVS_EV_SWITCH_OUT, PVS_EV_WAKING, PVS_EV_KVM_IRQ] {
             let none = PVS_F_NO_RIVAL | PVS_F_NO_HOST_RIVAL;
             assert_eq!(rivals(kind, none), (false, false));
             assert_eq!(rivals(kind, PVS_F_NO_HOST_RIVAL), (true, false));
@@ -375,8 +379,8 @@ mod tests {
                 Err(DecodeError::BadRivals(PVS_F_NO_RIVAL))
             );
         }
-        // Only switch-outs and wakeups look for rivals.
-        for kind in [PVS_EV_SWITCH_IN, PVS_EV_KVM_WAKEUP, PVS_EV_KVM_IRQ] {
+        // Only switch-outs, wakeups and interrupts look for rivals.
+        for kind in [PVS_EV_SWITCH_IN, PVS_EV_KVM_WAKEUP] {
             assert!(decode(&raw(kind, PVS_F_NO_RIVAL).to_bytes()).is_err());
             assert!(decode(&raw(kind, PVS_F_NO_HOST_RIVAL).to_bytes()).is_err());
         }

@@ -2,6 +2,7 @@
 //! attaching (the sched programs must attach; IRQ-context and KVM ones each
 //! on its own), the ring buffer and its decoding callback.
 
+use std::collections::HashMap;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
@@ -220,6 +221,7 @@ impl BpfSource {
             MapHandle::try_from(m).map_err(EventSourceError::bpf(format!("map {name} handle")))
         };
         let tracked = handle(&skel.maps.tracked, "tracked")?;
+        let vcpu_slots = handle(&skel.maps.vcpu_slots, "vcpu_slots")?;
         let lazy_map = handle(&skel.maps.lazy, "lazy")?;
         let lazy = LazyCells::map(lazy_map.as_fd().as_raw_fd(), opts.max_tracked.max(1))?;
         let vmm_tgid = handle(&skel.maps.vmm_tgid, "vmm_tgid")?;
@@ -242,6 +244,8 @@ impl BpfSource {
             events,
             batch,
             tracked,
+            vcpu_slots,
+            slot_keys: HashMap::new(),
             lazy,
             _lazy_map: lazy_map,
             vmm_tgid,
@@ -298,6 +302,7 @@ fn configure(
     };
     size(&mut open.maps.tracked, "tracked", opts.max_tracked)?;
     size(&mut open.maps.lazy, "lazy", opts.max_tracked)?;
+    size(&mut open.maps.vcpu_slots, "vcpu_slots", opts.max_tracked)?;
     size(&mut open.maps.vmm_tgid, "vmm_tgid", opts.max_vmms)?;
     size(&mut open.maps.events, "events", opts.ringbuf_bytes)?;
     size(&mut open.maps.cpu_lines, "cpu_lines", cpus)?;

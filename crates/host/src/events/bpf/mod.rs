@@ -3,6 +3,8 @@
 //! ring buffer's records as [`HostEvent`]s. Test runs and run-time
 //! statistics of the programs are in `selftest.rs`.
 
+use std::collections::HashMap;
+use std::mem::{offset_of, size_of};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -11,7 +13,7 @@ use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, RingBuffer};
 use tracing::warn;
 
 use super::lazy::{LazyCells, Quiet};
-use super::wire::{PVS_STAT_DROPPED, PVS_STAT_EMITTED, PVS_STAT_LAZY, VCPU_SIZE};
+use super::wire::{pvs_vcpu_key, PVS_STAT_DROPPED, PVS_STAT_EMITTED, PVS_STAT_LAZY, VCPU_SIZE};
 use super::{EventSourceError, HostEvent};
 
 mod load;
@@ -54,6 +56,11 @@ pub struct BpfSource {
     events: MapHandle,
     batch: Arc<Mutex<Batch>>,
     tracked: MapHandle,
+    /// vCPU -> its lazy slot, for records about a vCPU other than the
+    /// thread that causes them (KVM_IRQ).
+    vcpu_slots: MapHandle,
+    /// The `vcpu_slots` entry each tracked thread wrote, and its slot.
+    slot_keys: HashMap<u32, (pvs_vcpu_key, u32)>,
     /// Before its map handle: unmapped first.
     lazy: LazyCells,
     _lazy_map: MapHandle,
@@ -102,6 +109,16 @@ impl BpfSource {
         match self.tracked.update(&tid.to_ne_bytes(), &val, MapFlags::ANY) {
             Ok(()) => {
                 self.lazy.bind(tid, slot);
+                let key = pvs_vcpu_key { vm, vcpu };
+                // Without it the vCPU's interrupts wake the daemon, as
+                // before the map: logged, not fatal.
+                if let Err(e) =
+                    self.vcpu_slots
+                        .update(&key_bytes(&key), &slot.to_ne_bytes(), MapFlags::ANY)
+                {
+                    warn!(tid, vm, vcpu, error = %e, "cannot map vCPU to its lazy slot");
+                }
+                self.slot_keys.insert(tid, (key, slot));
                 Ok(())
             }
             Err(e) => {
@@ -123,6 +140,17 @@ impl BpfSource {
     /// Forgets `tid` (no error if it was not tracked).
     pub fn untrack(&mut self, tid: u32) {
         let _ = self.tracked.delete(&tid.to_ne_bytes());
+        if let Some((key, slot)) = self.slot_keys.remove(&tid) {
+            // Only if no newer thread of that vCPU took the entry since.
+            let current = self
+                .vcpu_slots
+                .lookup(&key_bytes(&key), MapFlags::ANY)
+                .ok()
+                .flatten();
+            if current.as_deref() == Some(&slot.to_ne_bytes()[..]) {
+                let _ = self.vcpu_slots.delete(&key_bytes(&key));
+            }
+        }
         self.lazy.release(tid);
     }
 
@@ -251,4 +279,13 @@ pub(crate) fn wait_readable(fd: RawFd, timeout: Duration) -> Result<(), EventSou
         }
     }
     Ok(())
+}
+
+/// The `vcpu_slots` key's bytes, laid out as bindgen's `struct pvs_vcpu_key`.
+fn key_bytes(key: &pvs_vcpu_key) -> [u8; size_of::<pvs_vcpu_key>()] {
+    let mut b = [0u8; size_of::<pvs_vcpu_key>()];
+    let (vm, vcpu) = (offset_of!(pvs_vcpu_key, vm), offset_of!(pvs_vcpu_key, vcpu));
+    b[vm..vm + 4].copy_from_slice(&key.vm.to_ne_bytes());
+    b[vcpu..vcpu + 4].copy_from_slice(&key.vcpu.to_ne_bytes());
+    b
 }
