@@ -702,14 +702,15 @@ int BPF_PROG(pvs_kvm_apic_accept_irq, u32 apicid, u16 dm, u16 tm, u8 vec)
 	e->vm = vm_id;
 	e->vcpu = apicid;
 	e->arg = vec;
-	/* The sender and the target share the process: its rivals are the
-	 * target's. The target's lazy bits decide (an IPI storm between a
-	 * VM's own vCPUs woke the daemon for each, to boost nothing). */
-	e->flags = rival_flag(tgid);
+	/* The target's lazy bits decide (an IPI storm between a VM's own
+	 * vCPUs woke the daemon for each, to boost nothing). The sender and
+	 * the target share the process: its rivals are the target's, looked
+	 * for only when there are bits to read. */
 	key.vm = vm_id;
 	key.vcpu = apicid;
 	slot = bpf_map_lookup_elem(&vcpu_slots, &key);
 	if (slot) {
+		e->flags = rival_flag(tgid);
 		target.lazy_slot = *slot;
 		submit_for(e, &target, PVS_LAZY_KVM_IRQ);
 	} else {

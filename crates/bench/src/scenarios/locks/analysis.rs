@@ -303,16 +303,14 @@ pub const BACKENDS: [LockBackend; 2] = [LockBackend::Rt, LockBackend::SchedExt];
 /// Earlier KVM guests and TCG guests count none, so a run whose vanilla
 /// counted none is taken for one of those.
 pub fn vanilla_counts_holders(raw: &LocksRaw) -> bool {
-    let vanilla: Vec<&Phase> = raw
-        .phases
-        .iter()
-        .filter(|p| p.mode == LockMode::Vanilla)
-        .collect();
-    let every_vm: Vec<&str> = vanilla
-        .iter()
-        .flat_map(|p| p.vms.iter().map(|v| v.name.as_str()))
-        .collect();
-    raw.meta.base.accel == "kvm" && summed_guest(&vanilla, &every_vm).preempted > 0
+    raw.meta.base.accel == "kvm"
+        && raw
+            .phases
+            .iter()
+            .filter(|p| p.mode == LockMode::Vanilla)
+            .flat_map(|p| &p.vms)
+            .filter_map(|v| v.guest_locks)
+            .any(|g| g.preempted > 0)
 }
 
 /// The avoided share of every backend whose two modes ran in `case`, and,
