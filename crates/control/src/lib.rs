@@ -189,6 +189,16 @@ pub struct BackendStatus {
     pub holder_preempted_unextended: u64,
     #[serde(default)]
     pub holder_preempted_early: u64,
+    /// Extensions ended early, at a poll that found the guest out of its
+    /// critical section (`scx_extension_poll_us`): the vCPU preempted at a
+    /// lock-free point instead of at the extension's end.
+    #[serde(default)]
+    pub extensions_ended_early: u64,
+    /// The extension poll's slot reads, and its timers that failed to start.
+    #[serde(default)]
+    pub extension_polls: u64,
+    #[serde(default)]
+    pub extension_poll_errors: u64,
     /// Woken vCPUs sent to a CPU without another vCPU of their VM
     /// (`scx_spread_vm_vcpus`).
     #[serde(default)]
@@ -399,6 +409,10 @@ pub struct VcpuStatus {
     pub scx_holder_preempted_unextended: u64,
     #[serde(default)]
     pub scx_holder_preempted_early: u64,
+    /// sched_ext backend: this vCPU's extensions ended early, at a
+    /// lock-free point (`BackendStatus::extensions_ended_early`).
+    #[serde(default)]
+    pub scx_extensions_ended_early: u64,
     /// sched_ext backend: boosted enqueues that preempted a task.
     #[serde(default)]
     pub scx_boost_preempts: u64,

@@ -125,6 +125,9 @@ impl BackendState {
         s.holder_preempted_extended = t.holder_preempted_extended;
         s.holder_preempted_unextended = t.holder_preempted_unextended;
         s.holder_preempted_early = t.holder_preempted_early;
+        s.extensions_ended_early = t.ext_ended_early;
+        s.extension_polls = t.ext_polls;
+        s.extension_poll_errors = t.ext_poll_errors;
         s.vcpus_spread = t.vcpus_spread;
         s.daemon_moved = t.daemon_moved;
         s.boost_moved = t.boost_moved;

@@ -75,6 +75,10 @@ pub struct SchedExtOptions {
     pub slice_ns: u64,
     /// One extension at a slice end for a vCPU in a critical section; 0: none.
     pub extension_ns: u64,
+    /// While a vCPU runs an extension its slot is read every this often, and
+    /// the extension ends once the guest is out of its critical section;
+    /// 0: every extension runs its length.
+    pub extension_poll_ns: u64,
     /// A woken task preempts a running one whose vtime is ahead by more
     /// than this; 0: never.
     pub wakeup_preempt_ns: u64,
@@ -94,6 +98,7 @@ impl Default for SchedExtOptions {
         Self {
             slice_ns: 5_000_000,
             extension_ns: 4_000_000,
+            extension_poll_ns: 250_000,
             wakeup_preempt_ns: 0,
             max_threads: 4096,
             daemon_tid: 0,
@@ -185,6 +190,9 @@ pub struct SchedExt {
     bss: MmapRaw,
     /// `pvs_boost_queued`, run with BPF_PROG_TEST_RUN.
     boost_queued: OwnedFd,
+    /// `ext_poll`, held open: the kernel frees a map's timers once no user
+    /// space holds it, and the extension's poll would start none.
+    _ext_poll: MapHandle,
     options: SchedExtOptions,
 }
 
@@ -228,6 +236,7 @@ impl SchedExt {
         if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
             ro.slice_ns = options.slice_ns;
             ro.extension_ns = options.extension_ns;
+            ro.extension_poll_ns = options.extension_poll_ns;
             ro.wakeup_preempt_ns = options.wakeup_preempt_ns;
             ro.nr_cpu_ids = cpus;
             ro.daemon_tid = options.daemon_tid;
@@ -254,6 +263,10 @@ impl SchedExt {
             .cpu_holder
             .set_max_entries(cpus.max(1))
             .map_err(SchedExtError::bpf("size map cpu_holder"))?;
+        open.maps
+            .ext_poll
+            .set_max_entries(cpus.max(1))
+            .map_err(SchedExtError::bpf("size map ext_poll"))?;
         let started = std::time::Instant::now();
         let mut skel: SchedExtSkel<'_> = open.load().map_err(SchedExtError::bpf("load"))?;
         let verified = started.elapsed();
@@ -263,6 +276,7 @@ impl SchedExt {
         let grants = handle(&skel.maps.scx_grants, "scx_grants")?;
         let vcpus = map_records(&skel.maps.scx_vcpus, threads)?;
         let bss = map_bss(&skel.maps.bss)?;
+        let ext_poll = handle(&skel.maps.ext_poll, "ext_poll")?;
         let boost_queued = skel
             .progs
             .pvs_boost_queued
@@ -293,6 +307,7 @@ impl SchedExt {
             records: Mutex::new(RecordSlots::new(threads)),
             bss,
             boost_queued,
+            _ext_poll: ext_poll,
             options,
         })
     }

@@ -261,7 +261,10 @@ enum pvs_scx_boost_kind {
  * daemon writes (through its mapping: no syscall per vCPU per scan; the
  * daemon zeroes the whole record before a grant names it). */
 struct pvs_scx_vcpu {
-	__u64 ext_ns;		/* extension time granted at slice ends */
+	/* Extension time run: each extension charged when it ends, for what
+	 * it ran, at most extension_ns (its grant reserves extension_ns
+	 * against the allowance). */
+	__u64 ext_ns;
 	__u64 ext_count;	/* extensions granted */
 	__u64 ext_refused;	/* in a critical section at slice end, over its allowance */
 	__u64 boost_preempts;	/* boosted enqueues that preempted a CPU's task */
@@ -333,6 +336,15 @@ struct pvs_scx_vcpu {
 	/* Time the program's own boosts may have had in total (kboost_ns;
 	 * see pvs_scx_grant.kboost). */
 	__u64 kboost_allowed_ns;
+	/* Private: when the extension running now started, and whether it is
+	 * a lock holder's (its time counted in ext_lock_ns too). */
+	__u64 ext_at;
+	__u32 ext_is_lock;
+	__u32 pad2;
+	/* Extensions ended early at a poll that found the guest out of its
+	 * critical section (sched_ext extension_poll_ns): preempted at a
+	 * lock-free point instead of at the extension's end. */
+	__u64 ext_ended_early;
 };
 
 /*
@@ -364,6 +376,9 @@ struct pvs_scx_totals {
 	__u64 holder_preempted_extended;
 	__u64 holder_preempted_unextended;
 	__u64 holder_preempted_early;
+	__u64 ext_ended_early;	/* extensions ended at a lock-free point */
+	__u64 ext_polls;	/* slot reads of the extension's poll */
+	__u64 ext_poll_errors;	/* poll timers that failed to start */
 	__u64 queued_to_run_boosted[PVS_SCX_LAT_BUCKETS];
 	__u64 queued_to_run_other[PVS_SCX_LAT_BUCKETS];
 };
@@ -396,6 +411,6 @@ struct pvs_scx_boost_queued {
 #define PVS_SCX_DSQ_FAIR 1
 
 _Static_assert(sizeof(struct pvs_scx_grant) == 80, "pvs_scx_grant size");
-_Static_assert(sizeof(struct pvs_scx_vcpu) == 272, "pvs_scx_vcpu size");
+_Static_assert(sizeof(struct pvs_scx_vcpu) == 296, "pvs_scx_vcpu size");
 
 #endif /* __PVSCHED_INTF_H */

@@ -77,6 +77,15 @@ const volatile u64 wakeup_preempt_ns = 0;
 /* The PVSCHED_CS_* flags that earn an extension. */
 const volatile u32 extension_cs = PVSCHED_CS_ALL;
 /*
+ * While a vCPU runs an extension, its slot is read again every this many
+ * ns (a timer on its CPU), and the extension ends at the first read that
+ * finds its guest out of what earned it: the vCPU is preempted at a
+ * lock-free point, as eCS's guest yields at the end of its critical
+ * section, instead of at the extension's end inside the next one; and it
+ * is charged for what it ran. 0: no poll, every extension runs its length.
+ */
+const volatile u64 extension_poll_ns = 250000;
+/*
  * pvschedd's event thread (0: none). It runs in this class, not in the RT
  * one: dispatched at once on its CPU, ahead of every boost it grants and
  * preempting them (a boosted vCPU never delays its own unboost), as its
@@ -183,6 +192,25 @@ struct {
 	__type(key, u32);
 	__type(value, struct pvs_cpu_holder);
 } cpu_holder SEC(".maps");
+
+/*
+ * Per CPU: the poll of the extension running there (extension_poll_ns):
+ * its timer, pinned to the CPU, and the vCPU thread it is for (0: none;
+ * cleared when that thread stops, so a timer that fires after it finds
+ * nothing to do).
+ */
+struct pvs_ext_poll {
+	struct bpf_timer timer;
+	u32 tid;
+	u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1024); /* possible CPUs, set by the loader */
+	__type(key, u32);
+	__type(value, struct pvs_ext_poll);
+} ext_poll SEC(".maps");
 
 /* Possible CPUs (cpu_boost's size), set by the loader. */
 const volatile u32 nr_cpu_ids = 1;
@@ -338,10 +366,81 @@ static __always_inline bool cs_lock_held(struct pvs_scx_grant *g, u32 cs)
 }
 
 /*
- * One extension for vCPU record v if its allowance has room (counted
- * refused otherwise): charged to its total, one per slice, counted for a
- * lock holder (`lock`) and at a boosted preemption (`at_preempt`) apart.
- * The caller sets the slice.
+ * Whether another vCPU of the current vCPU's VM publishes a lock wait
+ * naming it as the holder (a mutex or a write-held rwsem: the guest names
+ * the holder; a spinning wait's holder is unknown and not counted). The
+ * other slots are in the same mapping, read while this vCPU's thread is the
+ * current task; a slot that faults is skipped. A wait read torn (the guest
+ * was writing) can only cost an extension the allowance bounds.
+ */
+static __always_inline bool waited_on(struct pvs_scx_grant *g,
+				      struct pvs_scx_vcpu *v)
+{
+	u64 base = g->slot_addr - (u64)g->vcpu_index * g->slot_stride;
+	u32 j, holder, peers = g->lock_peers;
+
+	if (peers > PVS_SCX_MAX_LOCK_PEERS)
+		peers = PVS_SCX_MAX_LOCK_PEERS;
+	for (j = 0; j < PVS_SCX_MAX_LOCK_PEERS; j++) {
+		if (j >= peers)
+			break;
+		if (j == g->vcpu_index)
+			continue;
+		if (bpf_probe_read_user(&holder, sizeof(holder),
+					(void *)(base + (u64)j * g->slot_stride +
+						 PVSCHED_OFFSETOF(struct pvsched_slot,
+								  guest.lock_holder)))) {
+			v->slot_read_failed++;
+			continue;
+		}
+		/* lock_holder is the holder's slot index + 1. */
+		if (holder == g->vcpu_index + 1)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Whether a vCPU whose slot shows `cs` earns an extension: a critical
+ * section of extension_cs, or a lock held (CS_LOCK, or another vCPU's
+ * published wait naming it: *lock says which).
+ */
+static __always_inline bool earns_extension(struct pvs_scx_grant *g,
+					    struct pvs_scx_vcpu *v, u32 cs,
+					    bool *lock)
+{
+	*lock = cs_lock_held(g, cs);
+	if (*lock || (cs & extension_cs & ~PVSCHED_CS_LOCK))
+		return true;
+	*lock = g->lock_peers && g->slot_stride && waited_on(g, v);
+	return *lock;
+}
+
+/*
+ * The extension vCPU record v runs, if any, ends now: charged to its
+ * total for what it ran, at most extension_ns (a grant reserved that much).
+ */
+static __always_inline void close_extension(struct pvs_scx_vcpu *v)
+{
+	u64 now = bpf_ktime_get_ns(), ran;
+
+	if (!v->ext_in_slice)
+		return;
+	ran = now > v->ext_at ? now - v->ext_at : 0;
+	if (ran > extension_ns)
+		ran = extension_ns;
+	v->ext_ns += ran;
+	if (v->ext_is_lock)
+		v->ext_lock_ns += ran;
+	v->ext_in_slice = 0;
+	v->ext_is_lock = 0;
+}
+
+/*
+ * One extension for vCPU record v if its allowance has room for a whole
+ * one (counted refused otherwise): one per slice, counted for a lock holder
+ * (`lock`) and at a boosted preemption (`at_preempt`) apart, charged when
+ * it ends (close_extension). The caller sets the slice.
  */
 static __always_inline bool grant_extension(struct pvs_scx_vcpu *v, bool lock,
 					    bool at_preempt)
@@ -351,13 +450,13 @@ static __always_inline bool grant_extension(struct pvs_scx_vcpu *v, bool lock,
 		__sync_fetch_and_add(&totals.ext_refused, 1);
 		return false;
 	}
-	v->ext_ns += extension_ns;
 	v->ext_count++;
 	v->ext_in_slice = extension_ns;
+	v->ext_at = bpf_ktime_get_ns();
+	v->ext_is_lock = lock;
 	__sync_fetch_and_add(&totals.extensions, 1);
 	if (lock) {
 		v->ext_lock_count++;
-		v->ext_lock_ns += extension_ns;
 		__sync_fetch_and_add(&totals.ext_lock, 1);
 	}
 	if (at_preempt) {
@@ -365,6 +464,70 @@ static __always_inline bool grant_extension(struct pvs_scx_vcpu *v, bool lock,
 		__sync_fetch_and_add(&totals.ext_at_preempt, 1);
 	}
 	return true;
+}
+
+/*
+ * An extension's poll, on this CPU for its vCPU thread `tid` (the current
+ * task, or the one running here), the first read extension_poll_ns from
+ * now. Restarting an armed timer moves it.
+ */
+static __always_inline void start_ext_poll(u32 tid)
+{
+	u32 key = bpf_get_smp_processor_id();
+	struct pvs_ext_poll *e;
+
+	if (!extension_poll_ns)
+		return;
+	e = bpf_map_lookup_elem(&ext_poll, &key);
+	if (!e)
+		return;
+	e->tid = tid;
+	if (bpf_timer_start(&e->timer, extension_poll_ns, BPF_F_TIMER_CPU_PIN))
+		__sync_fetch_and_add(&totals.ext_poll_errors, 1);
+}
+
+/*
+ * The poll's timer fired on its CPU: if the vCPU it is for still runs
+ * its extension here (the current task: its VMM's memory is the one
+ * mapped, so its slot can be read), read the slot again; while the guest
+ * is still in what earned the extension, read it again later; once it is
+ * out, end the extension now (the kick takes the CPU back at once; the
+ * stop charges what it ran). Not the current task: it stopped, or a
+ * higher class took its CPU; the extension runs its course.
+ */
+static int ext_poll_fired(void *map, int *key, struct pvs_ext_poll *e)
+{
+	u32 tid = (u32)bpf_get_current_pid_tgid(), cs = 0;
+	s32 cpu = bpf_get_smp_processor_id();
+	struct pvs_scx_grant *g;
+	struct pvs_scx_vcpu *v;
+	bool lock;
+
+	if (!e->tid || e->tid != tid || *key != cpu)
+		return 0;
+	g = bpf_map_lookup_elem(&scx_grants, &tid);
+	v = g ? bpf_map_lookup_elem(&scx_vcpus, &g->record) : NULL;
+	if (!g || !v || !g->slot_addr || !v->ext_in_slice) {
+		e->tid = 0;
+		return 0;
+	}
+	if (!slot_cs_flags(g, &cs)) {
+		v->slot_read_failed++;
+		__sync_fetch_and_add(&totals.slot_read_failed, 1);
+		e->tid = 0;
+		return 0;
+	}
+	__sync_fetch_and_add(&totals.ext_polls, 1);
+	if (earns_extension(g, v, cs, &lock)) {
+		if (bpf_timer_start(&e->timer, extension_poll_ns, BPF_F_TIMER_CPU_PIN))
+			__sync_fetch_and_add(&totals.ext_poll_errors, 1);
+		return 0;
+	}
+	e->tid = 0;
+	v->ext_ended_early++;
+	__sync_fetch_and_add(&totals.ext_ended_early, 1);
+	scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
+	return 0;
 }
 
 /*
@@ -432,6 +595,9 @@ static __always_inline bool holder_keeps_cpu(struct task_struct *p, s32 cpu)
 	if (granted && holder->scx.slice > extension_ns)
 		holder->scx.slice = extension_ns;
 	bpf_task_release(holder);
+	/* Polled only from its own CPU (the timer is pinned where it starts). */
+	if (granted && cpu == bpf_get_smp_processor_id())
+		start_ext_poll(tid);
 	return granted;
 }
 
@@ -741,7 +907,12 @@ void BPF_STRUCT_OPS(pvs_dispatch, s32 cpu, struct task_struct *prev)
 		}
 	}
 	if (keep) {
-		/* It runs on for another slice; it is charged at its stop. */
+		/* It runs on for another slice; it is charged at its stop. Its
+		 * extension, if any, is over: the next slice end may grant one. */
+		struct pvs_scx_vcpu *pv = vcpu_of(prev);
+
+		if (pv)
+			close_extension(pv);
 		prev->scx.slice = slice_ns;
 		return;
 	}
@@ -797,7 +968,7 @@ void BPF_STRUCT_OPS(pvs_running, struct task_struct *p)
 			v->run_kreason = v->enq_kreason;
 			v->run_demoted = v->enq_kreason != PVS_SCX_KR_NONE && v->enq_demoted;
 			v->run_start = bpf_ktime_get_ns();
-			v->ext_in_slice = 0;
+			close_extension(v);
 			if (v->queued_at) {
 				u32 b = log2_bucket(bpf_ktime_get_ns() - v->queued_at);
 
@@ -961,7 +1132,7 @@ void BPF_STRUCT_OPS(pvs_stopping, struct task_struct *p, bool runnable)
 	if (v) {
 		bool extended = v->ext_in_slice != 0, ended = v->slice_ended;
 
-		v->ext_in_slice = 0;
+		close_extension(v);
 		v->slice_ended = 0;
 		boosted = v->run_boosted;
 		v->run_boosted = 0;
@@ -976,52 +1147,22 @@ void BPF_STRUCT_OPS(pvs_stopping, struct task_struct *p, bool runnable)
 		p->scx.dsq_vtime += used * 100 / (weight ? weight : 100);
 	set_boost_on(bpf_get_smp_processor_id(), 0);
 	{
-		struct pvs_cpu_holder *h = cpu_holder_of(bpf_get_smp_processor_id());
+		u32 key = bpf_get_smp_processor_id();
+		struct pvs_cpu_holder *h = cpu_holder_of(key);
+		struct pvs_ext_poll *e = bpf_map_lookup_elem(&ext_poll, &key);
 
 		if (h) {
 			h->tid = 0;
 			h->vm = 0;
 		}
+		/* Its poll, if pending, finds nothing to do. */
+		if (e)
+			e->tid = 0;
 	}
 	if (wakeup_preempt_ns)
 		c = cpu_run_of(bpf_get_smp_processor_id());
 	if (c)
 		c->running = 0;
-}
-
-/*
- * Whether another vCPU of the current vCPU's VM publishes a lock wait
- * naming it as the holder (a mutex or a write-held rwsem: the guest names
- * the holder; a spinning wait's holder is unknown and not counted). The
- * other slots are in the same mapping, read while this vCPU's thread is the
- * current task; a slot that faults is skipped. A wait read torn (the guest
- * was writing) can only cost an extension the allowance bounds.
- */
-static __always_inline bool waited_on(struct pvs_scx_grant *g,
-				      struct pvs_scx_vcpu *v)
-{
-	u64 base = g->slot_addr - (u64)g->vcpu_index * g->slot_stride;
-	u32 j, holder, peers = g->lock_peers;
-
-	if (peers > PVS_SCX_MAX_LOCK_PEERS)
-		peers = PVS_SCX_MAX_LOCK_PEERS;
-	for (j = 0; j < PVS_SCX_MAX_LOCK_PEERS; j++) {
-		if (j >= peers)
-			break;
-		if (j == g->vcpu_index)
-			continue;
-		if (bpf_probe_read_user(&holder, sizeof(holder),
-					(void *)(base + (u64)j * g->slot_stride +
-						 PVSCHED_OFFSETOF(struct pvsched_slot,
-								  guest.lock_holder)))) {
-			v->slot_read_failed++;
-			continue;
-		}
-		/* lock_holder is the holder's slot index + 1. */
-		if (holder == g->vcpu_index + 1)
-			return true;
-	}
-	return false;
 }
 
 /*
@@ -1069,15 +1210,12 @@ void BPF_STRUCT_OPS(pvs_tick, struct task_struct *p)
 	 * and honours, only with lock holders honoured: grant.lock_peers), or
 	 * another of its vCPUs names it waiting.
 	 */
-	lock = cs_lock_held(g, cs);
-	if (!lock && !(cs & extension_cs & ~PVSCHED_CS_LOCK)) {
-		lock = g->lock_peers && g->slot_stride && waited_on(g, v);
-		if (!lock)
-			return;
-	}
+	if (!earns_extension(g, v, cs, &lock))
+		return;
 	if (grant_extension(v, lock, false)) {
 		p->scx.slice = extension_ns;
 		v->slice_ended = 0;
+		start_ext_poll(p->pid);
 	}
 }
 
@@ -1166,6 +1304,16 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(pvs_init)
 
 	for (i = 0; !err && i < nr_cpu_ids && i < PVS_MAX_CPUS; i++)
 		err = scx_bpf_create_dsq(fair_dsq(i), -1);
+	for (i = 0; !err && extension_poll_ns && i < nr_cpu_ids && i < PVS_MAX_CPUS; i++) {
+		u32 key = i;
+		struct pvs_ext_poll *e = bpf_map_lookup_elem(&ext_poll, &key);
+
+		if (!e)
+			return -22; /* -EINVAL: the map is smaller than nr_cpu_ids */
+		err = bpf_timer_init(&e->timer, &ext_poll, CLOCK_MONOTONIC);
+		if (!err)
+			err = bpf_timer_set_callback(&e->timer, ext_poll_fired);
+	}
 	return err;
 }
 

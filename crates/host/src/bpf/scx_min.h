@@ -117,4 +117,13 @@ void bpf_iter_num_destroy(struct bpf_iter_num *it) __ksym;
 struct task_struct *bpf_task_from_pid(s32 pid) __ksym;
 void bpf_task_release(struct task_struct *p) __ksym;
 
+/* A BPF timer (include/uapi/linux/bpf.h), for the extension's poll. */
+struct bpf_timer {
+	u64 __opaque[2];
+} __attribute__((aligned(8)));
+
+#define CLOCK_MONOTONIC		1
+/* bpf_timer_start: fire on the CPU that started it (Linux >= 6.7). */
+#define BPF_F_TIMER_CPU_PIN	(1ULL << 1)
+
 #endif /* __PVSCHED_SCX_MIN_H */

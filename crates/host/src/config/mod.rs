@@ -140,6 +140,12 @@ pub struct DaemonConfig {
     /// sched_ext backend: the extension a vCPU whose guest is in a critical
     /// section gets at a slice end, µs (one per slice; 0: none).
     pub scx_extension_us: u64,
+    /// sched_ext backend: while a vCPU runs an extension, its slot is read
+    /// again every this many µs, and the extension ends at the first read
+    /// that finds the guest out of its critical section (preempted at a
+    /// lock-free point, and charged for what it ran); 0: every extension
+    /// runs its whole length.
+    pub scx_extension_poll_us: u64,
     /// sched_ext backend: a woken task preempts the fair-class task running
     /// on its CPU when that one's virtual time is ahead of its own by more
     /// than this, µs at nice 0 (the fair class's wakeup granularity, 1000);
@@ -173,6 +179,7 @@ impl DaemonConfig {
         crate::backend::SchedExtOptions {
             slice_ns: self.scx_slice_us * 1000,
             extension_ns: self.scx_extension_us * 1000,
+            extension_poll_ns: self.scx_extension_poll_us * 1000,
             wakeup_preempt_ns: self.scx_wakeup_preempt_us * 1000,
             spread_vm_vcpus: self.scx_spread_vm_vcpus,
             ..Default::default()
@@ -227,6 +234,7 @@ impl Default for DaemonConfig {
             backend: BackendChoice::Auto,
             scx_slice_us: 5000,
             scx_extension_us: 4000,
+            scx_extension_poll_us: 250,
             scx_wakeup_preempt_us: 0,
             scx_extension_share_permille: pvsched_policy::DEFAULT_SCX_EXTENSION_SHARE_PERMILLE,
             scx_scan_interval_us: pvsched_policy::DEFAULT_SCX_SCAN_INTERVAL_NS / 1000,
@@ -608,6 +616,12 @@ impl Config {
             return Err(invalid(
                 "daemon.scx_extension_us",
                 format!("must be 0..=100000, not {}", d.scx_extension_us),
+            ));
+        }
+        if d.scx_extension_poll_us != 0 && !(20..=100_000).contains(&d.scx_extension_poll_us) {
+            return Err(invalid(
+                "daemon.scx_extension_poll_us",
+                format!("must be 0 or 20..=100000, not {}", d.scx_extension_poll_us),
             ));
         }
         if d.scx_extension_share_permille > 1000 {

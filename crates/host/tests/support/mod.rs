@@ -330,6 +330,9 @@ pub struct FakeVmmConfig {
     pub guest_fifo: Option<u32>,
     /// The guest half claims these PVSCHED_CS_* flags all the time.
     pub guest_cs: Option<u32>,
+    /// `--guest-cs-duty HOLD/PERIOD`: `guest_cs` only for the first HOLD µs of each
+    /// PERIOD µs (needs `spin`).
+    pub guest_cs_duty: Option<(u64, u64)>,
     /// `--guest-pending PRIO`: a pending hint for a FIFO task of that priority, always.
     pub guest_pending: Option<u32>,
     /// `--guest-rt-bursts`: an idle guest whose RT switch count moves each period.
@@ -373,6 +376,7 @@ impl FakeVmmConfig {
             name_format: "CPU {}/TCG".into(),
             guest_fifo: None,
             guest_cs: None,
+            guest_cs_duty: None,
             guest_pending: None,
             guest_rt_bursts: false,
             guest_lock_wait: None,
@@ -527,6 +531,9 @@ impl FakeVmm {
         }
         if let Some(f) = cfg.guest_cs {
             cmd.arg("--guest-cs").arg(f.to_string());
+        }
+        if let Some((hold, period)) = cfg.guest_cs_duty {
+            cmd.args(["--guest-cs-duty", &format!("{hold}/{period}")]);
         }
         if let Some(p) = cfg.guest_pending {
             cmd.args(["--guest-pending", &p.to_string()]);

@@ -6,7 +6,8 @@
 //!
 //! ```text
 //! pvsched-fake-vmm --region PATH [--vcpus N] [--name-format "CPU {}/TCG"]
-//!                  [--guest-fifo PRIO] [--guest-cs FLAGS] [--guest-pending PRIO]
+//!                  [--guest-fifo PRIO] [--guest-cs FLAGS [--guest-cs-duty HOLD_US/PERIOD_US]]
+//!                  [--guest-pending PRIO]
 //!                  [--guest-rt-bursts] [--guest-lock-wait W=H] [--spin]
 //!                  [--spin-first N]
 //!                  [--no-map] [--qmp PATH]
@@ -22,6 +23,11 @@
 //! `--ivshmem-no-read` connects and never reads. `-name` is QEMU's
 //! spelling, read by the server from the command line. A handshake that
 //! fails prints `ivshmem-refused WHY` instead of `ready` and exits 3.
+//!
+//! `--guest-cs-duty HOLD_US/PERIOD_US` (with `--spin`): the guest half
+//! claims `--guest-cs` only for the first HOLD_US of every PERIOD_US it
+//! spins, as a guest that takes a lock for most of each operation and leaves
+//! it between two; the flags are written when they change.
 //!
 //! `--guest-lock-wait W=H`: vCPU W's guest half publishes a wait for a mutex
 //! whose holder runs on vCPU H, all the time (as the guest module does for a
@@ -55,6 +61,8 @@ struct Args {
     guest_fifo: Option<u32>,
     /// The guest half claims these PVSCHED_CS_* flags all the time.
     guest_cs: Option<u32>,
+    /// (hold, period) µs: `guest_cs` only for the first `hold` of each `period`.
+    guest_cs_duty: Option<(u64, u64)>,
     /// The guest half always holds a pending hint: a FIFO task of this priority woken
     /// onto the vCPU (by another vCPU) and not running yet.
     guest_pending: Option<u32>,
@@ -88,6 +96,7 @@ fn parse_args() -> Args {
         name_format: "CPU {}/TCG".into(),
         guest_fifo: None,
         guest_cs: None,
+        guest_cs_duty: None,
         guest_pending: None,
         guest_rt_bursts: false,
         guest_lock_wait: None,
@@ -120,6 +129,16 @@ fn parse_args() -> Args {
                         .parse()
                         .unwrap_or_else(|_| usage("--guest-cs FLAGS")),
                 )
+            }
+            "--guest-cs-duty" => {
+                let v = value();
+                a.guest_cs_duty = v
+                    .split_once('/')
+                    .and_then(|(h, p)| Some((h.parse().ok()?, p.parse().ok()?)))
+                    .filter(|&(h, p): &(u64, u64)| h < p);
+                if a.guest_cs_duty.is_none() {
+                    usage("--guest-cs-duty HOLD_US/PERIOD_US (HOLD_US < PERIOD_US)");
+                }
             }
             "--guest-fifo" => {
                 a.guest_fifo = Some(value().parse().unwrap_or_else(|_| usage("--guest-fifo P")))
@@ -178,6 +197,9 @@ fn parse_args() -> Args {
             "-name" => drop(value()),
             other => usage(&format!("unknown argument {other}")),
         }
+    }
+    if a.guest_cs_duty.is_some() && (a.guest_cs.is_none() || !a.spin) {
+        usage("--guest-cs-duty needs --guest-cs and --spin");
     }
     if a.region.as_os_str().is_empty() && a.ivshmem_server.is_none() {
         usage("--region PATH or --ivshmem-server SOCKET is required");
@@ -334,6 +356,7 @@ fn main() {
         let spin = args.spin && args.spin_first.is_none_or(|n| i < n);
         let (fifo, cs) = (args.guest_fifo, args.guest_cs);
         let bursts = args.guest_rt_bursts;
+        let duty = args.guest_cs_duty;
         // lock_holder: the holder's slot index + 1.
         let waits_for = args
             .guest_lock_wait
@@ -347,7 +370,15 @@ fn main() {
             .name(name)
             .spawn(move || {
                 let _ = tx.send((i, gettid()));
+                let born = Instant::now();
+                // In its critical section now, by the duty cycle (always without one).
+                let in_cs = || {
+                    duty.is_none_or(|(hold, period)| {
+                        (born.elapsed().as_micros() as u64) % period < hold
+                    })
+                };
                 while !stop.load(Ordering::Relaxed) {
+                    let held = in_cs();
                     let says = fifo.is_some()
                         || cs.is_some()
                         || bursts
@@ -359,7 +390,7 @@ fn main() {
                             flags: GF_ACTIVE | if bursts { GF_IDLE } else { 0 },
                             policy: if fifo.is_some() { POLICY_FIFO } else { 0 },
                             rt_priority: fifo.unwrap_or(0),
-                            cs_flags: cs.unwrap_or(0),
+                            cs_flags: if held { cs.unwrap_or(0) } else { 0 },
                             rt_switch_count: rt_switches,
                             guest_pending: pending,
                             lock_holder: waits_for.unwrap_or(0),
@@ -371,6 +402,10 @@ fn main() {
                     if spin {
                         let t = Instant::now();
                         while t.elapsed() < Duration::from_millis(1) {
+                            // A duty cycle's flags are written as soon as they change.
+                            if duty.is_some() && in_cs() != held {
+                                break;
+                            }
                             std::hint::spin_loop();
                         }
                     } else {

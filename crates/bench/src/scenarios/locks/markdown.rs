@@ -567,9 +567,11 @@ fn scx_extension_table(o: &mut String, r: &LocksReport) {
          allowance (`scx_extension_share_permille`; refused). pvsched-scx-nolock runs with \
          `scx_extension_us = 0`: none.\n"
     );
-    // Runs before the extension at a boosted vCPU's preemption had none:
-    // their table stays as it was.
+    // Runs before the extension at a boosted vCPU's preemption had none,
+    // and runs before the extension's poll ended none early: their tables
+    // stay as they were.
     let deferred = rows.iter().any(|(_, _, _, x)| x.at_preemption > 0);
+    let early = rows.iter().any(|(_, _, _, x)| x.ended_early > 0);
     if deferred {
         let _ = writeln!(
             o,
@@ -577,27 +579,39 @@ fn scx_extension_table(o: &mut String, r: &LocksReport) {
              vCPU whose guest shows a lock held waits instead while the holder runs one \
              extension (at a boosted preemption), within the same allowance.\n"
         );
-        let _ = writeln!(
-            o,
-            "| case | mode | VM | extensions granted at the preemption (slice end or boosted vCPU) | of them for a lock holder | of those at a boosted vCPU's preemption | refused (allowance) | extended ms |"
-        );
-        let _ = writeln!(o, "|---|---|---|--:|--:|--:|--:|--:|");
-    } else {
-        let _ = writeln!(
-            o,
-            "| case | mode | VM | extensions granted at the preemption (slice end) | of them for a lock holder | refused (allowance) | extended ms |"
-        );
-        let _ = writeln!(o, "|---|---|---|--:|--:|--:|--:|");
     }
-    for (c, mode, v, x) in rows {
-        let deferred_cell = if deferred {
-            format!(" {} |", x.at_preemption)
-        } else {
-            String::new()
-        };
+    if early {
         let _ = writeln!(
             o,
-            "| {} | {} | {} | {} | {} |{deferred_cell} {} | {:.1} |",
+            "While a vCPU runs an extension the scheduler reads its slot again every \
+             `scx_extension_poll_us`, and ends the extension at the first read that finds the \
+             guest out of its critical section (ended early: preempted at a lock-free point); \
+             extended ms counts what the extensions ran.\n"
+        );
+    }
+    let mut head = String::from(if deferred {
+        "| case | mode | VM | extensions granted at the preemption (slice end or boosted vCPU) | of them for a lock holder | of those at a boosted vCPU's preemption |"
+    } else {
+        "| case | mode | VM | extensions granted at the preemption (slice end) | of them for a lock holder |"
+    });
+    if early {
+        head.push_str(" ended early at a lock-free point |");
+    }
+    head.push_str(" refused (allowance) | extended ms |");
+    let cols = head.matches('|').count() - 1;
+    let _ = writeln!(o, "{head}");
+    let _ = writeln!(o, "|---|---|---|{}", "--:|".repeat(cols - 3));
+    for (c, mode, v, x) in rows {
+        let mut cells = String::new();
+        if deferred {
+            cells.push_str(&format!(" {} |", x.at_preemption));
+        }
+        if early {
+            cells.push_str(&format!(" {} |", x.ended_early));
+        }
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {} |{cells} {} | {:.1} |",
             c.case, mode, v.name, x.granted, x.for_lock_holder, x.refused, x.extended_ms
         );
     }

@@ -459,6 +459,10 @@ pub struct ScxExtensions {
     pub holder_preempted_unextended: u64,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub holder_preempted_early: u64,
+    /// Of `granted`, those ended early at a lock-free point: a poll found
+    /// the guest out of its critical section (`scx_extensions_ended_early`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub ended_early: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -478,6 +482,7 @@ impl ScxExtensions {
             sum.holder_preempted_extended += c.scx_holder_preempted_extended;
             sum.holder_preempted_unextended += c.scx_holder_preempted_unextended;
             sum.holder_preempted_early += c.scx_holder_preempted_early;
+            sum.ended_early += c.scx_extensions_ended_early;
         }
         sum
     }
@@ -507,6 +512,7 @@ impl ScxExtensions {
             holder_preempted_early: a
                 .holder_preempted_early
                 .saturating_sub(b.holder_preempted_early),
+            ended_early: a.ended_early.saturating_sub(b.ended_early),
         }
     }
 
@@ -519,6 +525,7 @@ impl ScxExtensions {
         self.holder_preempted_extended += o.holder_preempted_extended;
         self.holder_preempted_unextended += o.holder_preempted_unextended;
         self.holder_preempted_early += o.holder_preempted_early;
+        self.ended_early += o.ended_early;
     }
 
     /// Holder preemptions the scheduler saw, however they came.
