@@ -82,7 +82,10 @@
 //! HZ=250): a registered thread with a slot whose guest shows a critical section and that
 //! had no extension in this slice gets one of `extension_ns` if its total `ext_ns +
 //! extension_ns` stays within its record's `ext_allowed_ns` (`pvs_tick`; else
-//! `ext_refused`). Otherwise the CPU picks as above *before* the thread is put back (the
+//! `ext_refused`). It runs in pieces of `extension_poll_ns` (the poll's timer): at each the
+//! guest is read again, and one out of its critical section ends the extension there
+//! (`ext_ended_early`); it is charged, when it ends (at the stop, or when the thread is kept
+//! for another slice), for what it ran (`close_extension`). Otherwise the CPU picks as above *before* the thread is put back (the
 //! kernel's `balance_one` calls `ops.dispatch` first, with the thread as `prev`, still
 //! `SCX_TASK_QUEUED`): if it finds a task, the thread stops and is enqueued (not a wakeup;
 //! into this CPU's fair queue if unboosted) and the found task runs; if `pvs_dispatch` keeps
@@ -129,6 +132,10 @@ pub struct ScxParams {
     pub slice_ns: u64,
     /// `extension_ns`: one extension per slice for a vCPU in a critical section; 0: none.
     pub extension_ns: u64,
+    /// `extension_poll_ns`: while a thread runs an extension, its slot is read every this
+    /// long from the grant, and the extension ends at the first read that finds no critical
+    /// section; 0: every extension runs its length.
+    pub extension_poll_ns: u64,
     /// `wakeup_preempt_ns`: a woken unboosted task preempts the unboosted fair task running
     /// on its CPU when that one's vtime (as of now) is ahead by more than this; 0 (pvschedd's
     /// default): never.
@@ -140,6 +147,7 @@ impl Default for ScxParams {
         ScxParams {
             slice_ns: 5_000_000,
             extension_ns: 4_000_000,
+            extension_poll_ns: 250_000,
             wakeup_preempt_ns: 0,
         }
     }
@@ -193,9 +201,12 @@ pub struct ScxStats {
     pub kboost_demoted_ns: u64,
     pub kthrottles: u64,
     pub kboosts: u64,
+    /// Extension time run: each extension charged when it ends, at most `extension_ns`.
     pub ext_ns: u64,
     pub ext_count: u64,
     pub ext_refused: u64,
+    /// Extensions a poll ended once the guest left its critical section.
+    pub ext_ended_early: u64,
     pub boost_preempts: u64,
     pub boost_queued: u64,
     pub boost_dropped: u64,
@@ -222,6 +233,10 @@ struct Reg {
     run_kreason: KReason,
     run_start: u64,
     ext_in_slice: u64,
+    /// When the extension running now started.
+    ext_at: u64,
+    /// The extension's slice ends at its next poll, not at its end (`extension_poll_ns`).
+    ext_poll_due: bool,
     /// Boosted time of its own not yet matched by halted or unboosted time.
     kburst: u64,
     /// When it stopped halted (repaid at the wakeup).
@@ -764,7 +779,7 @@ impl Host {
                 r.run_kreason = r.enq_kreason;
                 r.run_demoted = r.enq_kreason != KReason::None && r.enq_demoted;
                 r.run_start = now;
-                r.ext_in_slice = 0;
+                close_extension(r, now, s.p.extension_ns);
                 r.enq_boost
             }
             None => 0,
@@ -778,12 +793,13 @@ impl Host {
             self.threads[t as usize].weight,
             self.threads[t as usize].sum_exec,
         );
+        let ext = self.scx.p.extension_ns;
         let task = &mut self.scx.tasks[t as usize];
         let used = exec.saturating_sub(task.exec_at_run);
         task.exec_at_run = exec;
         let mut boosted = false;
         if let Some(r) = task.reg.as_deref_mut() {
-            r.ext_in_slice = 0;
+            close_extension(r, now, ext);
             boosted = r.run_boosted;
             r.run_boosted = false;
             vcpu_stopping(r, now, runnable, boosted);
@@ -835,10 +851,14 @@ impl Host {
         let Some(next) = self.scx_take_pick(c, pick) else {
             // Kept by `pvs_dispatch` on a fresh slice; or, nothing found, by the kernel (no
             // `SCX_OPS_ENQ_LAST`) on its default one. Not stopped, not charged yet.
-            let slice_ns = self.scx.p.slice_ns;
+            let (slice_ns, ext, now) = (self.scx.p.slice_ns, self.scx.p.extension_ns, self.now);
             let task = &mut self.scx.tasks[prev as usize];
             if keep {
                 task.slice = slice_ns;
+                // Its extension is over: the next slice end may grant one.
+                if let Some(r) = task.reg.as_deref_mut() {
+                    close_extension(r, now, ext);
+                }
             } else if task.slice == 0 {
                 task.slice = SCX_SLICE_DFL_NS;
             }
@@ -868,17 +888,38 @@ impl Host {
         if self.scx.tasks[t as usize].slice > 0 {
             return;
         }
-        let ext = self.scx.p.extension_ns;
+        let (ext, poll, now) = (
+            self.scx.p.extension_ns,
+            self.scx.p.extension_poll_ns,
+            self.now,
+        );
+        // The extension runs in pieces of `poll` (the poll's timer): the slice ends at each.
+        let piece = |left: u64| if poll > 0 && poll < left { poll } else { left };
         let task = &mut self.scx.tasks[t as usize];
         if let Some(r) = task.reg.as_deref_mut() {
-            if ext > 0 && r.slot && r.ext_in_slice == 0 && r.view.cs {
+            if r.ext_poll_due {
+                // A poll: still in its critical section, the extension runs on; out of it,
+                // it ends here.
+                r.ext_poll_due = false;
+                let left = (r.ext_at + ext).saturating_sub(now);
+                if r.view.cs && left > 0 {
+                    task.slice = piece(left);
+                    r.ext_poll_due = task.slice < left;
+                    self.dirty |= bit(c);
+                    return;
+                }
+                if !r.view.cs {
+                    r.stats.ext_ended_early += 1;
+                }
+            } else if ext > 0 && r.slot && r.ext_in_slice == 0 && r.view.cs {
                 if r.stats.ext_ns + ext > r.allow.extension_ns {
                     r.stats.ext_refused += 1;
                 } else {
-                    task.slice = ext;
-                    r.stats.ext_ns += ext;
+                    task.slice = piece(ext);
+                    r.ext_poll_due = task.slice < ext;
                     r.stats.ext_count += 1;
                     r.ext_in_slice = ext;
+                    r.ext_at = now;
                     self.dirty |= bit(c);
                     return;
                 }
@@ -1094,6 +1135,17 @@ fn kernel_boost(r: &mut Reg, wakeup: bool, now: u64) -> KReason {
 
 /// `vcpu_stopping`: the kernel-boosted time of the run that ends (to the burst too; a run
 /// not boosted at all repays it, a halt at its wakeup), and what the slot shows.
+/// The extension `r` runs, if any, ends at `now` (`close_extension`): charged for what it ran,
+/// at most `ext`.
+fn close_extension(r: &mut Reg, now: u64, ext: u64) {
+    if r.ext_in_slice == 0 {
+        return;
+    }
+    r.stats.ext_ns += now.saturating_sub(r.ext_at).min(ext);
+    r.ext_in_slice = 0;
+    r.ext_poll_due = false;
+}
+
 fn vcpu_stopping(r: &mut Reg, now: u64, runnable: bool, boosted: bool) {
     let d = now.saturating_sub(r.run_start);
     if r.run_kreason != KReason::None {

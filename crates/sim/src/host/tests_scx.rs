@@ -616,6 +616,57 @@ fn a_critical_section_at_the_slice_end_gets_one_extension_within_its_allowance()
     }
 }
 
+#[test]
+fn an_extension_ends_at_the_first_poll_that_finds_the_guest_out_of_its_critical_section() {
+    let cs = ScxGuestView {
+        cs: true,
+        ..ScxGuestView::default()
+    };
+    for poll in [0, MS / 4] {
+        let mut h = Host::new(HostParams {
+            cpus: 1,
+            scx: Some(ScxParams {
+                extension_poll_ns: poll,
+                ..ScxParams::default()
+            }),
+            ..HostParams::default()
+        });
+        let mut out = Vec::new();
+        let allow = ScxAllowance {
+            extension_ns: 8 * MS,
+            ..ScxAllowance::default()
+        };
+        let v = vcpu(&mut h, allow);
+        h.wake(0, v, None, &mut out);
+        let other = woken(&mut h, 0, &mut out);
+        h.scx_set_view(v, cs);
+        out.clear();
+        // Extended at 5 ms; still in its section at the polls of 5.25 to 6 ms, out of it
+        // from 6.1 ms.
+        run_until(&mut h, 6 * MS + MS / 10, &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        h.scx_set_view(v, ScxGuestView::default());
+        run_until(&mut h, 9 * MS + MS / 2, &mut out);
+
+        let stats = h.scx_stats(v).unwrap_or_default();
+        let (ends, ran, early) = if poll > 0 {
+            (6 * MS + MS / 4, MS + MS / 4, 1)
+        } else {
+            (9 * MS, 4 * MS, 0)
+        };
+        assert_eq!(
+            out,
+            vec![sw(ends, 0, v, SwitchOut::Preempted, other)],
+            "poll {poll}"
+        );
+        assert_eq!(
+            (stats.ext_count, stats.ext_ended_early, stats.ext_ns),
+            (1, early, ran),
+            "poll {poll}"
+        );
+    }
+}
+
 /// A small deterministic generator.
 struct Lcg(u64);
 impl Lcg {

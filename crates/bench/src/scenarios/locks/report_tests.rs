@@ -983,6 +983,35 @@ fn extensions_at_a_boosted_vcpus_preemption_get_their_own_column_when_there_are_
 }
 
 #[test]
+fn extensions_ended_at_a_lock_free_point_get_their_own_column_when_there_are_any() {
+    // Arrange: the sample's sched_ext run, one VM's extensions ended early 5 times.
+    let mut raw = scx_sample_raw();
+    let md_before = markdown(&build(&raw));
+    for p in &mut raw.phases {
+        if p.mode == LockMode::PvschedScxLock {
+            if let Some(x) = p.vms[1].scx_extensions.as_mut() {
+                x.ended_early = 5;
+            }
+        }
+    }
+
+    // Act
+    let md = markdown(&build(&raw));
+
+    // Assert: without any, the table is as before; with some, a column.
+    assert!(!md_before.contains("ended early"), "{md_before}");
+    for needle in [
+        "| case | mode | VM | extensions granted at the preemption (slice end) | of them for \
+         a lock holder | ended early at a lock-free point | refused (allowance) | extended ms |",
+        "| overcommitted | pvsched-scx-lock | lock-b | 40 | 20 | 5 | 2 | 160.0 |",
+        "| overcommitted | pvsched-scx-nolock | lock-a | 0 | 0 | 0 | 0 | 0.0 |",
+        "ends the extension at the first read that finds the guest out of its critical section",
+    ] {
+        assert!(md.contains(needle), "{needle:?} not in\n{md}");
+    }
+}
+
+#[test]
 fn the_schedulers_own_holder_preemptions_are_summed_per_vm_and_shown_by_how_when_counted() {
     // Arrange: the sample's sched_ext run; each repeat of scx-lock saw
     // lock-b's holders preempted 3 times after an extension, twice at a
