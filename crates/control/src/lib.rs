@@ -413,6 +413,13 @@ pub struct VcpuStatus {
     /// lock-free point (`BackendStatus::extensions_ended_early`).
     #[serde(default)]
     pub scx_extensions_ended_early: u64,
+    /// sched_ext backend: of `scx_holder_preempted_early`, by what took the
+    /// CPU, indexed by the scheduler's `enum pvs_scx_cut` (0: none of its
+    /// own, a higher class or the kernel; 1: a boosted vCPU; 2: the boost
+    /// queue's kick; 3: pvschedd's event thread; 4: a boost granted to a
+    /// queued vCPU; 5: the extension's poll; 6: a wakeup preemption).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scx_holder_preempted_early_by: Vec<u64>,
     /// sched_ext backend: boosted enqueues that preempted a task.
     #[serde(default)]
     pub scx_boost_preempts: u64,

@@ -235,6 +235,18 @@ enum pvs_scx_kflags {
 	PVS_SCX_K_WAKE = 1u << 1,	/* woken onto a busy CPU */
 };
 
+/* What cut a running vCPU's slice short (pvs_scx_vcpu.holder_preempted_early_by). */
+enum pvs_scx_cut {
+	PVS_SCX_CUT_OTHER = 0,		/* none of the program's: a higher class, the kernel */
+	PVS_SCX_CUT_BOOST = 1,		/* a boosted enqueue preempted it */
+	PVS_SCX_CUT_KICK = 2,		/* the boost queue's kick */
+	PVS_SCX_CUT_DAEMON = 3,		/* pvschedd's event thread woke there */
+	PVS_SCX_CUT_GRANT = 4,		/* a boost granted to a queued vCPU (pvs_boost_queued) */
+	PVS_SCX_CUT_POLL = 5,		/* the extension's poll ended its extension */
+	PVS_SCX_CUT_WAKEUP = 6,		/* a woken task's wakeup preemption */
+	PVS_SCX_CUT_COUNT = 8,
+};
+
 /* Why the program boosted a vCPU itself (pvs_scx_vcpu.enq_kreason). */
 enum pvs_scx_kreason {
 	PVS_SCX_KR_NONE = 0,
@@ -345,6 +357,10 @@ struct pvs_scx_vcpu {
 	 * critical section (sched_ext extension_poll_ns): preempted at a
 	 * lock-free point instead of at the extension's end. */
 	__u64 ext_ended_early;
+	/* Of holder_preempted_early, by what took the CPU (enum
+	 * pvs_scx_cut): the program's own preemptions, noted on the CPU when
+	 * it decides them; OTHER, none of them (a higher class, the kernel). */
+	__u64 holder_preempted_early_by[8];
 };
 
 /*
@@ -411,6 +427,6 @@ struct pvs_scx_boost_queued {
 #define PVS_SCX_DSQ_FAIR 1
 
 _Static_assert(sizeof(struct pvs_scx_grant) == 80, "pvs_scx_grant size");
-_Static_assert(sizeof(struct pvs_scx_vcpu) == 296, "pvs_scx_vcpu size");
+_Static_assert(sizeof(struct pvs_scx_vcpu) == 360, "pvs_scx_vcpu size");
 
 #endif /* __PVSCHED_INTF_H */

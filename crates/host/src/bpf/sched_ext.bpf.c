@@ -183,7 +183,7 @@ struct pvs_cpu_holder {
 	u32 tid;	/* 0: no such vCPU runs there */
 	u32 lock;
 	u32 vm;		/* the process (VMM) of the vCPU running there; 0: none */
-	u32 pad;
+	u32 cut;	/* what this program did to take the CPU from it (enum pvs_scx_cut) */
 };
 
 struct {
@@ -292,6 +292,23 @@ static __always_inline struct pvs_cpu_run *cpu_run_of(s32 cpu)
 	return bpf_map_lookup_elem(&cpu_run, &key);
 }
 
+static __always_inline struct pvs_cpu_holder *cpu_holder_of(s32 cpu)
+{
+	u32 key = cpu;
+
+	return bpf_map_lookup_elem(&cpu_holder, &key);
+}
+
+/* This program is taking CPU cpu from the task running there, for `cut`
+ * (enum pvs_scx_cut): noted for the count of holders preempted. */
+static __always_inline void note_cut(s32 cpu, u32 cut)
+{
+	struct pvs_cpu_holder *h = cpu_holder_of(cpu);
+
+	if (h)
+		h->cut = cut;
+}
+
 /*
  * A woken task placed in the vtime queue: if the unboosted task running on
  * its CPU is ahead of it by more than wakeup_preempt_ns of vtime (its own
@@ -311,6 +328,7 @@ static __always_inline void preempt_on_wakeup(struct task_struct *p, u64 vtime)
 	if (now > c->start)
 		curr += (now - c->start) * 100 / (c->weight ? c->weight : 100);
 	if (vtime_before(vtime + wakeup_preempt_ns, curr)) {
+		note_cut(cpu, PVS_SCX_CUT_WAKEUP);
 		scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
 		__sync_fetch_and_add(&totals.wakeup_preempts, 1);
 	}
@@ -340,13 +358,6 @@ static __always_inline u32 log2_bucket(u64 ns)
 	if (ns >> 2) { b += 2; ns >>= 2; }
 	if (ns >> 1) b += 1;
 	return b < PVS_SCX_LAT_BUCKETS ? b : PVS_SCX_LAT_BUCKETS - 1;
-}
-
-static __always_inline struct pvs_cpu_holder *cpu_holder_of(s32 cpu)
-{
-	u32 key = cpu;
-
-	return bpf_map_lookup_elem(&cpu_holder, &key);
 }
 
 /* The slot's cs_flags, read while its vCPU thread is the current task;
@@ -526,6 +537,7 @@ static int ext_poll_fired(void *map, int *key, struct pvs_ext_poll *e)
 	e->tid = 0;
 	v->ext_ended_early++;
 	__sync_fetch_and_add(&totals.ext_ended_early, 1);
+	note_cut(cpu, PVS_SCX_CUT_POLL);
 	scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
 	return 0;
 }
@@ -716,6 +728,7 @@ static __always_inline void enqueue_boosted(struct task_struct *p, u32 boost,
 			scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice, enq_flags);
 			return;
 		}
+		note_cut(cpu, PVS_SCX_CUT_BOOST);
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice,
 				   enq_flags | SCX_ENQ_PREEMPT);
 		__sync_fetch_and_add(&totals.boost_preempts, 1);
@@ -729,6 +742,7 @@ static __always_inline void enqueue_boosted(struct task_struct *p, u32 boost,
 		__sync_fetch_and_add(&v->boost_queued, 1);
 	for (i = 0; i < nr_cpu_ids && i < 1024; i++) {
 		if (boost_on(i) < boost) {
+			note_cut(i, PVS_SCX_CUT_KICK);
 			scx_bpf_kick_cpu(i, SCX_KICK_PREEMPT);
 			break;
 		}
@@ -806,6 +820,8 @@ void BPF_STRUCT_OPS(pvs_enqueue, struct task_struct *p, u64 enq_flags)
 
 		if (preempt && holder_keeps_cpu(p, scx_bpf_task_cpu(p)))
 			preempt = 0;
+		if (preempt)
+			note_cut(scx_bpf_task_cpu(p), PVS_SCX_CUT_DAEMON);
 
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags | preempt);
 		return;
@@ -956,6 +972,7 @@ void BPF_STRUCT_OPS(pvs_running, struct task_struct *p)
 			h->tid = g && g->lock_peers ? p->pid : 0;
 			h->lock = h->tid && v ? v->lock_at_stop : 0;
 			h->vm = g ? p->tgid : 0;
+			h->cut = PVS_SCX_CUT_OTHER;
 		}
 	}
 	if (daemon_tid && p->pid == daemon_tid)
@@ -1038,8 +1055,13 @@ static __always_inline void count_holder_preempted(struct pvs_scx_vcpu *v,
 						   bool extended)
 {
 	if (!slice_ended) {
+		struct pvs_cpu_holder *h = cpu_holder_of(bpf_get_smp_processor_id());
+		u32 cut = h ? h->cut : PVS_SCX_CUT_OTHER;
+
 		v->holder_preempted_early++;
 		__sync_fetch_and_add(&totals.holder_preempted_early, 1);
+		if (cut < PVS_SCX_CUT_COUNT)
+			v->holder_preempted_early_by[cut]++;
 	} else if (extended) {
 		v->holder_preempted_extended++;
 		__sync_fetch_and_add(&totals.holder_preempted_extended, 1);
@@ -1269,9 +1291,11 @@ int pvs_boost_queued(struct pvs_scx_boost_queued *ctx)
 
 			struct pvs_scx_vcpu *v = vcpu_of(p);
 
-			if (boost_on(cpu) < g->boost)
+			if (boost_on(cpu) < g->boost) {
+				note_cut(cpu, PVS_SCX_CUT_GRANT);
 				moved = scx_bpf_dsq_move(&it, p, SCX_DSQ_LOCAL_ON | cpu,
 							 SCX_ENQ_PREEMPT);
+			}
 			else
 				moved = scx_bpf_dsq_move(&it, p, PVS_SCX_DSQ_BOOST, 0);
 			if (moved && v) {

@@ -653,6 +653,29 @@ fn scx_holder_preemption_table(o: &mut String, r: &LocksReport) {
             x.holder_preempted_early
         );
     }
+    // Runs before the breakdown have none: their report stays as it was.
+    let by: Vec<_> = scx_rows(r, |_, x| x.holder_preempted_early_by.iter().any(|&n| n > 0));
+    if by.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "\nBefore the slice end, by what took the CPU (the scheduler notes its own \
+         preemptions on the CPU as it decides them; none of them: a higher scheduling class \
+         or the kernel):\n"
+    );
+    let _ = writeln!(
+        o,
+        "| case | mode | VM | {} |",
+        CUT_NAMES.join(" | ")
+    );
+    let _ = writeln!(o, "|---|---|---|{}", "--:|".repeat(CUT_NAMES.len()));
+    for (c, mode, v, x) in by {
+        let cells: Vec<String> = (0..CUT_NAMES.len())
+            .map(|i| x.holder_preempted_early_by.get(i).copied().unwrap_or(0).to_string())
+            .collect();
+        let _ = writeln!(o, "| {} | {} | {} | {} |", c.case, mode, v.name, cells.join(" | "));
+    }
 }
 
 /// KVM's vCPU preemptions per case and mode, those the guests were told of

@@ -463,6 +463,32 @@ pub struct ScxExtensions {
     /// the guest out of its critical section (`scx_extensions_ended_early`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub ended_early: u64,
+    /// Of `holder_preempted_early`, by what took the CPU (the scheduler's
+    /// `enum pvs_scx_cut`, [`CUT_NAMES`]); empty for runs before the count.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub holder_preempted_early_by: Vec<u64>,
+}
+
+/// What took a holder's CPU before its slice end, by the index of the
+/// scheduler's `enum pvs_scx_cut` (intf.h).
+pub const CUT_NAMES: [&str; 7] = [
+    "a higher class or the kernel",
+    "a boosted vCPU",
+    "the boost queue's kick",
+    "pvschedd's event thread",
+    "a boost granted to a queued vCPU",
+    "the extension's poll",
+    "a wakeup preemption",
+];
+
+/// `into` += `add`, element by element (the longer length kept).
+fn add_counts(into: &mut Vec<u64>, add: &[u64]) {
+    if into.len() < add.len() {
+        into.resize(add.len(), 0);
+    }
+    for (a, b) in into.iter_mut().zip(add) {
+        *a += b;
+    }
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -483,6 +509,10 @@ impl ScxExtensions {
             sum.holder_preempted_unextended += c.scx_holder_preempted_unextended;
             sum.holder_preempted_early += c.scx_holder_preempted_early;
             sum.ended_early += c.scx_extensions_ended_early;
+            add_counts(
+                &mut sum.holder_preempted_early_by,
+                &c.scx_holder_preempted_early_by,
+            );
         }
         sum
     }
@@ -513,6 +543,14 @@ impl ScxExtensions {
                 .holder_preempted_early
                 .saturating_sub(b.holder_preempted_early),
             ended_early: a.ended_early.saturating_sub(b.ended_early),
+            holder_preempted_early_by: a
+                .holder_preempted_early_by
+                .iter()
+                .enumerate()
+                .map(|(i, n)| {
+                    n.saturating_sub(b.holder_preempted_early_by.get(i).copied().unwrap_or(0))
+                })
+                .collect(),
         }
     }
 
@@ -526,6 +564,10 @@ impl ScxExtensions {
         self.holder_preempted_unextended += o.holder_preempted_unextended;
         self.holder_preempted_early += o.holder_preempted_early;
         self.ended_early += o.ended_early;
+        add_counts(
+            &mut self.holder_preempted_early_by,
+            &o.holder_preempted_early_by,
+        );
     }
 
     /// Holder preemptions the scheduler saw, however they came.

@@ -1012,6 +1012,45 @@ fn extensions_ended_at_a_lock_free_point_get_their_own_column_when_there_are_any
 }
 
 #[test]
+fn holders_preempted_before_their_slice_end_are_shown_by_what_took_the_cpu_when_counted() {
+    // Arrange: the sample's sched_ext run; each repeat of scx-lock saw
+    // lock-b's holders preempted early twice by a boosted vCPU and once by
+    // something of no program's.
+    let mut raw = scx_sample_raw();
+    let mut repeats = 0;
+    for p in &mut raw.phases {
+        if p.mode == LockMode::PvschedScxLock {
+            if let Some(x) = p.vms[1].scx_extensions.as_mut() {
+                x.holder_preempted_early = 3;
+                repeats += 1;
+            }
+        }
+    }
+    let md_before = markdown(&build(&raw));
+    for p in &mut raw.phases {
+        if p.mode == LockMode::PvschedScxLock {
+            if let Some(x) = p.vms[1].scx_extensions.as_mut() {
+                x.holder_preempted_early_by = vec![1, 2, 0, 0, 0, 0, 0, 0];
+            }
+        }
+    }
+
+    // Act
+    let md = markdown(&build(&raw));
+
+    // Assert
+    assert!(repeats >= 1, "the sample runs scx-lock");
+    assert!(!md_before.contains("by what took the CPU"), "{md_before}");
+    let row = format!(
+        "| overcommitted | pvsched-scx-lock | lock-b | {} | {} | 0 | 0 | 0 | 0 | 0 |",
+        repeats,
+        2 * repeats
+    );
+    assert!(md.contains(&row), "{row:?} not in\n{md}");
+    assert!(md.contains("| a higher class or the kernel | a boosted vCPU |"), "{md}");
+}
+
+#[test]
 fn the_schedulers_own_holder_preemptions_are_summed_per_vm_and_shown_by_how_when_counted() {
     // Arrange: the sample's sched_ext run; each repeat of scx-lock saw
     // lock-b's holders preempted 3 times after an extension, twice at a
