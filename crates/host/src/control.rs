@@ -312,9 +312,7 @@ impl ControlServer {
                             scx_holder_preempted_unextended: x.holder_preempted_unextended,
                             scx_holder_preempted_early: x.holder_preempted_early,
                             scx_extensions_ended_early: x.ext_ended_early,
-                            scx_holder_preempted_early_by: x
-                                .holder_preempted_early_by
-                                .to_vec(),
+                            scx_holder_preempted_early_by: x.holder_preempted_early_by.to_vec(),
                             scx_boost_preempts: x.boost_preempts,
                             scx_kernel_boosts: x.kboosts,
                             kernel_boosted_ms: s.kernel_boosted_ns as f64 * 1e-6,

@@ -275,7 +275,10 @@ impl ServedVm {
         let shows_preempted = self.policy.lock_guest()
             && self.policy.status(v) == Some(pvsched_policy::RunStatus::Preempted);
         let limits = self.policy.limits();
-        let waited_on = self.policy.lock_waited_on(v);
+        let kernel_decides = self.policy.kernel_decides_rt();
+        // Where the scheduler decides, it extends lock holders itself: a wait
+        // naming the vCPU asks nothing of the daemon (Quiet::kernel_decides).
+        let waited_on = !kernel_decides && self.policy.lock_waited_on(v);
         let quiet = Quiet::for_vcpu(
             boosted,
             limits,
@@ -283,10 +286,9 @@ impl ServedVm {
             shows_preempted,
             quiet_without_rivals && !self.policy.rt_work_recent(now),
         );
-        if self.policy.kernel_decides_rt() {
+        if kernel_decides {
             let pending_hints = self.policy.nr_vcpus() > 1 && limits.honor_pending_hint;
-            let waited_on = waited_on && limits.honor_lock_holders;
-            quiet.kernel_decides(pending_hints, waited_on, shows_preempted)
+            quiet.kernel_decides(pending_hints, shows_preempted)
         } else {
             quiet
         }

@@ -110,18 +110,15 @@ impl Quiet {
     /// enqueue), so those records are read at the next scan; except a
     /// wakeup, while `pending_hints` (a VM of several vCPUs whose pending
     /// hints the policy honours: another vCPU may have raised one for this
-    /// one while it waited, which only the daemon reads in time), and
-    /// whatever a lock wait needs (`waited_on`, `shows_preempted`, as in
-    /// [`Quiet::for_vcpu`]).
-    pub fn kernel_decides(
-        self,
-        pending_hints: bool,
-        waited_on: bool,
-        shows_preempted: bool,
-    ) -> Quiet {
-        if waited_on {
-            return self;
-        }
+    /// one while it waited, which only the daemon reads in time), and the
+    /// switch-in that ends a preemption a lock guest's host half shows
+    /// (`shows_preempted`, as in [`Quiet::for_vcpu`]). A lock wait naming
+    /// the vCPU changes nothing here (`self` is to be ruled without it): the
+    /// scheduler extends a holder at the preemption itself, and the policy
+    /// then extends none after the fact. Its records woke the daemon, which
+    /// runs ahead of every vCPU, and its wakeups were most of the holders'
+    /// preemptions before their slice end (LH33).
+    pub fn kernel_decides(self, pending_hints: bool, shows_preempted: bool) -> Quiet {
         let mut bits = self.0 | PVS_LAZY_KVM_EXIT | PVS_LAZY_PREEMPTED | PVS_LAZY_BLOCKED;
         if !shows_preempted {
             bits |= PVS_LAZY_SWITCH_IN;
@@ -305,8 +302,8 @@ mod tests {
     #[test]
     fn where_the_scheduler_decides_only_a_wakeup_that_may_carry_a_pending_hint_wakes_the_daemon() {
         let base = Quiet::for_vcpu(false, &VmLimits::default(), false, false, false);
-        let one_vcpu = base.kernel_decides(false, false, false);
-        let several = base.kernel_decides(true, false, false);
+        let one_vcpu = base.kernel_decides(false, false);
+        let several = base.kernel_decides(true, false);
         let halt = EventKind::KvmExit {
             reason: super::super::KvmExitReason::Hlt,
         };
@@ -331,12 +328,25 @@ mod tests {
     }
 
     #[test]
-    fn where_the_scheduler_decides_a_lock_wait_keeps_its_wakeups() {
-        let base = Quiet::for_vcpu(false, &VmLimits::default(), true, false, false);
+    fn where_the_scheduler_decides_a_waited_on_vcpus_preemption_does_not_wake_the_daemon() {
+        // The rt backend: a lock wait naming the vCPU makes its preemption and
+        // switch-in wake the daemon (it extends the holder after the fact).
+        let limits = VmLimits {
+            honor_lock_holders: true,
+            ..VmLimits::default()
+        };
+        let rt = Quiet::for_vcpu(false, &limits, true, false, false);
+        assert!(!rt.covers(&ev(EventKind::SwitchOut { runnable: true })));
+        assert!(!rt.covers(&ev(EventKind::SwitchIn { cpu: 0 })));
 
-        assert_eq!(base.kernel_decides(false, true, false), base);
-        let shown = Quiet::for_vcpu(false, &VmLimits::default(), false, true, false)
-            .kernel_decides(false, false, true);
+        // sched_ext: the scheduler extends it at the preemption; the daemon
+        // does nothing with either record.
+        let scx = Quiet::for_vcpu(false, &limits, false, false, false).kernel_decides(false, false);
+        assert!(scx.covers(&ev(EventKind::SwitchOut { runnable: true })));
+        assert!(scx.covers(&ev(EventKind::SwitchIn { cpu: 0 })));
+
+        // A host half showing the holder preempted to its waiters is ended at once.
+        let shown = Quiet::for_vcpu(false, &limits, false, true, false).kernel_decides(false, true);
         assert!(!shown.covers(&ev(EventKind::SwitchIn { cpu: 0 })));
     }
 
@@ -383,7 +393,7 @@ mod tests {
         // Against nobody, or only other served VMs, it would reorder the
         // VM's own threads: quiet (the IPIs between one VM's vCPUs).
         assert!(no_rt_work.covers(&alone) && no_rt_work.covers(&peers));
-        assert!(no_rt_work.kernel_decides(true, false, false).covers(&alone));
+        assert!(no_rt_work.kernel_decides(true, false).covers(&alone));
         // No interrupt boosts at all, or none without RT work: quiet.
         assert!(Quiet::for_vcpu(false, &no_irq_boost, false, false, false).covers(&irq));
         assert!(Quiet::for_vcpu(false, &need_rt, false, false, true).covers(&irq));

@@ -664,17 +664,26 @@ fn scx_holder_preemption_table(o: &mut String, r: &LocksReport) {
          preemptions on the CPU as it decides them; none of them: a higher scheduling class \
          or the kernel):\n"
     );
-    let _ = writeln!(
-        o,
-        "| case | mode | VM | {} |",
-        CUT_NAMES.join(" | ")
-    );
+    let _ = writeln!(o, "| case | mode | VM | {} |", CUT_NAMES.join(" | "));
     let _ = writeln!(o, "|---|---|---|{}", "--:|".repeat(CUT_NAMES.len()));
     for (c, mode, v, x) in by {
         let cells: Vec<String> = (0..CUT_NAMES.len())
-            .map(|i| x.holder_preempted_early_by.get(i).copied().unwrap_or(0).to_string())
+            .map(|i| {
+                x.holder_preempted_early_by
+                    .get(i)
+                    .copied()
+                    .unwrap_or(0)
+                    .to_string()
+            })
             .collect();
-        let _ = writeln!(o, "| {} | {} | {} | {} |", c.case, mode, v.name, cells.join(" | "));
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} |",
+            c.case,
+            mode,
+            v.name,
+            cells.join(" | ")
+        );
     }
 }
 

@@ -1047,7 +1047,10 @@ fn holders_preempted_before_their_slice_end_are_shown_by_what_took_the_cpu_when_
         2 * repeats
     );
     assert!(md.contains(&row), "{row:?} not in\n{md}");
-    assert!(md.contains("| a higher class or the kernel | a boosted vCPU |"), "{md}");
+    assert!(
+        md.contains("| a higher class or the kernel | a boosted vCPU |"),
+        "{md}"
+    );
 }
 
 #[test]
