@@ -1171,13 +1171,14 @@ void BPF_STRUCT_OPS(pvs_stopping, struct task_struct *p, bool runnable)
 	{
 		u32 key = bpf_get_smp_processor_id();
 		struct pvs_cpu_holder *h = cpu_holder_of(key);
-		struct pvs_ext_poll *e = bpf_map_lookup_elem(&ext_poll, &key);
+		/* Only a vCPU's extension is polled: its poll, if pending,
+		 * finds nothing to do. */
+		struct pvs_ext_poll *e = v ? bpf_map_lookup_elem(&ext_poll, &key) : NULL;
 
 		if (h) {
 			h->tid = 0;
 			h->vm = 0;
 		}
-		/* Its poll, if pending, finds nothing to do. */
 		if (e)
 			e->tid = 0;
 	}

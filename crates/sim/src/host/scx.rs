@@ -85,10 +85,11 @@
 //! `ext_refused`). It runs in pieces of `extension_poll_ns` (the poll's timer): at each the
 //! guest is read again, and one out of its critical section ends the extension there
 //! (`ext_ended_early`); it is charged, when it ends (at the stop, or when the thread is kept
-//! for another slice), for what it ran (`close_extension`). Otherwise the CPU picks as above *before* the thread is put back (the
-//! kernel's `balance_one` calls `ops.dispatch` first, with the thread as `prev`, still
-//! `SCX_TASK_QUEUED`): if it finds a task, the thread stops and is enqueued (not a wakeup;
-//! into this CPU's fair queue if unboosted) and the found task runs; if `pvs_dispatch` keeps
+//! for another slice), for what it ran (`close_extension`). Otherwise the CPU picks as
+//! above *before* the thread is put back (the kernel's `balance_one` calls `ops.dispatch`
+//! first, with the thread as `prev`, still `SCX_TASK_QUEUED`): if it finds a task, the
+//! thread stops and is enqueued (not a wakeup; into this CPU's fair queue if unboosted) and
+//! the found task runs; if `pvs_dispatch` keeps
 //! it, it runs on with a fresh slice of `slice_ns`, without stopping, enqueue or
 //! `pvs_running` (so `vtime_now` is not raised, and it is charged only when it stops, for the
 //! whole run since it started running; `cpu_boost` and the run's boost carry on); if nothing
@@ -1133,8 +1134,6 @@ fn kernel_boost(r: &mut Reg, wakeup: bool, now: u64) -> KReason {
     KReason::None
 }
 
-/// `vcpu_stopping`: the kernel-boosted time of the run that ends (to the burst too; a run
-/// not boosted at all repays it, a halt at its wakeup), and what the slot shows.
 /// The extension `r` runs, if any, ends at `now` (`close_extension`): charged for what it ran,
 /// at most `ext`.
 fn close_extension(r: &mut Reg, now: u64, ext: u64) {
@@ -1146,6 +1145,8 @@ fn close_extension(r: &mut Reg, now: u64, ext: u64) {
     r.ext_poll_due = false;
 }
 
+/// `vcpu_stopping`: the kernel-boosted time of the run that ends (to the burst too; a run
+/// not boosted at all repays it, a halt at its wakeup), and what the slot shows.
 fn vcpu_stopping(r: &mut Reg, now: u64, runnable: bool, boosted: bool) {
     let d = now.saturating_sub(r.run_start);
     if r.run_kreason != KReason::None {
