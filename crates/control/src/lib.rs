@@ -203,8 +203,9 @@ pub struct BackendStatus {
     /// (`scx_spread_vm_vcpus`).
     #[serde(default)]
     pub vcpus_spread: u64,
-    /// Wakeups of pvschedd's event thread sent to a CPU where no lock
-    /// holder ran, away from one where one did.
+    /// Wakeups of pvschedd's event thread sent to the waker's CPU, where
+    /// the scheduler reads the running guest's lock flag at once, away from
+    /// one that ran a vCPU of a lock-handling VM.
     #[serde(default)]
     pub daemon_moved: u64,
     /// Boosts granted to a vCPU waiting in the vtime queue, which was then

@@ -702,20 +702,33 @@ kvm_test! {
     }
 }
 
+/// Pins the calling thread to `cpu`.
+fn pin_self(cpu: usize) {
+    let mut set = nix::sched::CpuSet::new();
+    set.set(cpu).expect("a CPU in the set");
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
+        .expect("pin the test thread");
+}
+
 kvm_test! {
-    /// pvschedd's event thread, which preempts where it wakes, is woken
-    /// (by status requests here) while a vCPU whose guest shows a sleeping
-    /// lock held spins on either CPU, beside a host hog on each: a wakeup
-    /// on the holder's CPU goes to the other CPU (`daemon_moved`), so the
-    /// daemon seldom preempts the holder, whose preemptions before its
-    /// slice end stay few.
-    fn sched_ext_wakes_the_daemon_away_from_the_cpu_a_lock_holder_runs_on() {
-        let dir = tempdir("scx-daemon-away");
-        let name = vm_name("scx-daemon-away");
+    /// pvschedd's event thread, which preempts where it wakes, is woken by
+    /// status requests sent from either CPU in turn, while a VM's two vCPUs,
+    /// whose guest holds a sleeping lock for 1.5 ms of every 3.1 ms, spin
+    /// beside a host hog on each CPU. The lock flag the scheduler keeps for
+    /// a CPU is as of its vCPU's last tick: a wakeup onto the CPU the daemon
+    /// last ran on, from the other, went by a flag out of date about half
+    /// the time and preempted a holder in its lock. Now the daemon goes to
+    /// the waker's CPU (`daemon_moved`), where the flag of what runs is read
+    /// at once, and preempts no holder in its lock.
+    fn sched_ext_wakes_the_daemon_where_the_lock_flag_is_read_at_once() {
+        let dir = tempdir("scx-daemon-where");
+        let name = vm_name("scx-daemon-where");
         let mut c = FakeVmmConfig::new(Path::new(""));
-        c.vcpus = 1;
+        c.vcpus = 2;
         c.name_format = "CPU {}/KVM".into();
         c.guest_cs = Some(pvsched_abi::CS_LOCK);
+        // A period the 4 ms tick does not divide: ticks fall at every phase.
+        c.guest_cs_duty = Some((1500, 3100));
         c.spin = true;
         let (_vmm, entry) = support::qmp_vm(&dir, &name, c);
         let d = sched_ext_daemon(
@@ -723,34 +736,42 @@ kvm_test! {
             "",
             &format!("[defaults]\nhonor_lock_holders = true\n{entry}"),
         );
-        d.wait_serving(&name, 1);
+        d.wait_serving(&name, 2);
         let _hogs = (Hog::on_cpu(0), Hog::on_cpu(1));
-        let holder = || d.status().vms[0].vcpus[0].clone();
+        let by_daemon = || -> u64 {
+            let cut = pvsched_host::events::wire::PVS_SCX_CUT_DAEMON as usize;
+            let vcpus = d.status().vms[0].vcpus.clone();
+            vcpus.iter().filter_map(|v| v.scx_holder_preempted_early_by.get(cut)).sum()
+        };
         std::thread::sleep(Duration::from_millis(500));
-        let (moved0, early0) = (d.status().backend.daemon_moved, holder().scx_holder_preempted_early);
+        let (moved0, daemon0) = (d.status().backend.daemon_moved, by_daemon());
 
         // Each status request wakes the daemon's event thread.
         let t0 = Instant::now();
+        let mut requests = 0u64;
         while t0.elapsed() < Duration::from_secs(3) {
+            pin_self((requests % 2) as usize);
             let _ = d.status();
+            requests += 1;
             std::thread::sleep(Duration::from_millis(5));
         }
-        let (backend, held) = (d.status().backend, holder());
-        let (moved, early) = (
-            backend.daemon_moved - moved0,
-            held.scx_holder_preempted_early - early0,
-        );
+        pin_self(0);
+        let (backend, daemon) = (d.status().backend, by_daemon() - daemon0);
+        let moved = backend.daemon_moved - moved0;
 
         eprintln!(
-            "daemon wakeups sent away from the holder's CPU: {moved}; holder preempted before \
-             its slice end: {early}, after an extension {}, at a slice end without one {}",
-            held.scx_holder_preempted_extended, held.scx_holder_preempted_unextended
+            "{requests} status requests; daemon wakeups sent to the waker's CPU: {moved}; \
+             holders preempted in their lock by the daemon: {daemon}"
         );
-        assert!(moved >= 5, "the daemon was not sent away: {backend:?}; log:\n{}", d.log());
         assert!(
-            early * 4 <= moved,
-            "the holder was preempted {early} times before its slice end, {moved} daemon \
-             wakeups sent away: {held:?}; {backend:?}"
+            daemon * 50 <= requests,
+            "the daemon preempted a holder in its lock {daemon} times for {requests} wakeups: \
+             {backend:?}"
+        );
+        assert!(
+            moved * 4 >= requests,
+            "the daemon was not sent to the waker's CPU: {backend:?}; log:\n{}",
+            d.log()
         );
     }
 }

@@ -386,7 +386,7 @@ struct pvs_scx_totals {
 	__u64 ext_lock;		/* of extensions, for a lock holder */
 	__u64 ext_at_preempt;	/* of ext_lock, at a preemption deferred */
 	__u64 vcpus_spread;	/* woken vCPUs sent away from a sibling's CPU */
-	__u64 daemon_moved;	/* daemon wakeups sent away from a lock holder's CPU */
+	__u64 daemon_moved;	/* daemon wakeups sent to the waker's CPU, away from a lock VM's vCPU */
 	__u64 fair_pulls;	/* tasks a CPU took from another CPU's fair queue */
 	/* vCPUs preempted showing a lock held (pvs_scx_vcpu's three counts). */
 	__u64 holder_preempted_extended;

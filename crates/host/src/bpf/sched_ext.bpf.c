@@ -615,13 +615,11 @@ static __always_inline bool holder_keeps_cpu(struct task_struct *p, s32 cpu)
 
 /*
  * The first CPU after `cpu`, in CPU order and wrapping around, that runs
- * no vCPU of process `vm` (vm != 0) and no lock holder other than thread
- * `tid` (tid != 0); `cpu` itself when every other CPU does.
+ * no vCPU of process `vm`; `cpu` itself when every other CPU does.
  */
-static __always_inline s32 first_cpu_without(s32 cpu, u32 vm, u32 tid)
+static __always_inline s32 first_cpu_without(s32 cpu, u32 vm)
 {
 	u32 n = nr_cpu_ids < PVS_MAX_CPUS ? nr_cpu_ids : PVS_MAX_CPUS;
-	struct pvs_scx_grant *hg = NULL;
 	struct bpf_iter_num it;
 	s32 found = cpu;
 	int *i;
@@ -631,7 +629,7 @@ static __always_inline s32 first_cpu_without(s32 cpu, u32 vm, u32 tid)
 		u32 other = ((u32)cpu + *i) % n;
 		struct pvs_cpu_holder *o = cpu_holder_of(other);
 
-		if (!o || (vm && o->vm == vm) || (tid && holder_on(other, tid, &hg)))
+		if (!o || o->vm == vm)
 			continue;
 		found = other;
 		break;
@@ -653,31 +651,36 @@ static __always_inline s32 away_from_siblings(struct task_struct *p, s32 cpu)
 
 	if (!h || h->vm != (u32)p->tgid || (u32)p->nr_cpus_allowed < nr_cpu_ids)
 		return cpu;
-	found = first_cpu_without(cpu, p->tgid, 0);
+	found = first_cpu_without(cpu, p->tgid);
 	if (found != cpu)
 		__sync_fetch_and_add(&totals.vcpus_spread, 1);
 	return found;
 }
 
 /*
- * The daemon's event thread woken with no idle CPU: if a lock holder runs
- * on `cpu`, a CPU where none runs (first_cpu_without), else `cpu`. It
- * preempts the task where it goes (pvs_enqueue), and most of its wakeups
- * came while a holder ran (BENCHMARKS.md, LH17b). Only if it may run on
- * every CPU (no cpumask is read here).
+ * The daemon's event thread woken with no idle CPU, onto a CPU that runs a
+ * vCPU of a lock-handling VM: the waker's CPU instead. The daemon preempts
+ * where it wakes (pvs_enqueue), unless a holder runs there, and the lock
+ * flag of a vCPU on another CPU is as of its last tick or stop: wakeups
+ * onto holders whose flag was out of date were most of the holders'
+ * preemptions before their slice end (BENCHMARKS.md, LH33: 533 of 578).
+ * On the waker's CPU the current task's address space is mapped, so
+ * holder_on reads its guest's flag now: a vCPU out of its critical section
+ * is preempted, a holder keeps its CPU for an extension polled to its first
+ * lock-free point (holder_keeps_cpu) and the daemon runs next. Only if the
+ * daemon may run on every CPU (no cpumask is read here).
  */
-static __always_inline s32 daemon_away_from_holders(struct task_struct *p,
-						    s32 cpu)
+static __always_inline s32 daemon_where_flag_is_read(struct task_struct *p,
+						     s32 cpu)
 {
-	struct pvs_scx_grant *hg = NULL;
-	s32 found;
+	struct pvs_cpu_holder *h = cpu_holder_of(cpu);
+	s32 here = bpf_get_smp_processor_id();
 
-	if ((u32)p->nr_cpus_allowed < nr_cpu_ids || !holder_on(cpu, p->pid, &hg))
+	if (!extension_ns || cpu == here ||
+	    (u32)p->nr_cpus_allowed < nr_cpu_ids || !h || !h->tid)
 		return cpu;
-	found = first_cpu_without(cpu, 0, p->pid);
-	if (found != cpu)
-		__sync_fetch_and_add(&totals.daemon_moved, 1);
-	return found;
+	__sync_fetch_and_add(&totals.daemon_moved, 1);
+	return here;
 }
 
 s32 BPF_STRUCT_OPS(pvs_select_cpu, struct task_struct *p, s32 prev_cpu,
@@ -691,7 +694,7 @@ s32 BPF_STRUCT_OPS(pvs_select_cpu, struct task_struct *p, s32 prev_cpu,
 	if (!is_idle && g && spread_vm_vcpus)
 		cpu = away_from_siblings(p, cpu);
 	if (!is_idle && daemon_tid && p->pid == daemon_tid)
-		cpu = daemon_away_from_holders(p, cpu);
+		cpu = daemon_where_flag_is_read(p, cpu);
 	if (is_idle) {
 		/* An idle CPU: nothing to go ahead of, no boost decided. */
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, 0);
