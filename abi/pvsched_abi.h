@@ -56,7 +56,7 @@ typedef uint64_t __u64;
 /* "PVSCHED\0" read as a little-endian 64-bit word. */
 #define PVSCHED_MAGIC		0x0044454843535650ULL
 #define PVSCHED_ABI_MAJOR	1
-#define PVSCHED_ABI_MINOR	6
+#define PVSCHED_ABI_MINOR	7
 
 #define PVSCHED_CACHELINE	64
 #define PVSCHED_HEADER_SIZE	128
@@ -276,7 +276,18 @@ struct pvsched_guest_half {
 	 * between two short RT runs sees from this that RT work ran.
 	 */
 	__u64 rt_switch_count;
-	__u64 guest_reserved[2];
+	/*
+	 * Since minor 7, PVSCHED_F_LOCK_WAIT (zero otherwise), as of the last
+	 * publish: of the contentions above, those whose lock names its holder
+	 * (a mutex's, a write-held rwsem's owner) running on another vCPU, and
+	 * of those, the ones whose holder's vCPU was preempted, judged as
+	 * lock_preempted_count judges a named holder. The totals also count
+	 * waits whose holder is unknown (spinlocks, read-held rwsems) as
+	 * preempted whenever the host half shows any other vCPU preempted;
+	 * these count only a holder's preemption.
+	 */
+	__u64 lock_named_contended_count;
+	__u64 lock_named_preempted_count;
 };
 
 struct pvsched_host_half {

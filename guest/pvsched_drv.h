@@ -88,12 +88,16 @@ struct pvsched_cpu {
 	u32 lock_target;		/* holder to show while it waits */
 	bool lock_sleeping;		/* the waiter blocked, the CPU idles */
 	bool lock_preempted_seen;	/* this wait is in lock_preempted_count */
+	bool lock_named_seen;		/* ... in lock_named_contended_count */
+	bool lock_named_preempted_seen;	/* ... in lock_named_preempted_count */
 	u32 lock_holder;
 	u32 lock_flags;
 	u32 shown_lock_holder;
 	u32 shown_lock_flags;
 	u64 lock_contended_count;
 	u64 lock_preempted_count;
+	u64 lock_named_contended_count;
+	u64 lock_named_preempted_count;
 	/* Seen in debugfs only. */
 	u64 lock_spins_stopped;		/* mutex spins ended: holder preempted */
 	u64 lock_requests;		/* waits whose holder the slot showed */

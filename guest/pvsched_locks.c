@@ -195,6 +195,16 @@ static bool pvsched_lock_holder(void *lock, unsigned int lcb, u32 *target,
 	return true;
 }
 
+/*
+ * @target names the holder's vCPU (a slot index + 1): the lock records its
+ * owner, which runs on another vCPU. Such a wait counts in the named
+ * counters (lock_named_*_count), where preempted means that vCPU was.
+ */
+static bool pvsched_lock_named(u32 target)
+{
+	return target != PVSCHED_LOCK_NONE && target != PVSCHED_LOCK_ANY;
+}
+
 /* A spinlock or rwlock: the kind of lock that nests inside another's wait. */
 static bool pvsched_lock_spins(unsigned int lcb)
 {
@@ -282,6 +292,11 @@ u32 pvsched_lock_begin(struct pvsched_cpu *pc, void *lock, unsigned int lcb)
 				pc->lock_contended_count++;
 				if (count_preempted)
 					pc->lock_preempted_count++;
+				if (pvsched_lock_named(target)) {
+					pc->lock_named_contended_count++;
+					if (count_preempted)
+						pc->lock_named_preempted_count++;
+				}
 			}
 			return 0;
 		}
@@ -303,6 +318,8 @@ u32 pvsched_lock_begin(struct pvsched_cpu *pc, void *lock, unsigned int lcb)
 		} else {
 			fresh = true;
 			pc->lock_preempted_seen = false;
+			pc->lock_named_seen = false;
+			pc->lock_named_preempted_seen = false;
 			pc->lock_contended_count++;
 		}
 	}
@@ -311,6 +328,17 @@ u32 pvsched_lock_begin(struct pvsched_cpu *pc, void *lock, unsigned int lcb)
 	if (count_preempted && !pc->lock_preempted_seen) {
 		pc->lock_preempted_seen = true;
 		pc->lock_preempted_count++;
+	}
+	/* A wait counts as named from its first look that names the holder. */
+	if (pvsched_lock_named(target)) {
+		if (!pc->lock_named_seen) {
+			pc->lock_named_seen = true;
+			pc->lock_named_contended_count++;
+		}
+		if (count_preempted && !pc->lock_named_preempted_seen) {
+			pc->lock_named_preempted_seen = true;
+			pc->lock_named_preempted_count++;
+		}
 	}
 	if (target != PVSCHED_LOCK_NONE && target != pc->lock_target)
 		pc->lock_requests++;

@@ -92,6 +92,8 @@ static void pvsched_write(struct pvsched_cpu *pc, u32 flags, u32 cs)
 	WRITE_ONCE(g->lock_flags, pc->lock_flags);
 	WRITE_ONCE(g->lock_contended_count, pc->lock_contended_count);
 	WRITE_ONCE(g->lock_preempted_count, pc->lock_preempted_count);
+	WRITE_ONCE(g->lock_named_contended_count, pc->lock_named_contended_count);
+	WRITE_ONCE(g->lock_named_preempted_count, pc->lock_named_preempted_count);
 	smp_wmb();	/* fields before the even seq */
 	pc->seq += 2;
 	WRITE_ONCE(g->seq, pc->seq);

@@ -154,9 +154,11 @@ static int pvsched_status_show(struct seq_file *m, void *unused)
 			   READ_ONCE(pc->hints_raised),
 			   READ_ONCE(pc->hints_cleared),
 			   READ_ONCE(pc->doorbell_rings));
-		seq_printf(m, " lock_contended=%llu lock_preempted=%llu lock_spins_stopped=%llu lock_requests=%llu lock_doorbell_rings=%llu",
+		seq_printf(m, " lock_contended=%llu lock_preempted=%llu lock_named_contended=%llu lock_named_preempted=%llu lock_spins_stopped=%llu lock_requests=%llu lock_doorbell_rings=%llu",
 			   READ_ONCE(pc->lock_contended_count),
 			   READ_ONCE(pc->lock_preempted_count),
+			   READ_ONCE(pc->lock_named_contended_count),
+			   READ_ONCE(pc->lock_named_preempted_count),
 			   READ_ONCE(pc->lock_spins_stopped),
 			   READ_ONCE(pc->lock_requests),
 			   READ_ONCE(pc->lock_doorbell_rings));

@@ -60,6 +60,8 @@ fn valid() -> OwnedRegion {
             lock_flags: LOCK_F_WRITE | LOCK_F_SLEEP,
             lock_contended_count: 7,
             lock_preempted_count: 2,
+            lock_named_contended_count: 5,
+            lock_named_preempted_count: 1,
             ..Default::default()
         },
     )
@@ -183,9 +185,11 @@ fn valid_vector_decodes_to_its_documented_contents() {
             s2.lock_holder,
             s2.lock_flags,
             s2.lock_contended_count,
-            s2.lock_preempted_count
+            s2.lock_preempted_count,
+            s2.lock_named_contended_count,
+            s2.lock_named_preempted_count
         ),
-        (2, LOCK_F_WRITE | LOCK_F_SLEEP, 7, 2)
+        (2, LOCK_F_WRITE | LOCK_F_SLEEP, 7, 2, 5, 1)
     );
     assert_eq!(s3.flags, 0);
     assert_eq!(

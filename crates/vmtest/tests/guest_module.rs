@@ -813,8 +813,9 @@ guest_test! {
 /// read it. The test, as the host, reads slot 0: it names slot 1 (lock_holder
 /// 2, LOCK_F_READ), the contention count rises, and nothing is counted as
 /// preempted or shown as "any other vCPU" while no host half says preempted.
-/// Then slot 1's host half says PREEMPTED: slot 0 counts preempted holders,
-/// and rings the doorbell register once per host-half update. After the
+/// Then slot 1's host half says PREEMPTED: slot 0 counts preempted holders
+/// (in the named part too: ABI 1.7), and rings the doorbell register once
+/// per host-half update. After the
 /// program is killed both slots show no wait.
 fn a_wait_for_an_rwsem_writer_on_another_vcpu_names_its_slot() {
     let g = live();
@@ -876,6 +877,17 @@ fn a_wait_for_an_rwsem_writer_on_another_vcpu_names_its_slot() {
         quiet.lock_contended_count > named.lock_contended_count,
         "{named:?} -> {quiet:?}"
     );
+    // ABI 1.7: the waits name their holder, so the named part rises too,
+    // never past the totals, and nothing named is counted as preempted.
+    let named_rise = quiet.lock_named_contended_count - before.lock_named_contended_count;
+    assert!(
+        named_rise > 0 && named_rise <= quiet.lock_contended_count - before.lock_contended_count,
+        "{before:?} -> {quiet:?}"
+    );
+    assert_eq!(
+        quiet.lock_named_preempted_count, before.lock_named_preempted_count,
+        "{quiet:?}"
+    );
 
     // The host says vCPU 1 is preempted: CPU 0's waits count it, and a
     // wait shown with its holder preempted rings the host.
@@ -895,6 +907,16 @@ fn a_wait_for_an_rwsem_writer_on_another_vcpu_names_its_slot() {
     wait_slot(vm, 0, "slot 1 named while it is preempted", WAIT, |s| {
         s.lock_holder == 2
     });
+    // A named holder preempted (no KVM steal time under TCG: as the host
+    // half says) counts in the named part as well.
+    let named_pre = wait_slot(vm, 0, "lock_named_preempted_count rises", WAIT, |s| {
+        s.lock_named_preempted_count > quiet.lock_named_preempted_count
+    });
+    assert!(
+        named_pre.lock_named_preempted_count - quiet.lock_named_preempted_count
+            <= named_pre.lock_preempted_count - quiet.lock_preempted_count,
+        "{quiet:?} -> {named_pre:?}"
+    );
     rings(vm, rings0 + 1, "no ring for a wait on a preempted holder");
     // More waits find slot 1 preempted, but its host half did not change:
     // no ring more.

@@ -34,7 +34,7 @@ pub fn arb_half() -> impl Strategy<Value = GuestHalf> {
                 (seq, flags, cs_flags, policy, rt_priority, nice),
                 (update_ns, counts, guest_pending, boost_req_count),
                 (lock_holder, lock_flags, lock_counts),
-                (rt_switch_count, guest_reserved),
+                (rt_switch_count, named_counts),
             )| GuestHalf {
                 seq,
                 flags,
@@ -54,7 +54,8 @@ pub fn arb_half() -> impl Strategy<Value = GuestHalf> {
                 lock_contended_count: lock_counts[0],
                 lock_preempted_count: lock_counts[1],
                 rt_switch_count,
-                guest_reserved,
+                lock_named_contended_count: named_counts[0],
+                lock_named_preempted_count: named_counts[1],
             },
         )
 }

@@ -167,6 +167,8 @@ pub(super) fn guest_locks(vm: &Vm, vcpus: u32) -> (bool, Option<GuestLocks>) {
             Some(g) => sum.add(&GuestLocks {
                 contended: g.lock_contended_count,
                 preempted: g.lock_preempted_count,
+                named_contended: g.lock_named_contended_count,
+                named_preempted: g.lock_named_preempted_count,
             }),
             None => return (true, None),
         }

@@ -343,19 +343,32 @@ pub struct GuestLocks {
     pub contended: u64,
     /// `lock_preempted_count`.
     pub preempted: u64,
+    /// `lock_named_contended_count` (ABI 1.7; 0 from older guests and in
+    /// raw files from before it): the contentions whose lock named its
+    /// holder, running on another vCPU.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub named_contended: u64,
+    /// `lock_named_preempted_count`: of those, the holder's vCPU preempted.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub named_preempted: u64,
 }
 
 impl GuestLocks {
     /// The counters between two readings: a counter that went back (the
     /// module re-bound, its counters restarted) gives what `after` shows.
     pub fn between(before: &GuestLocks, after: &GuestLocks) -> GuestLocks {
-        let fresh = after.contended < before.contended || after.preempted < before.preempted;
+        let fresh = after.contended < before.contended
+            || after.preempted < before.preempted
+            || after.named_contended < before.named_contended
+            || after.named_preempted < before.named_preempted;
         if fresh {
             *after
         } else {
             GuestLocks {
                 contended: after.contended - before.contended,
                 preempted: after.preempted - before.preempted,
+                named_contended: after.named_contended - before.named_contended,
+                named_preempted: after.named_preempted - before.named_preempted,
             }
         }
     }
@@ -363,11 +376,24 @@ impl GuestLocks {
     pub fn add(&mut self, other: &GuestLocks) {
         self.contended += other.contended;
         self.preempted += other.preempted;
+        self.named_contended += other.named_contended;
+        self.named_preempted += other.named_preempted;
     }
 
     /// Holder-preempted contentions per contention; None without contentions.
     pub fn preempted_rate(&self) -> Option<f64> {
         (self.contended > 0).then(|| self.preempted as f64 / self.contended as f64)
+    }
+
+    /// The named holders' part as counters of their own (their totals are
+    /// the named ones); None where the guests counted none (before ABI 1.7).
+    pub fn named(&self) -> Option<GuestLocks> {
+        (self.named_contended > 0).then_some(GuestLocks {
+            contended: self.named_contended,
+            preempted: self.named_preempted,
+            named_contended: 0,
+            named_preempted: 0,
+        })
     }
 }
 

@@ -141,6 +141,14 @@ pub struct Avoided {
     /// preempted without lock handling).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub avoided_pct: Option<f64>,
+    /// The same three of the named holders' counters alone
+    /// ([`GuestLocks::named`]; None before ABI 1.7's guests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub named_without_pct: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub named_with_pct: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub named_avoided_pct: Option<f64>,
 }
 
 /// Vanilla's work per CPU-second alone and overcommitted, from one run.

@@ -35,6 +35,7 @@ fn vm(name: &str, ops: Option<f64>, cpu_s: f64, locks: Option<(u64, u64)>) -> Vm
         guest_locks: locks.map(|(c, p)| GuestLocks {
             contended: c,
             preempted: p,
+            ..Default::default()
         }),
         kernel_contentions: ops.map(|_| 1000),
         daemon: None,
@@ -229,7 +230,8 @@ fn avoided_share_compares_the_rates_over_the_whole_run() {
         a[0].without,
         GuestLocks {
             contended: 3000,
-            preempted: 600
+            preempted: 600,
+            ..Default::default()
         }
     );
     assert_eq!(a[0].without_pct, Some(20.0));
@@ -252,6 +254,7 @@ fn sample_raw_vanilla_counting(accel: &str) -> LocksRaw {
             v.guest_locks = Some(GuestLocks {
                 contended: 800,
                 preempted,
+                ..Default::default()
             });
         }
     }
@@ -318,6 +321,7 @@ fn avoided_is_none_without_preemptions_to_avoid() {
     let g = |c, p| GuestLocks {
         contended: c,
         preempted: p,
+        ..Default::default()
     };
     assert_eq!(avoided(g(100, 0), g(100, 0)), None);
     assert_eq!(avoided(g(0, 0), g(100, 1)), None);
@@ -483,6 +487,7 @@ fn counters_between_two_readings_restart_with_the_module() {
     let g = |c, p| GuestLocks {
         contended: c,
         preempted: p,
+        ..Default::default()
     };
     assert_eq!(GuestLocks::between(&g(10, 2), &g(30, 5)), g(20, 3));
     assert_eq!(GuestLocks::between(&g(10, 2), &g(4, 1)), g(4, 1));
@@ -803,11 +808,13 @@ fn holder_preemptions_avoided_are_computed_per_backend() {
         (
             GuestLocks {
                 contended: 2000,
-                preempted: 500
+                preempted: 500,
+                ..Default::default()
             },
             GuestLocks {
                 contended: 2000,
-                preempted: 30
+                preempted: 30,
+                ..Default::default()
             }
         )
     );
@@ -817,6 +824,73 @@ fn holder_preemptions_avoided_are_computed_per_backend() {
     assert!(json[0].get("backend").is_none(), "{}", json[0]);
     let back: Vec<Avoided> = serde_json::from_value(json).unwrap();
     assert_eq!(back, r.cases[0].avoided);
+}
+
+#[test]
+fn where_guests_count_named_holders_the_avoided_target_is_judged_on_them() {
+    // Arrange: scx_sample's counters, with ABI 1.7's named part in the
+    // sched_ext pair: without, 100 of 1000 named contentions per VM found
+    // their holder preempted (10 %); with, 2 of 800 (0.25 %): 97.5 % avoided
+    // where the totals say 94 %.
+    let mut raw = scx_sample_raw();
+    for p in &mut raw.phases {
+        let named = match p.mode {
+            LockMode::PvschedScxNolock => (1000, 100),
+            LockMode::PvschedScxLock => (800, 2),
+            _ => continue,
+        };
+        for v in &mut p.vms {
+            if let Some(g) = v.guest_locks.as_mut() {
+                (g.named_contended, g.named_preempted) = named;
+            }
+        }
+    }
+
+    // Act
+    let r = build(&raw);
+    let old = scx_sample();
+
+    // Assert
+    let both = r.cases[0]
+        .avoided
+        .iter()
+        .find(|a| a.vm == "both" && a.backend == LockBackend::SchedExt)
+        .unwrap();
+    assert_eq!(
+        (
+            both.named_without_pct,
+            both.named_with_pct,
+            both.named_avoided_pct
+        ),
+        (Some(10.0), Some(0.25), Some(97.5))
+    );
+    assert_eq!(both.avoided_pct, Some(94.0), "the totals' share is kept");
+    let target = r
+        .targets
+        .iter()
+        .find(|t| t.what.contains("avoided"))
+        .unwrap();
+    assert_eq!(target.value, Some(97.5));
+    assert!(target.what.contains("named holders"), "{}", target.what);
+    // Without named counters (guests before ABI 1.7): the totals, as before.
+    let old_target = old
+        .targets
+        .iter()
+        .find(|t| t.what.contains("avoided"))
+        .unwrap();
+    assert_eq!(old_target.value, Some(94.0));
+    assert!(!old_target.what.contains("named"), "{}", old_target.what);
+    let md = markdown(&r);
+    assert!(md.contains("### Named holders only"), "{md}");
+    assert!(
+        md.contains(
+            "| overcommitted | sched_ext | both | 200 / 2000 | 10.00 | 4 / 1600 | 0.25 | 97.5 % |"
+        ),
+        "{md}"
+    );
+    assert!(!markdown(&old).contains("Named holders only"));
+    // The rt pair's rows have no named counters: they stay out of that table.
+    assert!(!md.contains("| overcommitted | rt | both | 0 / 0"), "{md}");
 }
 
 #[test]

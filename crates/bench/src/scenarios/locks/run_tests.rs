@@ -345,6 +345,7 @@ fn the_progress_line_names_each_vm() {
                 guest_locks: Some(GuestLocks {
                     contended: 7,
                     preempted: 1,
+                    ..Default::default()
                 }),
                 ..Default::default()
             },
