@@ -1251,7 +1251,10 @@ void BPF_STRUCT_OPS(pvs_tick, struct task_struct *p)
  * next enqueue, after its turn by vtime, while the interrupt that caused
  * the boost waits with it. The daemon runs this right after the grant: the
  * thread is moved ahead, preempting a weaker task on its CPU or joining
- * the boost queue. At most 4096 queued tasks are looked at.
+ * the boost queue. A lock holder on that CPU (by the flag kept for it:
+ * this runs on the daemon's thread, where no slot can be read) is not
+ * preempted: the thread runs next, at the holder's slice end. At most 4096
+ * queued tasks are looked at.
  */
 SEC("syscall")
 int pvs_boost_queued(struct pvs_scx_boost_queued *ctx)
@@ -1296,9 +1299,16 @@ int pvs_boost_queued(struct pvs_scx_boost_queued *ctx)
 			struct pvs_scx_vcpu *v = vcpu_of(p);
 
 			if (boost_on(cpu) < g->boost) {
-				note_cut(cpu, PVS_SCX_CUT_GRANT);
+				struct pvs_cpu_holder *h = cpu_holder_of(cpu);
+				u64 preempt = SCX_ENQ_PREEMPT;
+
+				/* A lock holder there is not cut short. */
+				if (extension_ns && h && h->tid && h->tid != tid && h->lock)
+					preempt = 0;
+				else
+					note_cut(cpu, PVS_SCX_CUT_GRANT);
 				moved = scx_bpf_dsq_move(&it, p, SCX_DSQ_LOCAL_ON | cpu,
-							 SCX_ENQ_PREEMPT);
+							 preempt);
 			}
 			else
 				moved = scx_bpf_dsq_move(&it, p, PVS_SCX_DSQ_BOOST, 0);
