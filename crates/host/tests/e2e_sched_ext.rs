@@ -922,6 +922,64 @@ kvm_test! {
 }
 
 kvm_test! {
+    /// A boost the daemon grants to a queued vCPU (as in the test above)
+    /// does not preempt a lock holder on that CPU: beside it on CPU 0 runs
+    /// another VM's vCPU whose guest always shows a sleeping lock held. The
+    /// queued vCPU runs next, at the holder's slice end; before, the grant
+    /// preempted the holder whenever it ran there.
+    fn sched_ext_a_boost_granted_to_a_queued_vcpu_does_not_preempt_a_lock_holder() {
+        let dir = tempdir("scx-queued-holder");
+        let (hinted, holding) = (vm_name("scx-hint"), vm_name("scx-holder"));
+        let mut c = one_vcpu_on_cpu0();
+        c.guest_pending = Some(10);
+        c.spin = true;
+        let (_vmm_hinted, entry) = support::qmp_vm(&dir, &hinted, c);
+        let mut c = one_vcpu_on_cpu0();
+        c.guest_cs = Some(pvsched_abi::CS_LOCK);
+        c.spin = true;
+        let (_vmm_holding, entry_holding) = support::qmp_vm(&dir, &holding, c);
+        let entry_holding = entry_holding
+            .strip_prefix("[discovery]\nauto = false\n")
+            .expect("a VM entry after the discovery table");
+        let d = sched_ext_daemon(
+            &dir,
+            "",
+            &format!("[defaults]\nhonor_lock_holders = true\n{entry}{entry_holding}"),
+        );
+        d.wait_serving(&hinted, 1);
+        d.wait_serving(&holding, 1);
+        let _hogs = [Hog::on_cpu0(), Hog::on_cpu0()];
+        let holder = || {
+            let vms = d.status().vms;
+            let vm = vms.iter().find(|v| v.name == holding).expect("the holder's VM");
+            vm.vcpus[0].clone()
+        };
+        let by_grant = |v: &pvsched_control::VcpuStatus| {
+            let cut = pvsched_host::events::wire::PVS_SCX_CUT_GRANT as usize;
+            v.scx_holder_preempted_early_by.get(cut).copied().unwrap_or(0)
+        };
+        let (moved0, grant0) = (d.status().backend.boost_moved, by_grant(&holder()));
+
+        let b = wait_until(Duration::from_secs(40), Duration::from_millis(100), || {
+            let b = d.status().backend;
+            (b.boost_moved >= moved0 + 12).then_some(b)
+        })
+        .unwrap_or_else(|| {
+            panic!("too few queued vCPUs moved ahead: {:?}; log:\n{}", d.status().backend, d.log())
+        });
+        let h = holder();
+        let grant = by_grant(&h) - grant0;
+        eprintln!(
+            "{} queued vCPUs moved ahead; the holder preempted by a grant {grant} times, \
+             before its slice end by anything {:?}",
+            b.boost_moved - moved0,
+            h.scx_holder_preempted_early_by
+        );
+        assert_eq!(grant, 0, "a grant preempted the holder: {h:?}");
+    }
+}
+
+kvm_test! {
     /// A guest whose RT work runs between the host's reads (its slot always
     /// shows it idle; only its RT switch count moves, as a KVM guest's
     /// cyclictest does): each time its vCPU thread sleeps, the scheduler sees
