@@ -108,7 +108,14 @@ fn a_guest_clearing_its_reason_rings_and_is_unboosted_without_the_recheck_timer(
     assert_ne!(header.host_features & F_DOORBELL, 0, "{header:?}");
     let threads = threads_by_name(vm.qemu_pid() as i32).expect("vCPU threads");
     let tid = threads.vcpus[1].1;
-    // The module counts from its last bind (the daemon's header re-binds it).
+    // The module counts from its last bind (the daemon's header re-binds it):
+    // read the count once the guest is bound to the daemon's generation, or a
+    // bind after the read restarts it and the rings look fewer than they were.
+    wait_until(Duration::from_secs(20), Duration::from_millis(50), || {
+        let h = vm.region()?.header();
+        (h.generation != 0 && h.guest_generation == h.generation).then_some(())
+    })
+    .unwrap_or_else(|| panic!("the guest never bound to the region; log:\n{}", d.log()));
     let rings_before = guest_rings(&vm);
 
     // Act: a guest task on vCPU 1 alternates 30 ms of FIFO 42 with 30 ms of
