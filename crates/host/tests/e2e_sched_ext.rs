@@ -12,6 +12,7 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use pvsched_host::backend::sched_ext::kernel_state;
+use pvsched_host::events::wire::{PVS_SCX_CUT_DAEMON, PVS_SCX_CUT_GRANT};
 use pvsched_hostvm::kvm_test;
 use pvsched_vmtest::wait_until;
 use support::{params, tempdir, vm_name, Daemon, FakeVmm, FakeVmmConfig};
@@ -702,6 +703,13 @@ kvm_test! {
     }
 }
 
+/// The times vCPU `v` was preempted holding a lock before its slice end by
+/// `cut` (`enum pvs_scx_cut`).
+fn early_by(v: &pvsched_control::VcpuStatus, cut: u32) -> u64 {
+    let by = &v.scx_holder_preempted_early_by;
+    by.get(cut as usize).copied().unwrap_or(0)
+}
+
 /// Pins the calling thread to `cpu`.
 fn pin_self(cpu: usize) {
     let mut set = nix::sched::CpuSet::new();
@@ -739,9 +747,8 @@ kvm_test! {
         d.wait_serving(&name, 2);
         let _hogs = (Hog::on_cpu(0), Hog::on_cpu(1));
         let by_daemon = || -> u64 {
-            let cut = pvsched_host::events::wire::PVS_SCX_CUT_DAEMON as usize;
             let vcpus = d.status().vms[0].vcpus.clone();
-            vcpus.iter().filter_map(|v| v.scx_holder_preempted_early_by.get(cut)).sum()
+            vcpus.iter().map(|v| early_by(v, PVS_SCX_CUT_DAEMON)).sum()
         };
         std::thread::sleep(Duration::from_millis(500));
         let (moved0, daemon0) = (d.status().backend.daemon_moved, by_daemon());
@@ -954,10 +961,7 @@ kvm_test! {
             let vm = vms.iter().find(|v| v.name == holding).expect("the holder's VM");
             vm.vcpus[0].clone()
         };
-        let by_grant = |v: &pvsched_control::VcpuStatus| {
-            let cut = pvsched_host::events::wire::PVS_SCX_CUT_GRANT as usize;
-            v.scx_holder_preempted_early_by.get(cut).copied().unwrap_or(0)
-        };
+        let by_grant = |v: &pvsched_control::VcpuStatus| early_by(v, PVS_SCX_CUT_GRANT);
         let (moved0, grant0) = (d.status().backend.boost_moved, by_grant(&holder()));
 
         let b = wait_until(Duration::from_secs(40), Duration::from_millis(100), || {

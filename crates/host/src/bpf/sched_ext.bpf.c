@@ -543,6 +543,20 @@ static int ext_poll_fired(void *map, int *key, struct pvs_ext_poll *e)
 }
 
 /*
+ * The record of the lock-handling vCPU running on `cpu`, unless that is
+ * thread `except`; NULL for none, or without extensions. Its lock flag is
+ * the one kept for the CPU (as of that vCPU's last stop or tick).
+ */
+static __always_inline struct pvs_cpu_holder *lock_vcpu_on(s32 cpu, u32 except)
+{
+	struct pvs_cpu_holder *h = cpu_holder_of(cpu);
+
+	if (!extension_ns || !h || !h->tid || h->tid == except)
+		return NULL;
+	return h;
+}
+
+/*
  * The lock holder running on `cpu`: the tid of the vCPU thread there whose
  * guest shows a sleeping lock held (lock holders honoured), its grant in
  * *hg; 0 for none, or for `except` itself. The flag is as of that vCPU's
@@ -553,11 +567,11 @@ static int ext_poll_fired(void *map, int *key, struct pvs_ext_poll *e)
 static __always_inline u32 holder_on(s32 cpu, u32 except,
 				     struct pvs_scx_grant **hg)
 {
-	struct pvs_cpu_holder *h = cpu_holder_of(cpu);
+	struct pvs_cpu_holder *h = lock_vcpu_on(cpu, except);
 	struct pvs_scx_grant *g;
 	u32 tid, cs;
 
-	if (!extension_ns || !h || !h->tid || h->tid == except)
+	if (!h)
 		return 0;
 	tid = h->tid;
 	g = bpf_map_lookup_elem(&scx_grants, &tid);
@@ -673,11 +687,10 @@ static __always_inline s32 away_from_siblings(struct task_struct *p, s32 cpu)
 static __always_inline s32 daemon_where_flag_is_read(struct task_struct *p,
 						     s32 cpu)
 {
-	struct pvs_cpu_holder *h = cpu_holder_of(cpu);
 	s32 here = bpf_get_smp_processor_id();
 
-	if (!extension_ns || cpu == here ||
-	    (u32)p->nr_cpus_allowed < nr_cpu_ids || !h || !h->tid)
+	if (cpu == here || (u32)p->nr_cpus_allowed < nr_cpu_ids ||
+	    !lock_vcpu_on(cpu, p->pid))
 		return cpu;
 	__sync_fetch_and_add(&totals.daemon_moved, 1);
 	return here;
@@ -1299,11 +1312,11 @@ int pvs_boost_queued(struct pvs_scx_boost_queued *ctx)
 			struct pvs_scx_vcpu *v = vcpu_of(p);
 
 			if (boost_on(cpu) < g->boost) {
-				struct pvs_cpu_holder *h = cpu_holder_of(cpu);
+				struct pvs_cpu_holder *h = lock_vcpu_on(cpu, tid);
 				u64 preempt = SCX_ENQ_PREEMPT;
 
 				/* A lock holder there is not cut short. */
-				if (extension_ns && h && h->tid && h->tid != tid && h->lock)
+				if (h && h->lock)
 					preempt = 0;
 				else
 					note_cut(cpu, PVS_SCX_CUT_GRANT);

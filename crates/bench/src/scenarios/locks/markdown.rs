@@ -298,11 +298,7 @@ pub fn markdown(r: &LocksReport) -> String {
                     ""
                 }
             );
-            let _ = writeln!(
-                o,
-                "| case | backend | VM | without: preempted / contentions | % | with: preempted / contentions | % | avoided |"
-            );
-            let _ = writeln!(o, "|---|---|---|--:|--:|--:|--:|--:|");
+            per_backend_avoided_header(&mut o);
         } else {
             let _ = writeln!(
                 o,
@@ -311,26 +307,13 @@ pub fn markdown(r: &LocksReport) -> String {
             let _ = writeln!(o, "|---|---|--:|--:|--:|--:|--:|");
         }
         for (c, a) in avoided_rows {
-            let backend = if a.against_vanilla {
-                format!(" {} vs vanilla |", a.backend)
-            } else if per_backend {
-                format!(" {} |", a.backend)
+            let backend = if per_backend || a.against_vanilla {
+                backend_cell(a)
             } else {
                 String::new()
             };
-            let _ = writeln!(
-                o,
-                "| {} |{backend} {} | {} / {} | {} | {} / {} | {} | {} |",
-                c.case,
-                a.vm,
-                a.without.preempted,
-                a.without.contended,
-                opt(a.without_pct.map(|p| format!("{p:.2}"))),
-                a.with.preempted,
-                a.with.contended,
-                opt(a.with_pct.map(|p| format!("{p:.2}"))),
-                opt(a.avoided_pct.map(|p| format!("{p:.1} %")))
-            );
+            let pcts = (a.without_pct, a.with_pct, a.avoided_pct);
+            avoided_row(&mut o, &c.case, &backend, a, a.without, a.with, pcts);
         }
         named_holders_avoided(&mut o, r);
     }
@@ -752,29 +735,62 @@ fn named_holders_avoided(o: &mut String, r: &LocksReport) {
          vCPU of the guest preempted (vanilla has no host halves): that is no holder's \
          preemption. Where the guests count these, the avoided target is judged on them.\n"
     );
+    per_backend_avoided_header(o);
+    for (c, a) in rows {
+        let pcts = (a.named_without_pct, a.named_with_pct, a.named_avoided_pct);
+        let (without, with) = (a.without.named(), a.with.named());
+        let none = GuestLocks::default();
+        avoided_row(
+            o,
+            &c.case,
+            &backend_cell(a),
+            a,
+            without.unwrap_or(none),
+            with.unwrap_or(none),
+            pcts,
+        );
+    }
+}
+
+/// The header of an avoided table whose rows name their backend.
+fn per_backend_avoided_header(o: &mut String) {
     let _ = writeln!(
         o,
         "| case | backend | VM | without: preempted / contentions | % | with: preempted / contentions | % | avoided |"
     );
     let _ = writeln!(o, "|---|---|---|--:|--:|--:|--:|--:|");
-    for (c, a) in rows {
-        let backend = if a.against_vanilla {
-            format!("{} vs vanilla", a.backend)
-        } else {
-            a.backend.to_string()
-        };
-        let _ = writeln!(
-            o,
-            "| {} | {backend} | {} | {} / {} | {} | {} / {} | {} | {} |",
-            c.case,
-            a.vm,
-            a.without.named_preempted,
-            a.without.named_contended,
-            opt(a.named_without_pct.map(|p| format!("{p:.2}"))),
-            a.with.named_preempted,
-            a.with.named_contended,
-            opt(a.named_with_pct.map(|p| format!("{p:.2}"))),
-            opt(a.named_avoided_pct.map(|p| format!("{p:.1} %")))
-        );
+}
+
+/// An avoided row's backend cell, with the `|` that ends it.
+fn backend_cell(a: &Avoided) -> String {
+    if a.against_vanilla {
+        format!(" {} vs vanilla |", a.backend)
+    } else {
+        format!(" {} |", a.backend)
     }
+}
+
+/// One row of an avoided table: the counters compared (the totals or the
+/// named part) and their rates and share avoided, in percent.
+fn avoided_row(
+    o: &mut String,
+    case: &str,
+    backend: &str,
+    a: &Avoided,
+    without: GuestLocks,
+    with: GuestLocks,
+    (without_pct, with_pct, avoided_pct): (Option<f64>, Option<f64>, Option<f64>),
+) {
+    let _ = writeln!(
+        o,
+        "| {case} |{backend} {} | {} / {} | {} | {} / {} | {} | {} |",
+        a.vm,
+        without.preempted,
+        without.contended,
+        opt(without_pct.map(|p| format!("{p:.2}"))),
+        with.preempted,
+        with.contended,
+        opt(with_pct.map(|p| format!("{p:.2}"))),
+        opt(avoided_pct.map(|p| format!("{p:.1} %")))
+    );
 }
