@@ -199,6 +199,13 @@ pub struct BackendStatus {
     pub extension_polls: u64,
     #[serde(default)]
     pub extension_poll_errors: u64,
+    /// Extensions that ran out with the guest still holding a lock and went
+    /// on for a tail (`scx_extension_tail_us`), and of those, the tails
+    /// ended at a lock-free point.
+    #[serde(default)]
+    pub extension_tails: u64,
+    #[serde(default)]
+    pub extension_tails_ended_early: u64,
     /// Woken vCPUs sent to a CPU without another vCPU of their VM
     /// (`scx_spread_vm_vcpus`).
     #[serde(default)]
@@ -414,6 +421,12 @@ pub struct VcpuStatus {
     /// lock-free point (`BackendStatus::extensions_ended_early`).
     #[serde(default)]
     pub scx_extensions_ended_early: u64,
+    /// sched_ext backend: this vCPU's extension tails, and those ended at a
+    /// lock-free point (`BackendStatus::extension_tails`).
+    #[serde(default)]
+    pub scx_extension_tails: u64,
+    #[serde(default)]
+    pub scx_extension_tails_ended_early: u64,
     /// sched_ext backend: of `scx_holder_preempted_early`, by what took the
     /// CPU, indexed by the scheduler's `enum pvs_scx_cut` (0: none of its
     /// own, a higher class or the kernel; 1: a boosted vCPU; 2: the boost

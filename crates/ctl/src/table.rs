@@ -301,6 +301,8 @@ mod tests {
                 scx_holder_preempted_unextended: 0,
                 scx_holder_preempted_early: 0,
                 scx_extensions_ended_early: 0,
+                scx_extension_tails: 0,
+                scx_extension_tails_ended_early: 0,
                 scx_holder_preempted_early_by: Vec::new(),
                 scx_boost_preempts: 0,
                 scx_kernel_boosts: 0,

@@ -312,6 +312,8 @@ impl ControlServer {
                             scx_holder_preempted_unextended: x.holder_preempted_unextended,
                             scx_holder_preempted_early: x.holder_preempted_early,
                             scx_extensions_ended_early: x.ext_ended_early,
+                            scx_extension_tails: x.ext_tails,
+                            scx_extension_tails_ended_early: x.ext_tails_ended_early,
                             scx_holder_preempted_early_by: x.holder_preempted_early_by.to_vec(),
                             scx_boost_preempts: x.boost_preempts,
                             scx_kernel_boosts: x.kboosts,

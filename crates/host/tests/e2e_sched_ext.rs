@@ -384,6 +384,81 @@ kvm_test! {
     }
 }
 
+/// Over `secs` seconds, vCPU 0 of the daemon's first VM: (extensions,
+/// tails, tails ended early, preempted holding a lock after an
+/// extension, ms extended).
+fn tails_over(d: &Daemon, secs: u64) -> (u64, u64, u64, u64, f64) {
+    let v = || d.status().vms[0].vcpus[0].clone();
+    let a = v();
+    std::thread::sleep(Duration::from_secs(secs));
+    let b = v();
+    (
+        b.scx_extensions - a.scx_extensions,
+        b.scx_extension_tails - a.scx_extension_tails,
+        b.scx_extension_tails_ended_early - a.scx_extension_tails_ended_early,
+        b.scx_holder_preempted_extended - a.scx_holder_preempted_extended,
+        b.scx_extended_ms - a.scx_extended_ms,
+    )
+}
+
+kvm_test! {
+    /// A holder that takes lock after lock is out of its locks for 150 µs
+    /// of every 1.1 ms, beside a hog on its CPU, its extensions polled
+    /// every 1 ms: most polls miss the gaps, and without a tail
+    /// (`scx_extension_tail_us = 0`) about half the extensions run out with
+    /// the lock held, the holder preempted in it. With the tail, such an
+    /// extension goes on, its slot read every 50 µs (every ~120 µs in the
+    /// host VM), and ends at the next gap: far fewer holders are preempted
+    /// in the lock, and none runs past its extension and tail.
+    fn sched_ext_a_holder_still_in_its_lock_when_its_extension_runs_out_is_preempted_at_its_next_gap() {
+        let dir = tempdir("scx-tail");
+        let name = vm_name("scx-tail");
+        let mut c = one_vcpu_on_cpu0();
+        c.guest_cs = Some(pvsched_abi::CS_LOCK);
+        c.guest_cs_duty = Some((950, 1100));
+        c.spin = true;
+        let (_vmm, entry) = support::qmp_vm(&dir, &name, c);
+        let _hog = Hog::on_cpu0();
+        let keys = "scx_extension_us = 4000\nscx_extension_share_permille = 500\n\
+                    scx_extension_poll_us = 1000";
+        let rest = format!(
+            "[defaults]\nhonor_lock_holders = true\n{entry}[vm.limits]\nhonor_lock_holders = true\n"
+        );
+
+        let mut d = sched_ext_daemon(&dir, &format!("{keys}\nscx_extension_tail_us = 0"), &rest);
+        d.wait_serving(&name, 1);
+        let (granted, tails, _, whole_a, _) = tails_over(&d, 3);
+        eprintln!("without tails: {granted} extensions, {whole_a} holders preempted after one");
+        assert!(granted >= 20, "{granted} extensions in 3 s; log:\n{}", d.log());
+        assert_eq!(tails, 0, "tails off, none granted");
+        assert!(whole_a * 4 >= granted, "{whole_a} of {granted} ran out in the lock: the setup");
+        let rate_a = whole_a as f64 / granted as f64;
+        assert!(d.signal(libc::SIGTERM).success(), "{}", d.log());
+
+        let d = sched_ext_daemon(
+            &dir,
+            &format!("{keys}\nscx_extension_tail_us = 1000\nscx_extension_tail_poll_us = 50"),
+            &rest,
+        );
+        d.wait_serving(&name, 1);
+        let (granted, tails, tails_early, whole_b, ms) = tails_over(&d, 3);
+        eprintln!(
+            "with tails: {granted} extensions, {tails} tails, {tails_early} ended at a gap, \
+             {whole_b} holders preempted after one, {ms:.1} ms"
+        );
+        assert!(granted >= 20, "{granted} extensions in 3 s; log:\n{}", d.log());
+        assert!(tails * 5 >= granted, "{tails} tails for {granted} extensions: {:?}", d.status().backend);
+        assert!(tails_early * 2 >= tails, "{tails_early} of {tails} tails ended at a gap");
+        let rate_b = whole_b as f64 / granted as f64;
+        assert!(
+            rate_b <= 0.5 * rate_a,
+            "holders preempted in the lock after an extension: {rate_b:.2} per extension with \
+             tails, {rate_a:.2} without"
+        );
+        assert!(ms <= 5.0 * granted as f64 + 1e-6, "charged over the extension and tail: {ms} ms");
+    }
+}
+
 /// A two-vCPU fake VMM on CPU 0, both threads spinning, whose vCPU 1
 /// publishes a mutex wait naming vCPU 0 as the holder, all the time.
 fn lock_vmm(dir: &Path, name: &str) -> (FakeVmm, String) {

@@ -128,6 +128,8 @@ impl BackendState {
         s.extensions_ended_early = t.ext_ended_early;
         s.extension_polls = t.ext_polls;
         s.extension_poll_errors = t.ext_poll_errors;
+        s.extension_tails = t.ext_tails;
+        s.extension_tails_ended_early = t.ext_tails_ended_early;
         s.vcpus_spread = t.vcpus_spread;
         s.daemon_moved = t.daemon_moved;
         s.boost_moved = t.boost_moved;

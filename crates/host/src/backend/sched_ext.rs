@@ -79,6 +79,12 @@ pub struct SchedExtOptions {
     /// the extension ends once the guest is out of its critical section;
     /// 0: every extension runs its length.
     pub extension_poll_ns: u64,
+    /// A vCPU still holding a lock when its extension runs out goes on for
+    /// at most this much, its slot read every `extension_tail_poll_ns`, and
+    /// is preempted at the first read that finds it out of its locks; 0:
+    /// none.
+    pub extension_tail_ns: u64,
+    pub extension_tail_poll_ns: u64,
     /// A woken task preempts a running one whose vtime is ahead by more
     /// than this; 0: never.
     pub wakeup_preempt_ns: u64,
@@ -99,6 +105,8 @@ impl Default for SchedExtOptions {
             slice_ns: 5_000_000,
             extension_ns: 4_000_000,
             extension_poll_ns: 250_000,
+            extension_tail_ns: 1_000_000,
+            extension_tail_poll_ns: 50_000,
             wakeup_preempt_ns: 0,
             max_threads: 4096,
             daemon_tid: 0,
@@ -237,6 +245,8 @@ impl SchedExt {
             ro.slice_ns = options.slice_ns;
             ro.extension_ns = options.extension_ns;
             ro.extension_poll_ns = options.extension_poll_ns;
+            ro.extension_tail_ns = options.extension_tail_ns;
+            ro.extension_tail_poll_ns = options.extension_tail_poll_ns;
             ro.wakeup_preempt_ns = options.wakeup_preempt_ns;
             ro.nr_cpu_ids = cpus;
             ro.daemon_tid = options.daemon_tid;

@@ -352,7 +352,8 @@ struct pvs_scx_vcpu {
 	 * a lock holder's (its time counted in ext_lock_ns too). */
 	__u64 ext_at;
 	__u32 ext_is_lock;
-	__u32 pad2;
+	/* Private: the extension running now went on into its tail. */
+	__u32 ext_in_tail;
 	/* Extensions ended early at a poll that found the guest out of its
 	 * critical section (sched_ext extension_poll_ns): preempted at a
 	 * lock-free point instead of at the extension's end. */
@@ -361,6 +362,11 @@ struct pvs_scx_vcpu {
 	 * pvs_scx_cut): the program's own preemptions, noted on the CPU when
 	 * it decides them; OTHER, none of them (a higher class, the kernel). */
 	__u64 holder_preempted_early_by[8];
+	/* Extensions for a lock holder still in its lock when they ran out
+	 * that went on for a tail (sched_ext extension_tail_ns), polled
+	 * finer, and of those, the tails ended at a lock-free point. */
+	__u64 ext_tails;
+	__u64 ext_tails_ended_early;
 };
 
 /*
@@ -395,6 +401,8 @@ struct pvs_scx_totals {
 	__u64 ext_ended_early;	/* extensions ended at a lock-free point */
 	__u64 ext_polls;	/* slot reads of the extension's poll */
 	__u64 ext_poll_errors;	/* poll timers that failed to start */
+	__u64 ext_tails;	/* extensions that went on for a tail */
+	__u64 ext_tails_ended_early;	/* tails ended at a lock-free point */
 	__u64 queued_to_run_boosted[PVS_SCX_LAT_BUCKETS];
 	__u64 queued_to_run_other[PVS_SCX_LAT_BUCKETS];
 };
@@ -427,6 +435,6 @@ struct pvs_scx_boost_queued {
 #define PVS_SCX_DSQ_FAIR 1
 
 _Static_assert(sizeof(struct pvs_scx_grant) == 80, "pvs_scx_grant size");
-_Static_assert(sizeof(struct pvs_scx_vcpu) == 360, "pvs_scx_vcpu size");
+_Static_assert(sizeof(struct pvs_scx_vcpu) == 376, "pvs_scx_vcpu size");
 
 #endif /* __PVSCHED_INTF_H */

@@ -37,7 +37,9 @@
  *    its CPU for one extension of extension_ns, within the total the
  *    daemon allows it (the record's ext_allowed_ns). Its vtime is charged
  *    for it like for any time it ran, so the fair queue takes it back
- *    later;
+ *    later. A timer reads its slot again while it runs and ends it at a
+ *    lock-free point; one that runs out with a lock still held goes on
+ *    for a short tail, read finer, to find one (extension_tail_ns);
  *  - at a boosted enqueue that would preempt a vCPU whose guest shows a
  *    sleeping lock held (CS_LOCK, as of its last tick, or read at once when
  *    the enqueue runs on its own thread: its guest woke the task, often by
@@ -85,6 +87,16 @@ const volatile u32 extension_cs = PVSCHED_CS_ALL;
  * is charged for what it ran. 0: no poll, every extension runs its length.
  */
 const volatile u64 extension_poll_ns = 250000;
+/*
+ * A vCPU whose guest still shows a sleeping lock held (CS_LOCK) when its
+ * extension runs out goes on for at most this much more, its slot read
+ * every extension_tail_poll_ns, and is preempted at the first read that
+ * finds it out of its locks, or at the tail's end: a holder taking lock
+ * after lock is rarely out of them at a 250 µs poll, and is out for tens
+ * of µs between two. Within the same allowance; needs the poll. 0: none.
+ */
+const volatile u64 extension_tail_ns = 1000000;
+const volatile u64 extension_tail_poll_ns = 50000;
 /*
  * pvschedd's event thread (0: none). It runs in this class, not in the RT
  * one: dispatched at once on its CPU, ahead of every boost it grants and
@@ -203,6 +215,7 @@ struct pvs_ext_poll {
 	struct bpf_timer timer;
 	u32 tid;
 	u32 pad;
+	u64 tail_until;	/* the tail running here ends then */
 };
 
 struct {
@@ -433,18 +446,21 @@ static __always_inline bool earns_extension(struct pvs_scx_grant *g,
  */
 static __always_inline void close_extension(struct pvs_scx_vcpu *v)
 {
-	u64 now = bpf_ktime_get_ns(), ran;
+	u64 now = bpf_ktime_get_ns(), ran, most = extension_ns;
 
 	if (!v->ext_in_slice)
 		return;
+	if (v->ext_in_tail)
+		most += extension_tail_ns;
 	ran = now > v->ext_at ? now - v->ext_at : 0;
-	if (ran > extension_ns)
-		ran = extension_ns;
+	if (ran > most)
+		ran = most;
 	v->ext_ns += ran;
 	if (v->ext_is_lock)
 		v->ext_lock_ns += ran;
 	v->ext_in_slice = 0;
 	v->ext_is_lock = 0;
+	v->ext_in_tail = 0;
 }
 
 /*
@@ -503,8 +519,9 @@ static __always_inline void start_ext_poll(u32 tid)
  * mapped, so its slot can be read), read the slot again; while the guest
  * is still in what earned the extension, read it again later; once it is
  * out, end the extension now (the kick takes the CPU back at once; the
- * stop charges what it ran). Not the current task: it stopped, or a
- * higher class took its CPU; the extension runs its course.
+ * stop charges what it ran). In a tail, read finer, and end it at its
+ * end whatever the slot shows (its slice end). Not the current task: it
+ * stopped, or a higher class took its CPU; the extension runs its course.
  */
 static int ext_poll_fired(void *map, int *key, struct pvs_ext_poll *e)
 {
@@ -530,16 +547,59 @@ static int ext_poll_fired(void *map, int *key, struct pvs_ext_poll *e)
 	}
 	__sync_fetch_and_add(&totals.ext_polls, 1);
 	if (earns_extension(g, v, cs, &lock)) {
-		if (bpf_timer_start(&e->timer, extension_poll_ns, BPF_F_TIMER_CPU_PIN))
+		if (v->ext_in_tail && bpf_ktime_get_ns() >= e->tail_until) {
+			/* The tail ran out: its slice ends here. */
+			e->tid = 0;
+			v->slice_ended = 1;
+			scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
+			return 0;
+		}
+		if (bpf_timer_start(&e->timer,
+				    v->ext_in_tail ? extension_tail_poll_ns :
+						     extension_poll_ns,
+				    BPF_F_TIMER_CPU_PIN))
 			__sync_fetch_and_add(&totals.ext_poll_errors, 1);
 		return 0;
 	}
 	e->tid = 0;
-	v->ext_ended_early++;
-	__sync_fetch_and_add(&totals.ext_ended_early, 1);
+	if (v->ext_in_tail) {
+		v->ext_tails_ended_early++;
+		__sync_fetch_and_add(&totals.ext_tails_ended_early, 1);
+	} else {
+		v->ext_ended_early++;
+		__sync_fetch_and_add(&totals.ext_ended_early, 1);
+	}
 	note_cut(cpu, PVS_SCX_CUT_POLL);
 	scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
 	return 0;
+}
+
+/*
+ * The extension vCPU record v runs on this CPU (its thread `tid`, the
+ * current task) ran out while its guest still shows a lock held (`cs`):
+ * one tail, if its allowance has room for the extension and the tail
+ * whole and this CPU polls that extension. The caller sets the slice.
+ */
+static __always_inline bool grant_tail(struct pvs_scx_grant *g,
+				       struct pvs_scx_vcpu *v, u32 tid, u32 cs)
+{
+	u32 key = bpf_get_smp_processor_id();
+	struct pvs_ext_poll *e;
+
+	if (!extension_tail_ns || !extension_tail_poll_ns || v->ext_in_tail ||
+	    !cs_lock_held(g, cs) ||
+	    v->ext_ns + extension_ns + extension_tail_ns > allowance(&v->ext_allowed_ns))
+		return false;
+	e = bpf_map_lookup_elem(&ext_poll, &key);
+	if (!e || e->tid != tid)
+		return false;
+	v->ext_in_tail = 1;
+	v->ext_tails++;
+	__sync_fetch_and_add(&totals.ext_tails, 1);
+	e->tail_until = bpf_ktime_get_ns() + extension_tail_ns;
+	if (bpf_timer_start(&e->timer, extension_tail_poll_ns, BPF_F_TIMER_CPU_PIN))
+		__sync_fetch_and_add(&totals.ext_poll_errors, 1);
+	return true;
 }
 
 /*
@@ -1242,6 +1302,13 @@ void BPF_STRUCT_OPS(pvs_tick, struct task_struct *p)
 	}
 	if (tracked)
 		h->lock = cs_lock_held(g, cs);
+	/* An extension ran out with a lock still held: its tail, if due. The
+	 * slice bounds it if its poll fails: the next tick ends it. */
+	if (!p->scx.slice && v->ext_in_slice && grant_tail(g, v, p->pid, cs)) {
+		p->scx.slice = extension_tail_ns;
+		v->slice_ended = 0;
+		return;
+	}
 	if (p->scx.slice || v->ext_in_slice)
 		return;
 	/*

@@ -146,6 +146,16 @@ pub struct DaemonConfig {
     /// lock-free point, and charged for what it ran); 0: every extension
     /// runs its whole length.
     pub scx_extension_poll_us: u64,
+    /// sched_ext backend: a vCPU whose guest still holds a sleeping lock
+    /// when its extension runs out goes on for at most this many µs more
+    /// (within the same allowance), its slot read every
+    /// `scx_extension_tail_poll_us`, and is preempted at the first read
+    /// that finds it out of its locks: a holder that takes lock after lock
+    /// is out of them for tens of µs at a time, which a read every 250 µs
+    /// rarely finds. Needs the poll; 0: none.
+    pub scx_extension_tail_us: u64,
+    /// sched_ext backend: how often a tail reads the slot, µs.
+    pub scx_extension_tail_poll_us: u64,
     /// sched_ext backend: a woken task preempts the fair-class task running
     /// on its CPU when that one's virtual time is ahead of its own by more
     /// than this, µs at nice 0 (the fair class's wakeup granularity, 1000);
@@ -180,6 +190,8 @@ impl DaemonConfig {
             slice_ns: self.scx_slice_us * 1000,
             extension_ns: self.scx_extension_us * 1000,
             extension_poll_ns: self.scx_extension_poll_us * 1000,
+            extension_tail_ns: self.scx_extension_tail_us * 1000,
+            extension_tail_poll_ns: self.scx_extension_tail_poll_us * 1000,
             wakeup_preempt_ns: self.scx_wakeup_preempt_us * 1000,
             spread_vm_vcpus: self.scx_spread_vm_vcpus,
             ..Default::default()
@@ -235,6 +247,8 @@ impl Default for DaemonConfig {
             scx_slice_us: 5000,
             scx_extension_us: 4000,
             scx_extension_poll_us: 250,
+            scx_extension_tail_us: 1000,
+            scx_extension_tail_poll_us: 50,
             scx_wakeup_preempt_us: 0,
             scx_extension_share_permille: pvsched_policy::DEFAULT_SCX_EXTENSION_SHARE_PERMILLE,
             scx_scan_interval_us: pvsched_policy::DEFAULT_SCX_SCAN_INTERVAL_NS / 1000,
@@ -624,6 +638,18 @@ impl Config {
                 format!("must be 0 or 20..=100000, not {}", d.scx_extension_poll_us),
             ));
         }
+        if d.scx_extension_tail_us > 100_000 {
+            return Err(invalid(
+                "daemon.scx_extension_tail_us",
+                format!("must be 0..=100000, not {}", d.scx_extension_tail_us),
+            ));
+        }
+        if !(20..=100_000).contains(&d.scx_extension_tail_poll_us) {
+            return Err(invalid(
+                "daemon.scx_extension_tail_poll_us",
+                format!("must be 20..=100000, not {}", d.scx_extension_tail_poll_us),
+            ));
+        }
         if d.scx_extension_share_permille > 1000 {
             return Err(invalid(
                 "daemon.scx_extension_share_permille",
@@ -772,6 +798,21 @@ mod tests {
         assert_eq!(d.dir_path(control), Path::new("/run/x/ivshmem"));
         assert_eq!(set.socket_path(control), Path::new("/s/q.sock"));
         assert_eq!(set.dir_path(control), Path::new("/s/r"));
+    }
+
+    #[test]
+    fn bad_extension_tail_values_are_refused() {
+        let tail = Config::parse("[daemon]\nscx_extension_tail_us = 100001\n", "t.toml");
+        let poll = Config::parse("[daemon]\nscx_extension_tail_poll_us = 10\n", "t.toml");
+        let off = Config::parse("[daemon]\nscx_extension_tail_us = 0\n", "t.toml").unwrap();
+
+        assert!(
+            matches!(tail, Err(ConfigError::Invalid { key, .. }) if key == "daemon.scx_extension_tail_us")
+        );
+        assert!(
+            matches!(poll, Err(ConfigError::Invalid { key, .. }) if key == "daemon.scx_extension_tail_poll_us")
+        );
+        assert_eq!(off.config.daemon.sched_ext_options().extension_tail_ns, 0);
     }
 
     #[test]

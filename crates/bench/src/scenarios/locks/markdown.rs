@@ -556,6 +556,7 @@ fn scx_extension_table(o: &mut String, r: &LocksReport) {
     // stay as they were.
     let deferred = rows.iter().any(|(_, _, _, x)| x.at_preemption > 0);
     let early = rows.iter().any(|(_, _, _, x)| x.ended_early > 0);
+    let tails = rows.iter().any(|(_, _, _, x)| x.tails > 0);
     if deferred {
         let _ = writeln!(
             o,
@@ -573,6 +574,16 @@ fn scx_extension_table(o: &mut String, r: &LocksReport) {
              extended ms counts what the extensions ran.\n"
         );
     }
+    if tails {
+        let _ = writeln!(
+            o,
+            "An extension that runs out while the guest still shows a lock held goes on for a \
+             tail of at most `scx_extension_tail_us`, its slot read every \
+             `scx_extension_tail_poll_us`, and ends at the first read that finds the guest out \
+             of its locks (tail ended at a lock-free point), else at the tail's end; within the \
+             same allowance.\n"
+        );
+    }
     let mut head = String::from(if deferred {
         "| case | mode | VM | extensions granted at the preemption (slice end or boosted vCPU) | of them for a lock holder | of those at a boosted vCPU's preemption |"
     } else {
@@ -580,6 +591,9 @@ fn scx_extension_table(o: &mut String, r: &LocksReport) {
     });
     if early {
         head.push_str(" ended early at a lock-free point |");
+    }
+    if tails {
+        head.push_str(" ran out in a lock: went on for a tail | tail ended at a lock-free point |");
     }
     head.push_str(" refused (allowance) | extended ms |");
     let cols = head.matches('|').count() - 1;
@@ -592,6 +606,9 @@ fn scx_extension_table(o: &mut String, r: &LocksReport) {
         }
         if early {
             cells.push_str(&format!(" {} |", x.ended_early));
+        }
+        if tails {
+            cells.push_str(&format!(" {} | {} |", x.tails, x.tails_ended_early));
         }
         let _ = writeln!(
             o,

@@ -489,6 +489,13 @@ pub struct ScxExtensions {
     /// the guest out of its critical section (`scx_extensions_ended_early`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub ended_early: u64,
+    /// Extensions that ran out with the guest still holding a lock and went
+    /// on for a tail, and of those, the tails ended at a lock-free point
+    /// (`scx_extension_tails`, `scx_extension_tails_ended_early`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tails: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tails_ended_early: u64,
     /// Of `holder_preempted_early`, by what took the CPU (the scheduler's
     /// `enum pvs_scx_cut`, [`CUT_NAMES`]); empty for runs before the count.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -535,6 +542,8 @@ impl ScxExtensions {
             sum.holder_preempted_unextended += c.scx_holder_preempted_unextended;
             sum.holder_preempted_early += c.scx_holder_preempted_early;
             sum.ended_early += c.scx_extensions_ended_early;
+            sum.tails += c.scx_extension_tails;
+            sum.tails_ended_early += c.scx_extension_tails_ended_early;
             add_counts(
                 &mut sum.holder_preempted_early_by,
                 &c.scx_holder_preempted_early_by,
@@ -569,6 +578,8 @@ impl ScxExtensions {
                 .holder_preempted_early
                 .saturating_sub(b.holder_preempted_early),
             ended_early: a.ended_early.saturating_sub(b.ended_early),
+            tails: a.tails.saturating_sub(b.tails),
+            tails_ended_early: a.tails_ended_early.saturating_sub(b.tails_ended_early),
             holder_preempted_early_by: a
                 .holder_preempted_early_by
                 .iter()
@@ -590,6 +601,8 @@ impl ScxExtensions {
         self.holder_preempted_unextended += o.holder_preempted_unextended;
         self.holder_preempted_early += o.holder_preempted_early;
         self.ended_early += o.ended_early;
+        self.tails += o.tails;
+        self.tails_ended_early += o.tails_ended_early;
         add_counts(
             &mut self.holder_preempted_early_by,
             &o.holder_preempted_early_by,

@@ -1086,6 +1086,37 @@ fn extensions_ended_at_a_lock_free_point_get_their_own_column_when_there_are_any
 }
 
 #[test]
+fn extension_tails_get_their_own_columns_when_there_are_any() {
+    // Arrange: the sample's sched_ext run, one VM's extensions went on for
+    // 6 tails, 4 of which ended at a lock-free point.
+    let mut raw = scx_sample_raw();
+    let md_before = markdown(&build(&raw));
+    for p in &mut raw.phases {
+        if p.mode == LockMode::PvschedScxLock {
+            if let Some(x) = p.vms[1].scx_extensions.as_mut() {
+                x.tails = 6;
+                x.tails_ended_early = 4;
+            }
+        }
+    }
+
+    // Act
+    let md = markdown(&build(&raw));
+
+    // Assert: without any, the table is as before; with some, two columns.
+    assert!(!md_before.contains("tail"), "{md_before}");
+    for needle in [
+        "| of them for a lock holder | ran out in a lock: went on for a tail | tail ended at a \
+         lock-free point | refused (allowance) | extended ms |",
+        "| overcommitted | pvsched-scx-lock | lock-b | 40 | 20 | 6 | 4 | 2 | 160.0 |",
+        "| overcommitted | pvsched-scx-nolock | lock-a | 0 | 0 | 0 | 0 | 0 | 0.0 |",
+        "goes on for a tail of at most `scx_extension_tail_us`",
+    ] {
+        assert!(md.contains(needle), "{needle:?} not in\n{md}");
+    }
+}
+
+#[test]
 fn holders_preempted_before_their_slice_end_are_shown_by_what_took_the_cpu_when_counted() {
     // Arrange: the sample's sched_ext run; each repeat of scx-lock saw
     // lock-b's holders preempted early twice by a boosted vCPU and once by
