@@ -420,7 +420,7 @@ impl Daemon {
                 source,
             })?;
         match reply {
-            Response::Status(s) => Ok(s),
+            Response::Status(s) => Ok(*s),
             Response::Error { message } => {
                 Err(BenchError::Daemon(format!("pvschedd status: {message}")))
             }

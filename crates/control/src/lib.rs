@@ -66,7 +66,7 @@ pub enum ApplyTarget {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Response {
-    Status(Status),
+    Status(Box<Status>),
     Metrics { text: String },
     Ok { message: String },
     Record(Recording),
@@ -206,6 +206,10 @@ pub struct BackendStatus {
     pub extension_tails: u64,
     #[serde(default)]
     pub extension_tails_ended_early: u64,
+    /// A vCPU's slice ends with nothing waiting for its CPU, where the
+    /// scheduler looks at no extension: it runs on anyway.
+    #[serde(default)]
+    pub slice_ends_uncontended: u64,
     /// Woken vCPUs sent to a CPU without another vCPU of their VM
     /// (`scx_spread_vm_vcpus`).
     #[serde(default)]
@@ -560,14 +564,14 @@ mod tests {
 
     #[test]
     fn replies_round_trip_with_thread_params() {
-        let resp = Response::Status(Status {
+        let resp = Response::Status(Box::new(Status {
             pid: 1,
             uptime_s: 2.0,
             event_source: "bpf".into(),
             dropped_events: 0,
             backend: BackendStatus::default(),
             vms: vec![],
-        });
+        }));
         let line = serde_json::to_string(&resp).unwrap();
 
         assert_eq!(serde_json::from_str::<Response>(&line).unwrap(), resp);

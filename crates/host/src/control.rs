@@ -179,7 +179,7 @@ impl ControlServer {
     /// Answers one request.
     fn answer(&mut self, req: Request, d: &mut Served<'_>) -> Response {
         match req {
-            Request::Status => Response::Status(self.status(d)),
+            Request::Status => Response::Status(Box::new(self.status(d))),
             Request::Metrics => {
                 d.metrics.set_source_counters(&d.source.counters());
                 for vm in d.vms.iter_mut() {

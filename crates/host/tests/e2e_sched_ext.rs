@@ -319,6 +319,44 @@ kvm_test! {
     }
 }
 
+kvm_test! {
+    /// A vCPU alone on its CPU is not extended: with nothing waiting for
+    /// the CPU, the dispatch keeps it running at its slice end anyway, and
+    /// an extension would only spend its allowance and poll its slot. A
+    /// guest in a critical section all the time spins on CPU 0: alone,
+    /// its slice ends are counted uncontended and almost none is extended;
+    /// with a host hog beside it, they are.
+    fn sched_ext_extends_no_vcpu_that_nothing_waits_to_preempt() {
+        let dir = tempdir("scx-unwaited");
+        let name = vm_name("scx-unwaited");
+        let (_vmm, entry) = vmm(&dir, &name, None, Some(CS_HARDIRQ), true);
+        let d = sched_ext_daemon(
+            &dir,
+            "scx_extension_us = 4000\nscx_extension_share_permille = 500",
+            &format!("[defaults]\nhonor_critical_sections = false\n{entry}"),
+        );
+        d.wait_serving(&name, 1);
+        let uncontended = || d.status().backend.slice_ends_uncontended;
+
+        let u0 = uncontended();
+        let (alone, _, _) = extensions_over(&d, 2);
+        let alone_ends = uncontended() - u0;
+        let _hog = Hog::on_cpu0();
+        std::thread::sleep(Duration::from_millis(200));
+        let (beside, _, _) = extensions_over(&d, 2);
+        eprintln!(
+            "alone: {alone} extensions, {alone_ends} uncontended slice ends; beside a hog: \
+             {beside} extensions"
+        );
+
+        // 2 s of 5 ms slices: about 400 slice ends, a few with a kernel
+        // thread waiting.
+        assert!(alone_ends >= 100, "{alone_ends} uncontended slice ends: {:?}", d.status().backend);
+        assert!(alone <= 20, "{alone} extensions with nothing waiting; log:\n{}", d.log());
+        assert!(beside >= 30, "{beside} extensions beside a hog: {:?}", d.status().backend);
+    }
+}
+
 /// The extensions of vCPU 0 of the daemon's first VM over `secs` seconds:
 /// (granted, ended early, ms they ran).
 fn extensions_over(d: &Daemon, secs: u64) -> (u64, u64, f64) {

@@ -130,6 +130,7 @@ impl BackendState {
         s.extension_poll_errors = t.ext_poll_errors;
         s.extension_tails = t.ext_tails;
         s.extension_tails_ended_early = t.ext_tails_ended_early;
+        s.slice_ends_uncontended = t.slice_ends_uncontended;
         s.vcpus_spread = t.vcpus_spread;
         s.daemon_moved = t.daemon_moved;
         s.boost_moved = t.boost_moved;

@@ -960,6 +960,37 @@ static __always_inline u64 vtime_so_far(struct task_struct *prev)
  * unless another CPU's oldest is more than a slice of vtime older still
  * (or this CPU has nothing): then that one is taken.
  */
+/*
+ * Whether a task waits to take this CPU from p, the current task, at its
+ * slice end: a boost or a task on the CPU's local queue, or a fair task
+ * pvs_dispatch would run before it (this CPU's queue's head ahead of it in
+ * vtime, or another CPU's head more than a slice ahead, which it pulls).
+ * If none does, the dispatch keeps p running on a fresh slice: an
+ * extension there would change nothing but spend the allowance and poll.
+ */
+static __always_inline bool cpu_wanted(s32 cpu, struct task_struct *p)
+{
+	u64 vt = vtime_so_far(p), head = 0;
+	struct bpf_iter_num it;
+	bool wanted = false;
+	int *i;
+
+	if (scx_bpf_dsq_nr_queued(PVS_SCX_DSQ_BOOST) > 0 ||
+	    scx_bpf_dsq_nr_queued(SCX_DSQ_LOCAL) > 0)
+		return true;
+	if (fair_head(cpu, &head) && !vtime_before(vt, head))
+		return true;
+	bpf_iter_num_new(&it, 0, nr_cpu_ids < PVS_MAX_CPUS ? nr_cpu_ids : PVS_MAX_CPUS);
+	while ((i = bpf_iter_num_next(&it))) {
+		if (*i != cpu && fair_head(*i, &head) && vtime_before(head + slice_ns, vt)) {
+			wanted = true;
+			break;
+		}
+	}
+	bpf_iter_num_destroy(&it);
+	return wanted;
+}
+
 void BPF_STRUCT_OPS(pvs_dispatch, s32 cpu, struct task_struct *prev)
 {
 	u64 own = 0, vt = 0, oldest = 0;
@@ -1003,8 +1034,11 @@ void BPF_STRUCT_OPS(pvs_dispatch, s32 cpu, struct task_struct *prev)
 		 * extension, if any, is over: the next slice end may grant one. */
 		struct pvs_scx_vcpu *pv = vcpu_of(prev);
 
-		if (pv)
+		if (pv) {
 			close_extension(pv);
+			/* A stop in the new slice is not at its end. */
+			pv->slice_ended = 0;
+		}
 		prev->scx.slice = slice_ns;
 		return;
 	}
@@ -1302,6 +1336,11 @@ void BPF_STRUCT_OPS(pvs_tick, struct task_struct *p)
 	}
 	if (tracked)
 		h->lock = cs_lock_held(g, cs);
+	/* Nothing waits for the CPU: the dispatch keeps the vCPU running. */
+	if (!p->scx.slice && !cpu_wanted(bpf_get_smp_processor_id(), p)) {
+		__sync_fetch_and_add(&totals.slice_ends_uncontended, 1);
+		return;
+	}
 	/* An extension ran out with a lock still held: its tail, if due. The
 	 * slice bounds it if its poll fails: the next tick ends it. */
 	if (!p->scx.slice && v->ext_in_slice && grant_tail(g, v, p->pid, cs)) {

@@ -103,6 +103,7 @@ void scx_bpf_dsq_insert(struct task_struct *p, u64 dsq_id, u64 slice,
 void scx_bpf_dsq_insert_vtime(struct task_struct *p, u64 dsq_id, u64 slice,
 			      u64 vtime, u64 enq_flags) __ksym;
 bool scx_bpf_dsq_move_to_local(u64 dsq_id) __ksym;
+s32 scx_bpf_dsq_nr_queued(u64 dsq_id) __ksym;
 void scx_bpf_kick_cpu(s32 cpu, u64 flags) __ksym;
 s32 scx_bpf_task_cpu(const struct task_struct *p) __ksym;
 s32 scx_bpf_pick_idle_cpu(const struct cpumask *cpus_allowed, u64 flags) __ksym;

@@ -246,7 +246,7 @@ impl Daemon {
 
     pub fn status(&self) -> Status {
         match call(&self.socket(), &Request::Status, Duration::from_secs(5)) {
-            Ok(Response::Status(s)) => s,
+            Ok(Response::Status(s)) => *s,
             other => panic!("status: {other:?}\nlog:\n{}", self.log()),
         }
     }
