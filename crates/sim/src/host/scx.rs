@@ -79,8 +79,9 @@
 //! vtime_now` at spawn (`pvs_enable`).
 //!
 //! **Slices.** A slice end (exact here; the kernel notices it at the next tick, 4 ms at
-//! HZ=250): a registered thread with a slot whose guest shows a critical section and that
-//! had no extension in this slice gets one of `extension_ns` if its total `ext_ns +
+//! HZ=250): a registered thread with a slot whose guest shows a critical section, that
+//! had no extension in this slice, and whose CPU something would take from it (the pick
+//! below, with it as `prev`, neither keeps it nor finds nothing: `cpu_wanted`) gets one of `extension_ns` if its total `ext_ns +
 //! extension_ns` stays within its record's `ext_allowed_ns` (`pvs_tick`; else
 //! `ext_refused`). It runs in pieces of `extension_poll_ns` (the poll's timer): at each the
 //! guest is read again, and one out of its critical section ends the extension there
@@ -896,6 +897,9 @@ impl Host {
         );
         // The extension runs in pieces of `poll` (the poll's timer): the slice ends at each.
         let piece = |left: u64| if poll > 0 && poll < left { poll } else { left };
+        // `cpu_wanted`: with nothing that would take the CPU, the dispatch keeps the thread
+        // running, and no extension is looked at.
+        let wanted = !matches!(self.scx_pick(c, Some(t)), Pick::Keep | Pick::Nothing);
         let task = &mut self.scx.tasks[t as usize];
         if let Some(r) = task.reg.as_deref_mut() {
             if r.ext_poll_due {
@@ -912,7 +916,7 @@ impl Host {
                 if !r.view.cs {
                     r.stats.ext_ended_early += 1;
                 }
-            } else if ext > 0 && r.slot && r.ext_in_slice == 0 && r.view.cs {
+            } else if ext > 0 && r.slot && r.ext_in_slice == 0 && r.view.cs && wanted {
                 if r.stats.ext_ns + ext > r.allow.extension_ns {
                     r.stats.ext_refused += 1;
                 } else {

@@ -617,6 +617,35 @@ fn a_critical_section_at_the_slice_end_gets_one_extension_within_its_allowance()
 }
 
 #[test]
+fn a_critical_section_alone_on_its_cpu_gets_no_extension_and_runs_on() {
+    let (mut h, mut out) = (scx_host(1), Vec::new());
+    let allow = ScxAllowance {
+        extension_ns: 8 * MS,
+        ..ScxAllowance::default()
+    };
+    let v = vcpu(&mut h, allow);
+    h.wake(0, v, None, &mut out);
+    h.scx_set_view(
+        v,
+        ScxGuestView {
+            cs: true,
+            ..ScxGuestView::default()
+        },
+    );
+    out.clear();
+    // Slice ends at 5 and 10 ms with nothing else on the CPU.
+    run_until(&mut h, 11 * MS, &mut out);
+    assert!(out.is_empty(), "{out:?}");
+    assert_eq!(h.scx_stats(v).unwrap_or_default().ext_count, 0);
+
+    // A task waits from 11 ms: the slice end at 15 ms extends it.
+    let other = woken(&mut h, 11 * MS, &mut out);
+    run_until(&mut h, 19 * MS + MS / 2, &mut out);
+    assert_eq!(out, vec![sw(19 * MS, 0, v, SwitchOut::Preempted, other)]);
+    assert_eq!(h.scx_stats(v).unwrap_or_default().ext_count, 1);
+}
+
+#[test]
 fn an_extension_ends_at_the_first_poll_that_finds_the_guest_out_of_its_critical_section() {
     let cs = ScxGuestView {
         cs: true,
