@@ -955,12 +955,6 @@ static __always_inline u64 vtime_so_far(struct task_struct *prev)
 }
 
 /*
- * The boost queue first; then this CPU's own: the task that just ran here,
- * if it may run on, or the oldest of its fair queue, whichever is older;
- * unless another CPU's oldest is more than a slice of vtime older still
- * (or this CPU has nothing): then that one is taken.
- */
-/*
  * Whether a task waits to take this CPU from p, the current task, at its
  * slice end: a boost or a task on the CPU's local queue, or a fair task
  * pvs_dispatch would run before it (this CPU's queue's head ahead of it in
@@ -991,6 +985,12 @@ static __always_inline bool cpu_wanted(s32 cpu, struct task_struct *p)
 	return wanted;
 }
 
+/*
+ * The boost queue first; then this CPU's own: the task that just ran here,
+ * if it may run on, or the oldest of its fair queue, whichever is older;
+ * unless another CPU's oldest is more than a slice of vtime older still
+ * (or this CPU has nothing): then that one is taken.
+ */
 void BPF_STRUCT_OPS(pvs_dispatch, s32 cpu, struct task_struct *prev)
 {
 	u64 own = 0, vt = 0, oldest = 0;
