@@ -357,17 +357,42 @@ kvm_test! {
     }
 }
 
+/// What vCPU 0 of the daemon's first VM did over `secs` seconds: its
+/// counters' growth (extensions, ms extended, and the ones a test names).
+struct VcpuGrowth {
+    a: pvsched_control::VcpuStatus,
+    b: pvsched_control::VcpuStatus,
+}
+
+impl VcpuGrowth {
+    fn over(d: &Daemon, secs: u64) -> Self {
+        let v = || d.status().vms[0].vcpus[0].clone();
+        let a = v();
+        std::thread::sleep(Duration::from_secs(secs));
+        VcpuGrowth { a, b: v() }
+    }
+
+    fn of(&self, field: fn(&pvsched_control::VcpuStatus) -> u64) -> u64 {
+        field(&self.b) - field(&self.a)
+    }
+
+    fn extensions(&self) -> u64 {
+        self.of(|v| v.scx_extensions)
+    }
+
+    fn extended_ms(&self) -> f64 {
+        self.b.scx_extended_ms - self.a.scx_extended_ms
+    }
+}
+
 /// The extensions of vCPU 0 of the daemon's first VM over `secs` seconds:
 /// (granted, ended early, ms they ran).
 fn extensions_over(d: &Daemon, secs: u64) -> (u64, u64, f64) {
-    let v = || d.status().vms[0].vcpus[0].clone();
-    let a = v();
-    std::thread::sleep(Duration::from_secs(secs));
-    let b = v();
+    let g = VcpuGrowth::over(d, secs);
     (
-        b.scx_extensions - a.scx_extensions,
-        b.scx_extensions_ended_early - a.scx_extensions_ended_early,
-        b.scx_extended_ms - a.scx_extended_ms,
+        g.extensions(),
+        g.of(|v| v.scx_extensions_ended_early),
+        g.extended_ms(),
     )
 }
 
@@ -426,16 +451,13 @@ kvm_test! {
 /// tails, tails ended early, preempted holding a lock after an
 /// extension, ms extended).
 fn tails_over(d: &Daemon, secs: u64) -> (u64, u64, u64, u64, f64) {
-    let v = || d.status().vms[0].vcpus[0].clone();
-    let a = v();
-    std::thread::sleep(Duration::from_secs(secs));
-    let b = v();
+    let g = VcpuGrowth::over(d, secs);
     (
-        b.scx_extensions - a.scx_extensions,
-        b.scx_extension_tails - a.scx_extension_tails,
-        b.scx_extension_tails_ended_early - a.scx_extension_tails_ended_early,
-        b.scx_holder_preempted_extended - a.scx_holder_preempted_extended,
-        b.scx_extended_ms - a.scx_extended_ms,
+        g.extensions(),
+        g.of(|v| v.scx_extension_tails),
+        g.of(|v| v.scx_extension_tails_ended_early),
+        g.of(|v| v.scx_holder_preempted_extended),
+        g.extended_ms(),
     )
 }
 
