@@ -206,8 +206,8 @@ pub struct BackendStatus {
     pub extension_tails: u64,
     #[serde(default)]
     pub extension_tails_ended_early: u64,
-    /// A vCPU's slice ends with nothing waiting for its CPU, where the
-    /// scheduler looks at no extension: it runs on anyway.
+    /// A vCPU's slice ends that earned an extension or a tail with nothing
+    /// waiting for its CPU: none granted, it runs on anyway.
     #[serde(default)]
     pub slice_ends_uncontended: u64,
     /// Woken vCPUs sent to a CPU without another vCPU of their VM

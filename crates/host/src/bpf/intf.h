@@ -403,8 +403,8 @@ struct pvs_scx_totals {
 	__u64 ext_poll_errors;	/* poll timers that failed to start */
 	__u64 ext_tails;	/* extensions that went on for a tail */
 	__u64 ext_tails_ended_early;	/* tails ended at a lock-free point */
-	/* A vCPU's slice ends with nothing waiting for its CPU: no extension
-	 * or tail looked at (the dispatch keeps it running). */
+	/* A vCPU's slice ends that earned an extension or a tail with nothing
+	 * waiting for its CPU: none granted (the dispatch keeps it running). */
 	__u64 slice_ends_uncontended;
 	__u64 queued_to_run_boosted[PVS_SCX_LAT_BUCKETS];
 	__u64 queued_to_run_other[PVS_SCX_LAT_BUCKETS];

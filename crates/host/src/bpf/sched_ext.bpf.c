@@ -1336,17 +1336,21 @@ void BPF_STRUCT_OPS(pvs_tick, struct task_struct *p)
 	}
 	if (tracked)
 		h->lock = cs_lock_held(g, cs);
-	/* Nothing waits for the CPU: the dispatch keeps the vCPU running. */
-	if (!p->scx.slice && !cpu_wanted(bpf_get_smp_processor_id(), p)) {
-		__sync_fetch_and_add(&totals.slice_ends_uncontended, 1);
-		return;
-	}
-	/* An extension ran out with a lock still held: its tail, if due. The
-	 * slice bounds it if its poll fails: the next tick ends it. */
-	if (!p->scx.slice && v->ext_in_slice && grant_tail(g, v, p->pid, cs)) {
-		p->scx.slice = extension_tail_ns;
-		v->slice_ended = 0;
-		return;
+	/*
+	 * An extension ran out with a lock still held: its tail, if due and a
+	 * task waits for the CPU (else the dispatch keeps the vCPU running).
+	 * The slice bounds it if its poll fails: the next tick ends it.
+	 */
+	if (!p->scx.slice && v->ext_in_slice && cs_lock_held(g, cs)) {
+		if (!cpu_wanted(bpf_get_smp_processor_id(), p)) {
+			__sync_fetch_and_add(&totals.slice_ends_uncontended, 1);
+			return;
+		}
+		if (grant_tail(g, v, p->pid, cs)) {
+			p->scx.slice = extension_tail_ns;
+			v->slice_ended = 0;
+			return;
+		}
 	}
 	if (p->scx.slice || v->ext_in_slice)
 		return;
@@ -1357,6 +1361,12 @@ void BPF_STRUCT_OPS(pvs_tick, struct task_struct *p)
 	 */
 	if (!earns_extension(g, v, cs, &lock))
 		return;
+	/* Nothing waits for the CPU: the dispatch keeps the vCPU running. It
+	 * is asked last: it walks every CPU's queue. */
+	if (!cpu_wanted(bpf_get_smp_processor_id(), p)) {
+		__sync_fetch_and_add(&totals.slice_ends_uncontended, 1);
+		return;
+	}
 	if (grant_extension(v, lock, false)) {
 		p->scx.slice = extension_ns;
 		v->slice_ended = 0;
