@@ -210,6 +210,15 @@ pub struct BackendStatus {
     /// waiting for its CPU: none granted, it runs on anyway.
     #[serde(default)]
     pub slice_ends_uncontended: u64,
+    /// Preemptions of a lock-handling VM's vCPU decided where its slot
+    /// could not be read (another CPU, the daemon's grant), left to that
+    /// vCPU's CPU, which reads it before it lets the vCPU go; and the
+    /// holders those CPUs (and the boost queue's and wakeups' kicks) found
+    /// in their lock and kept for an extension.
+    #[serde(default)]
+    pub preemptions_checked: u64,
+    #[serde(default)]
+    pub holders_kept_at_dispatch: u64,
     /// Woken vCPUs sent to a CPU without another vCPU of their VM
     /// (`scx_spread_vm_vcpus`).
     #[serde(default)]

@@ -1119,6 +1119,77 @@ kvm_test! {
 }
 
 kvm_test! {
+    /// As above, but the holder's guest is in its lock 1.5 ms of every
+    /// 3.1 ms: the flag kept for its CPU, as of its last tick, is out of
+    /// date about half the time, and a grant on the daemon's thread cannot
+    /// read its slot. The grant leaves the preemption to the holder's CPU
+    /// (`preemptions_checked`), whose dispatch reads the slot: a holder in
+    /// its lock keeps the CPU for an extension (`holders_kept_at_dispatch`),
+    /// one out of it is preempted. Before, a grant went by the kept flag
+    /// and preempted the holder in its lock whenever that flag was stale.
+    fn sched_ext_a_boost_granted_beside_a_holder_in_and_out_of_its_lock_preempts_it_only_out_of_it() {
+        let dir = tempdir("scx-queued-duty");
+        let (hinted, holding) = (vm_name("scx-hint"), vm_name("scx-duty"));
+        let mut c = one_vcpu_on_cpu0();
+        c.guest_pending = Some(10);
+        c.spin = true;
+        let (_vmm_hinted, entry) = support::qmp_vm(&dir, &hinted, c);
+        let mut c = one_vcpu_on_cpu0();
+        c.guest_cs = Some(pvsched_abi::CS_LOCK);
+        // A period the 4 ms tick does not divide: ticks fall at every phase.
+        c.guest_cs_duty = Some((1500, 3100));
+        c.spin = true;
+        let (_vmm_holding, entry_holding) = support::qmp_vm(&dir, &holding, c);
+        let entry_holding = entry_holding
+            .strip_prefix("[discovery]\nauto = false\n")
+            .expect("a VM entry after the discovery table");
+        let d = sched_ext_daemon(
+            &dir,
+            "",
+            &format!("[defaults]\nhonor_lock_holders = true\n{entry}{entry_holding}"),
+        );
+        d.wait_serving(&hinted, 1);
+        d.wait_serving(&holding, 1);
+        let _hogs = [Hog::on_cpu0(), Hog::on_cpu0()];
+        let holder = || {
+            let vms = d.status().vms;
+            let vm = vms.iter().find(|v| v.name == holding).expect("the holder's VM");
+            vm.vcpus[0].clone()
+        };
+        let by_grant = |v: &pvsched_control::VcpuStatus| early_by(v, PVS_SCX_CUT_GRANT);
+        let b0 = d.status().backend;
+        let grant0 = by_grant(&holder());
+
+        let b = wait_until(Duration::from_secs(60), Duration::from_millis(100), || {
+            let b = d.status().backend;
+            (b.boost_moved >= b0.boost_moved + 24).then_some(b)
+        })
+        .unwrap_or_else(|| {
+            panic!("too few queued vCPUs moved ahead: {:?}; log:\n{}", d.status().backend, d.log())
+        });
+        let h = holder();
+        let grant = by_grant(&h) - grant0;
+        let (moved, checked, kept) = (
+            b.boost_moved - b0.boost_moved,
+            b.preemptions_checked - b0.preemptions_checked,
+            b.holders_kept_at_dispatch - b0.holders_kept_at_dispatch,
+        );
+        eprintln!(
+            "{moved} queued vCPUs moved ahead; preemptions left to the holder's CPU {checked}, \
+             holders kept there for an extension {kept}; the holder preempted in its lock by a \
+             grant {grant} times, before its slice end by anything {:?}",
+            h.scx_holder_preempted_early_by
+        );
+        assert!(checked > 0, "no grant left the preemption to the holder's CPU: {b:?}");
+        assert!(kept > 0, "no holder kept at its CPU's dispatch: {b:?}");
+        assert!(
+            grant * 20 <= moved,
+            "a grant preempted the holder in its lock {grant} times in {moved}: {h:?}"
+        );
+    }
+}
+
+kvm_test! {
     /// A guest whose RT work runs between the host's reads (its slot always
     /// shows it idle; only its RT switch count moves, as a KVM guest's
     /// cyclictest does): each time its vCPU thread sleeps, the scheduler sees

@@ -131,6 +131,8 @@ impl BackendState {
         s.extension_tails = t.ext_tails;
         s.extension_tails_ended_early = t.ext_tails_ended_early;
         s.slice_ends_uncontended = t.slice_ends_uncontended;
+        s.preemptions_checked = t.preempts_checked;
+        s.holders_kept_at_dispatch = t.holders_kept_at_dispatch;
         s.vcpus_spread = t.vcpus_spread;
         s.daemon_moved = t.daemon_moved;
         s.boost_moved = t.boost_moved;

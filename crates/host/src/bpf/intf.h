@@ -406,6 +406,12 @@ struct pvs_scx_totals {
 	/* A vCPU's slice ends that earned an extension or a tail with nothing
 	 * waiting for its CPU: none granted (the dispatch keeps it running). */
 	__u64 slice_ends_uncontended;
+	/* Preemptions of a lock-handling vCPU whose slot could not be read
+	 * where they were decided, left to its CPU's dispatch; of those and
+	 * the boost queue's and wakeups' kicks, the holders that dispatch
+	 * found in their lock and kept for an extension. */
+	__u64 preempts_checked;
+	__u64 holders_kept_at_dispatch;
 	__u64 queued_to_run_boosted[PVS_SCX_LAT_BUCKETS];
 	__u64 queued_to_run_other[PVS_SCX_LAT_BUCKETS];
 };

@@ -196,6 +196,8 @@ struct pvs_cpu_holder {
 	u32 lock;
 	u32 vm;		/* the process (VMM) of the vCPU running there; 0: none */
 	u32 cut;	/* what this program did to take the CPU from it (enum pvs_scx_cut) */
+	u32 pad;
+	u64 slice_left;	/* its slice left when a grant left its preemption to this CPU */
 };
 
 struct {
@@ -688,6 +690,47 @@ static __always_inline bool holder_keeps_cpu(struct task_struct *p, s32 cpu)
 }
 
 /*
+ * Whether a vCPU of a lock-handling VM runs on `cpu` (other than thread
+ * `except`) whose slot cannot be read now: only the current task's address
+ * space is mapped, so a vCPU on another CPU has only the flag kept for it,
+ * as of its last tick or stop (a tick, 4 ms, out of date at worst). A
+ * preemption of it is then left to that CPU (preempt_checked_there).
+ */
+static __always_inline bool holder_unread_on(s32 cpu, u32 except)
+{
+	struct pvs_cpu_holder *h = lock_vcpu_on(cpu, except);
+
+	return h && !(cpu == bpf_get_smp_processor_id() &&
+		      (u32)bpf_get_current_pid_tgid() == h->tid);
+}
+
+/*
+ * Take `cpu`, for `cut`, from the lock-handling vCPU running there whose
+ * slot cannot be read here (holder_unread_on): the task meant to preempt it
+ * waits in the boost queue (the caller put it there) and that CPU picks
+ * again. Its dispatch reads the slot (holder_kept_at_dispatch): a guest in
+ * its lock keeps the CPU for one extension, polled to its first lock-free
+ * point; any other vCPU is preempted there and then.
+ */
+static __always_inline void preempt_checked_there(s32 cpu, u32 cut)
+{
+	struct pvs_cpu_holder *h = cpu_holder_of(cpu);
+	struct task_struct *t;
+
+	if (h && cut == PVS_SCX_CUT_GRANT) {
+		h->slice_left = 0;
+		t = bpf_task_from_pid(h->tid);
+		if (t) {
+			h->slice_left = t->scx.slice;
+			bpf_task_release(t);
+		}
+	}
+	note_cut(cpu, cut);
+	scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
+	__sync_fetch_and_add(&totals.preempts_checked, 1);
+}
+
+/*
  * The first CPU after `cpu`, in CPU order and wrapping around, that runs
  * no vCPU of process `vm`; `cpu` itself when every other CPU does.
  */
@@ -800,6 +843,14 @@ static __always_inline void enqueue_boosted(struct task_struct *p, u32 boost,
 	u32 i;
 
 	if (boost_on(cpu) < boost) {
+		if (holder_unread_on(cpu, p->pid)) {
+			scx_bpf_dsq_insert(p, PVS_SCX_DSQ_BOOST, slice, enq_flags);
+			preempt_checked_there(cpu, PVS_SCX_CUT_BOOST);
+			__sync_fetch_and_add(&totals.boost_preempts, 1);
+			if (v)
+				__sync_fetch_and_add(&v->boost_preempts, 1);
+			return;
+		}
 		if (holder_keeps_cpu(p, cpu)) {
 			scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice, enq_flags);
 			return;
@@ -893,11 +944,17 @@ void BPF_STRUCT_OPS(pvs_enqueue, struct task_struct *p, u64 enq_flags)
 		/* Woken: at once, unless a lock holder runs here (then after
 		 * one extension). After a whole slice: behind what waits here. */
 		u64 preempt = enq_flags & SCX_ENQ_WAKEUP ? SCX_ENQ_PREEMPT : 0;
+		s32 cpu = scx_bpf_task_cpu(p);
 
-		if (preempt && holder_keeps_cpu(p, scx_bpf_task_cpu(p)))
+		if (preempt && holder_unread_on(cpu, p->pid)) {
+			scx_bpf_dsq_insert(p, PVS_SCX_DSQ_BOOST, slice_ns, enq_flags);
+			preempt_checked_there(cpu, PVS_SCX_CUT_DAEMON);
+			return;
+		}
+		if (preempt && holder_keeps_cpu(p, cpu))
 			preempt = 0;
 		if (preempt)
-			note_cut(scx_bpf_task_cpu(p), PVS_SCX_CUT_DAEMON);
+			note_cut(cpu, PVS_SCX_CUT_DAEMON);
 
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags | preempt);
 		return;
@@ -986,6 +1043,76 @@ static __always_inline bool cpu_wanted(s32 cpu, struct task_struct *p)
 }
 
 /*
+ * The dispatch after this program took the CPU from `prev`, a vCPU of a
+ * lock-handling VM, before its slice end (a kick: preempt_checked_there,
+ * the boost queue's, a woken task's), on its own CPU, where its slot is
+ * read now: a guest in its lock keeps the CPU for one extension, as at
+ * holder_keeps_cpu, if a task waits for the CPU and the allowance has room;
+ * for a grant's preemption, without room, the rest of its slice; in an
+ * extension already, the rest of it. Not after its slice, an extension or
+ * a tail ran out, nor at its poll's end: pvs_tick and the poll decided
+ * those.
+ */
+static __always_inline bool holder_kept_at_dispatch(s32 cpu,
+						     struct task_struct *prev)
+{
+	struct pvs_cpu_holder *h = cpu_holder_of(cpu);
+	struct pvs_scx_grant *g;
+	struct pvs_scx_vcpu *v;
+	u32 cs = 0;
+
+	if (!extension_ns || !prev || !h || h->tid != (u32)prev->pid ||
+	    h->cut == PVS_SCX_CUT_OTHER || prev->scx.slice ||
+	    !(prev->scx.flags & SCX_TASK_QUEUED) ||
+	    (u32)bpf_get_current_pid_tgid() != (u32)prev->pid)
+		return false;
+	g = grant_of(prev);
+	v = g ? vcpu_of(prev) : NULL;
+	/* An extension's poll ended it: let it go. */
+	if (!g || !v || !g->lock_peers || !g->slot_addr || v->slice_ended ||
+	    (v->ext_in_slice && h->cut == PVS_SCX_CUT_POLL))
+		return false;
+	if (!slot_cs_flags(g, &cs)) {
+		v->slot_read_failed++;
+		__sync_fetch_and_add(&totals.slot_read_failed, 1);
+		return false;
+	}
+	h->lock = cs_lock_held(g, cs);
+	if (!h->lock || !cpu_wanted(cpu, prev))
+		return false;
+	if (v->ext_in_slice) {
+		/* Extended already: the rest of that extension, or of its
+		 * tail, still polled. */
+		u64 now = bpf_ktime_get_ns(), end = v->ext_at + extension_ns;
+		u32 key = cpu;
+		struct pvs_ext_poll *e = v->ext_in_tail ?
+			bpf_map_lookup_elem(&ext_poll, &key) : NULL;
+
+		if (e)
+			end = e->tail_until;
+		if (now >= end)
+			return false;
+		prev->scx.slice = end - now;
+		__sync_fetch_and_add(&totals.holders_kept_at_dispatch, 1);
+		return true;
+	}
+	if (!grant_extension(v, true, true)) {
+		/* A grant's queued vCPU runs at the holder's slice end, as it
+		 * did by the flag kept for the CPU: the rest of its slice. */
+		if (h->cut != PVS_SCX_CUT_GRANT || !h->slice_left)
+			return false;
+		prev->scx.slice = h->slice_left < slice_ns ? h->slice_left : slice_ns;
+		h->slice_left = 0;
+		__sync_fetch_and_add(&totals.holders_kept_at_dispatch, 1);
+		return true;
+	}
+	prev->scx.slice = extension_ns;
+	start_ext_poll(prev->pid);
+	__sync_fetch_and_add(&totals.holders_kept_at_dispatch, 1);
+	return true;
+}
+
+/*
  * The boost queue first; then this CPU's own: the task that just ran here,
  * if it may run on, or the oldest of its fair queue, whichever is older;
  * unless another CPU's oldest is more than a slice of vtime older still
@@ -999,6 +1126,8 @@ void BPF_STRUCT_OPS(pvs_dispatch, s32 cpu, struct task_struct *prev)
 	u32 from = 0;
 	int *i;
 
+	if (holder_kept_at_dispatch(cpu, prev))
+		return;
 	if (scx_bpf_dsq_move_to_local(PVS_SCX_DSQ_BOOST))
 		return;
 	have_own = fair_head(cpu, &own);
@@ -1380,10 +1509,11 @@ void BPF_STRUCT_OPS(pvs_tick, struct task_struct *p)
  * next enqueue, after its turn by vtime, while the interrupt that caused
  * the boost waits with it. The daemon runs this right after the grant: the
  * thread is moved ahead, preempting a weaker task on its CPU or joining
- * the boost queue. A lock holder on that CPU (by the flag kept for it:
- * this runs on the daemon's thread, where no slot can be read) is not
- * preempted: the thread runs next, at the holder's slice end. At most 4096
- * queued tasks are looked at.
+ * the boost queue. A lock-handling VM's vCPU on that CPU, whose slot cannot
+ * be read on the daemon's thread, is left to its own CPU, which reads it
+ * (preempt_checked_there): a holder in its lock is not preempted; the
+ * thread runs at the end of the holder's extension, or of its slice. At
+ * most 4096 queued tasks are looked at.
  */
 SEC("syscall")
 int pvs_boost_queued(struct pvs_scx_boost_queued *ctx)
@@ -1427,17 +1557,16 @@ int pvs_boost_queued(struct pvs_scx_boost_queued *ctx)
 
 			struct pvs_scx_vcpu *v = vcpu_of(p);
 
-			if (boost_on(cpu) < g->boost) {
-				struct pvs_cpu_holder *h = lock_vcpu_on(cpu, tid);
-				u64 preempt = SCX_ENQ_PREEMPT;
-
-				/* A lock holder there is not cut short. */
-				if (h && h->lock)
-					preempt = 0;
-				else
-					note_cut(cpu, PVS_SCX_CUT_GRANT);
+			if (boost_on(cpu) < g->boost && lock_vcpu_on(cpu, tid)) {
+				/* A lock-handling vCPU there: its CPU reads its
+				 * slot before it is preempted. */
+				moved = scx_bpf_dsq_move(&it, p, PVS_SCX_DSQ_BOOST, 0);
+				if (moved)
+					preempt_checked_there(cpu, PVS_SCX_CUT_GRANT);
+			} else if (boost_on(cpu) < g->boost) {
+				note_cut(cpu, PVS_SCX_CUT_GRANT);
 				moved = scx_bpf_dsq_move(&it, p, SCX_DSQ_LOCAL_ON | cpu,
-							 preempt);
+							 SCX_ENQ_PREEMPT);
 			}
 			else
 				moved = scx_bpf_dsq_move(&it, p, PVS_SCX_DSQ_BOOST, 0);
