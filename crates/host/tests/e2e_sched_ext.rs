@@ -1063,6 +1063,59 @@ kvm_test! {
     }
 }
 
+/// A VM whose one vCPU, on CPU 0, is granted boosts while it waits (its
+/// guest raises pending hints), beside another VM's vCPU on CPU 0 whose
+/// guest shows a sleeping lock held (all the time, or `duty`: held µs of
+/// every period µs), two host hogs on CPU 0, lock holders honoured.
+struct HintedBesideHolder {
+    daemon: Daemon,
+    holding: String,
+    _vmms: (FakeVmm, FakeVmm),
+    _hogs: [Hog; 2],
+}
+
+impl HintedBesideHolder {
+    fn start(tag: &str, duty: Option<(u64, u64)>) -> Self {
+        let dir = tempdir(tag);
+        let (hinted, holding) = (vm_name("scx-hint"), vm_name("scx-holder"));
+        let mut c = one_vcpu_on_cpu0();
+        c.guest_pending = Some(10);
+        c.spin = true;
+        let (vmm_hinted, entry) = support::qmp_vm(&dir, &hinted, c);
+        let mut c = one_vcpu_on_cpu0();
+        c.guest_cs = Some(pvsched_abi::CS_LOCK);
+        c.guest_cs_duty = duty;
+        c.spin = true;
+        let (vmm_holding, entry_holding) = support::qmp_vm(&dir, &holding, c);
+        let entry_holding = entry_holding
+            .strip_prefix("[discovery]\nauto = false\n")
+            .expect("a VM entry after the discovery table");
+        let daemon = sched_ext_daemon(
+            &dir,
+            "",
+            &format!("[defaults]\nhonor_lock_holders = true\n{entry}{entry_holding}"),
+        );
+        daemon.wait_serving(&hinted, 1);
+        daemon.wait_serving(&holding, 1);
+        Self {
+            daemon,
+            holding,
+            _vmms: (vmm_hinted, vmm_holding),
+            _hogs: [Hog::on_cpu0(), Hog::on_cpu0()],
+        }
+    }
+
+    /// The holder's vCPU as pvschedd's status shows it now.
+    fn holder(&self) -> pvsched_control::VcpuStatus {
+        let vms = self.daemon.status().vms;
+        let vm = vms
+            .iter()
+            .find(|v| v.name == self.holding)
+            .expect("the holder's VM");
+        vm.vcpus[0].clone()
+    }
+}
+
 kvm_test! {
     /// A boost the daemon grants to a queued vCPU (as in the test above)
     /// does not preempt a lock holder on that CPU: beside it on CPU 0 runs
@@ -1070,32 +1123,8 @@ kvm_test! {
     /// queued vCPU runs next, at the holder's slice end; before, the grant
     /// preempted the holder whenever it ran there.
     fn sched_ext_a_boost_granted_to_a_queued_vcpu_does_not_preempt_a_lock_holder() {
-        let dir = tempdir("scx-queued-holder");
-        let (hinted, holding) = (vm_name("scx-hint"), vm_name("scx-holder"));
-        let mut c = one_vcpu_on_cpu0();
-        c.guest_pending = Some(10);
-        c.spin = true;
-        let (_vmm_hinted, entry) = support::qmp_vm(&dir, &hinted, c);
-        let mut c = one_vcpu_on_cpu0();
-        c.guest_cs = Some(pvsched_abi::CS_LOCK);
-        c.spin = true;
-        let (_vmm_holding, entry_holding) = support::qmp_vm(&dir, &holding, c);
-        let entry_holding = entry_holding
-            .strip_prefix("[discovery]\nauto = false\n")
-            .expect("a VM entry after the discovery table");
-        let d = sched_ext_daemon(
-            &dir,
-            "",
-            &format!("[defaults]\nhonor_lock_holders = true\n{entry}{entry_holding}"),
-        );
-        d.wait_serving(&hinted, 1);
-        d.wait_serving(&holding, 1);
-        let _hogs = [Hog::on_cpu0(), Hog::on_cpu0()];
-        let holder = || {
-            let vms = d.status().vms;
-            let vm = vms.iter().find(|v| v.name == holding).expect("the holder's VM");
-            vm.vcpus[0].clone()
-        };
+        let run = HintedBesideHolder::start("scx-queued-holder", None);
+        let (d, holder) = (&run.daemon, || run.holder());
         let by_grant = |v: &pvsched_control::VcpuStatus| early_by(v, PVS_SCX_CUT_GRANT);
         let (moved0, grant0) = (d.status().backend.boost_moved, by_grant(&holder()));
 
@@ -1128,34 +1157,9 @@ kvm_test! {
     /// one out of it is preempted. Before, a grant went by the kept flag
     /// and preempted the holder in its lock whenever that flag was stale.
     fn sched_ext_a_boost_granted_beside_a_holder_in_and_out_of_its_lock_preempts_it_only_out_of_it() {
-        let dir = tempdir("scx-queued-duty");
-        let (hinted, holding) = (vm_name("scx-hint"), vm_name("scx-duty"));
-        let mut c = one_vcpu_on_cpu0();
-        c.guest_pending = Some(10);
-        c.spin = true;
-        let (_vmm_hinted, entry) = support::qmp_vm(&dir, &hinted, c);
-        let mut c = one_vcpu_on_cpu0();
-        c.guest_cs = Some(pvsched_abi::CS_LOCK);
         // A period the 4 ms tick does not divide: ticks fall at every phase.
-        c.guest_cs_duty = Some((1500, 3100));
-        c.spin = true;
-        let (_vmm_holding, entry_holding) = support::qmp_vm(&dir, &holding, c);
-        let entry_holding = entry_holding
-            .strip_prefix("[discovery]\nauto = false\n")
-            .expect("a VM entry after the discovery table");
-        let d = sched_ext_daemon(
-            &dir,
-            "",
-            &format!("[defaults]\nhonor_lock_holders = true\n{entry}{entry_holding}"),
-        );
-        d.wait_serving(&hinted, 1);
-        d.wait_serving(&holding, 1);
-        let _hogs = [Hog::on_cpu0(), Hog::on_cpu0()];
-        let holder = || {
-            let vms = d.status().vms;
-            let vm = vms.iter().find(|v| v.name == holding).expect("the holder's VM");
-            vm.vcpus[0].clone()
-        };
+        let run = HintedBesideHolder::start("scx-queued-duty", Some((1500, 3100)));
+        let (d, holder) = (&run.daemon, || run.holder());
         let by_grant = |v: &pvsched_control::VcpuStatus| early_by(v, PVS_SCX_CUT_GRANT);
         let b0 = d.status().backend;
         let grant0 = by_grant(&holder());

@@ -1049,9 +1049,9 @@ static __always_inline bool cpu_wanted(s32 cpu, struct task_struct *p)
  * read now: a guest in its lock keeps the CPU for one extension, as at
  * holder_keeps_cpu, if a task waits for the CPU and the allowance has room;
  * for a grant's preemption, without room, the rest of its slice; in an
- * extension already, the rest of it. Not after its slice, an extension or
- * a tail ran out, nor at its poll's end: pvs_tick and the poll decided
- * those.
+ * extension already, the rest of it (run out, with no tick yet: a tail if
+ * one is due). Not after its slice, an extension or a tail ran out, nor at
+ * its poll's end: pvs_tick and the poll decided those.
  */
 static __always_inline bool holder_kept_at_dispatch(s32 cpu,
 						     struct task_struct *prev)
@@ -1090,17 +1090,31 @@ static __always_inline bool holder_kept_at_dispatch(s32 cpu,
 
 		if (e)
 			end = e->tail_until;
-		if (now >= end)
-			return false;
-		prev->scx.slice = end - now;
-		__sync_fetch_and_add(&totals.holders_kept_at_dispatch, 1);
-		return true;
+		if (now < end) {
+			prev->scx.slice = end - now;
+			__sync_fetch_and_add(&totals.holders_kept_at_dispatch, 1);
+			return true;
+		}
+		/* It ran out before a tick saw it: what that tick does, a tail
+		 * if one is due, else the end of the extension. */
+		if (grant_tail(g, v, prev->pid, cs)) {
+			prev->scx.slice = extension_tail_ns;
+			__sync_fetch_and_add(&totals.holders_kept_at_dispatch, 1);
+			return true;
+		}
+		v->slice_ended = 1;
+		return false;
 	}
 	if (!grant_extension(v, true, true)) {
 		/* A grant's queued vCPU runs at the holder's slice end, as it
-		 * did by the flag kept for the CPU: the rest of its slice. */
-		if (h->cut != PVS_SCX_CUT_GRANT || !h->slice_left)
+		 * did by the flag kept for the CPU: the rest of its slice, or,
+		 * if it had none left, its slice end now. */
+		if (h->cut != PVS_SCX_CUT_GRANT)
 			return false;
+		if (!h->slice_left) {
+			v->slice_ended = 1;
+			return false;
+		}
 		prev->scx.slice = h->slice_left < slice_ns ? h->slice_left : slice_ns;
 		h->slice_left = 0;
 		__sync_fetch_and_add(&totals.holders_kept_at_dispatch, 1);
