@@ -1059,6 +1059,7 @@ static __always_inline bool holder_kept_at_dispatch(s32 cpu,
 	struct pvs_cpu_holder *h = cpu_holder_of(cpu);
 	struct pvs_scx_grant *g;
 	struct pvs_scx_vcpu *v;
+	u64 slice;
 	u32 cs = 0;
 
 	if (!extension_ns || !prev || !h || h->tid != (u32)prev->pid ||
@@ -1082,7 +1083,8 @@ static __always_inline bool holder_kept_at_dispatch(s32 cpu,
 		return false;
 	if (v->ext_in_slice) {
 		/* Extended already: the rest of that extension, or of its
-		 * tail, still polled. */
+		 * tail, still polled; run out before a tick saw it: what that
+		 * tick does, a tail if one is due, else the extension's end. */
 		u64 now = bpf_ktime_get_ns(), end = v->ext_at + extension_ns;
 		u32 key = cpu;
 		struct pvs_ext_poll *e = v->ext_in_tail ?
@@ -1091,37 +1093,28 @@ static __always_inline bool holder_kept_at_dispatch(s32 cpu,
 		if (e)
 			end = e->tail_until;
 		if (now < end) {
-			prev->scx.slice = end - now;
-			__sync_fetch_and_add(&totals.holders_kept_at_dispatch, 1);
-			return true;
-		}
-		/* It ran out before a tick saw it: what that tick does, a tail
-		 * if one is due, else the end of the extension. */
-		if (grant_tail(g, v, prev->pid, cs)) {
-			prev->scx.slice = extension_tail_ns;
-			__sync_fetch_and_add(&totals.holders_kept_at_dispatch, 1);
-			return true;
-		}
-		v->slice_ended = 1;
-		return false;
-	}
-	if (!grant_extension(v, true, true)) {
-		/* A grant's queued vCPU runs at the holder's slice end, as it
-		 * did by the flag kept for the CPU: the rest of its slice, or,
-		 * if it had none left, its slice end now. */
-		if (h->cut != PVS_SCX_CUT_GRANT)
-			return false;
-		if (!h->slice_left) {
+			slice = end - now;
+		} else if (grant_tail(g, v, prev->pid, cs)) {
+			slice = extension_tail_ns;
+		} else {
 			v->slice_ended = 1;
 			return false;
 		}
-		prev->scx.slice = h->slice_left < slice_ns ? h->slice_left : slice_ns;
+	} else if (grant_extension(v, true, true)) {
+		slice = extension_ns;
+		start_ext_poll(prev->pid);
+	} else if (h->cut == PVS_SCX_CUT_GRANT && h->slice_left) {
+		/* A grant's queued vCPU runs at the holder's slice end, as it
+		 * did by the flag kept for the CPU: the rest of its slice. */
+		slice = h->slice_left < slice_ns ? h->slice_left : slice_ns;
 		h->slice_left = 0;
-		__sync_fetch_and_add(&totals.holders_kept_at_dispatch, 1);
-		return true;
+	} else {
+		/* A grant's holder with no slice left is at its slice end. */
+		if (h->cut == PVS_SCX_CUT_GRANT)
+			v->slice_ended = 1;
+		return false;
 	}
-	prev->scx.slice = extension_ns;
-	start_ext_poll(prev->pid);
+	prev->scx.slice = slice;
 	__sync_fetch_and_add(&totals.holders_kept_at_dispatch, 1);
 	return true;
 }
