@@ -219,6 +219,11 @@ pub struct BackendStatus {
     pub preemptions_checked: u64,
     #[serde(default)]
     pub holders_kept_at_dispatch: u64,
+    /// Holders preempted in their lock for pvschedd's event thread before
+    /// their slice end that ran again right after it, on their CPU, for
+    /// the rest of their slice.
+    #[serde(default)]
+    pub holders_resumed: u64,
     /// Woken vCPUs sent to a CPU without another vCPU of their VM
     /// (`scx_spread_vm_vcpus`).
     #[serde(default)]
@@ -447,6 +452,11 @@ pub struct VcpuStatus {
     /// queued vCPU; 5: the extension's poll; 6: a wakeup preemption).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scx_holder_preempted_early_by: Vec<u64>,
+    /// sched_ext backend: of this vCPU's preemptions in its lock for
+    /// pvschedd's event thread, those after which it ran again right after
+    /// the daemon (`BackendStatus::holders_resumed`).
+    #[serde(default)]
+    pub scx_holders_resumed: u64,
     /// sched_ext backend: boosted enqueues that preempted a task.
     #[serde(default)]
     pub scx_boost_preempts: u64,

@@ -304,6 +304,7 @@ mod tests {
                 scx_extension_tails: 0,
                 scx_extension_tails_ended_early: 0,
                 scx_holder_preempted_early_by: Vec::new(),
+                scx_holders_resumed: 0,
                 scx_boost_preempts: 0,
                 scx_kernel_boosts: 0,
                 kernel_boosted_ms: 0.0,

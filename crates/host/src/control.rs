@@ -315,6 +315,7 @@ impl ControlServer {
                             scx_extension_tails: x.ext_tails,
                             scx_extension_tails_ended_early: x.ext_tails_ended_early,
                             scx_holder_preempted_early_by: x.holder_preempted_early_by.to_vec(),
+                            scx_holders_resumed: x.holder_resumed,
                             scx_boost_preempts: x.boost_preempts,
                             scx_kernel_boosts: x.kboosts,
                             kernel_boosted_ms: s.kernel_boosted_ns as f64 * 1e-6,

@@ -918,6 +918,81 @@ kvm_test! {
     }
 }
 
+/// Confines thread `tid` to `cpu`.
+fn pin_thread(tid: i32, cpu: usize) {
+    let mut set = nix::sched::CpuSet::new();
+    set.set(cpu).expect("a CPU in the set");
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(tid), &set).expect("pin a thread");
+}
+
+kvm_test! {
+    /// A holder preempted in its lock for pvschedd's event thread runs again
+    /// right after it, for what its slice had left, instead of waiting
+    /// behind the task the fair queue has next: the event thread runs
+    /// briefly, and the holder's turn was not over. A VM's one vCPU, whose
+    /// guest always shows a sleeping lock held, spins beside a host hog on
+    /// CPU 0, with no extension allowance beyond the first burst (so the
+    /// daemon's wakeups preempt it); the daemon's event thread is confined
+    /// to CPU 0 and woken by status requests from CPU 1. Before, every such holder went
+    /// back to the fair queue, behind the hog's slice.
+    fn sched_ext_a_holder_preempted_for_the_daemon_runs_again_right_after_it() {
+        let dir = tempdir("scx-daemon-resume");
+        let name = vm_name("scx-daemon-resume");
+        let mut c = one_vcpu_on_cpu0();
+        c.guest_cs = Some(pvsched_abi::CS_LOCK);
+        c.spin = true;
+        let (_vmm, entry) = support::qmp_vm(&dir, &name, c);
+        let d = sched_ext_daemon(
+            &dir,
+            "scx_extension_us = 4000\nscx_extension_share_permille = 0",
+            &format!("[defaults]\nhonor_lock_holders = true\n{entry}"),
+        );
+        d.wait_serving(&name, 1);
+        // The event thread is pvschedd's main thread; its control thread,
+        // which wakes it for each request, stays free to run on CPU 1.
+        pin_thread(d.pid(), 0);
+        let _hog = Hog::on_cpu0();
+        let holder = || d.status().vms[0].vcpus[0].clone();
+        // The first burst of extensions spent: every one after is refused.
+        wait_until(Duration::from_secs(20), Duration::from_millis(50), || {
+            (holder().scx_extensions_refused >= 5).then_some(())
+        })
+        .unwrap_or_else(|| panic!("no extension refused: {:?}; log:\n{}", holder(), d.log()));
+        let before = holder();
+
+        // Each status request wakes the daemon's event thread on CPU 0.
+        pin_self(1);
+        let t0 = Instant::now();
+        let mut requests = 0u64;
+        while t0.elapsed() < Duration::from_secs(3) {
+            let _ = d.status();
+            requests += 1;
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        pin_self(0);
+        let after = holder();
+        let by_daemon =
+            early_by(&after, PVS_SCX_CUT_DAEMON) - early_by(&before, PVS_SCX_CUT_DAEMON);
+        let resumed = after.scx_holders_resumed - before.scx_holders_resumed;
+
+        eprintln!(
+            "{requests} status requests; holder preempted in its lock by the daemon: \
+             {by_daemon}, of them resumed right after it: {resumed}"
+        );
+        // The holder runs about half of CPU 0: about half the wakeups find it.
+        assert!(
+            by_daemon * 10 >= requests,
+            "the daemon preempted the holder {by_daemon} times for {requests} wakeups: {after:?}"
+        );
+        assert!(
+            resumed <= by_daemon && resumed * 10 >= by_daemon * 9,
+            "{resumed} of {by_daemon} holders preempted for the daemon ran again right after \
+             it: {after:?}; log:\n{}",
+            d.log()
+        );
+    }
+}
+
 kvm_test! {
     /// A VM's vCPUs kept apart: a 2-vCPU VM whose vCPU 0 spins and whose
     /// vCPU 1 wakes every millisecond, beside a host hog on each CPU (no CPU

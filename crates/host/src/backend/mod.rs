@@ -133,6 +133,7 @@ impl BackendState {
         s.slice_ends_uncontended = t.slice_ends_uncontended;
         s.preemptions_checked = t.preempts_checked;
         s.holders_kept_at_dispatch = t.holders_kept_at_dispatch;
+        s.holders_resumed = t.holders_resumed;
         s.vcpus_spread = t.vcpus_spread;
         s.daemon_moved = t.daemon_moved;
         s.boost_moved = t.boost_moved;

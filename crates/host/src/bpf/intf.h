@@ -367,6 +367,13 @@ struct pvs_scx_vcpu {
 	 * finer, and of those, the tails ended at a lock-free point. */
 	__u64 ext_tails;
 	__u64 ext_tails_ended_early;
+	/* Private: stopped in its lock, before its slice end, for pvschedd's
+	 * event thread: the slice it had left, which its next enqueue runs
+	 * next on its CPU, right after the daemon (0: none). */
+	__u64 resume_slice;
+	/* Of holder_preempted_early_by[PVS_SCX_CUT_DAEMON], the holders that
+	 * ran again right after the daemon, for the rest of their slice. */
+	__u64 holder_resumed;
 };
 
 /*
@@ -412,6 +419,9 @@ struct pvs_scx_totals {
 	 * found in their lock and kept for an extension. */
 	__u64 preempts_checked;
 	__u64 holders_kept_at_dispatch;
+	/* Holders preempted in their lock for pvschedd's event thread that
+	 * ran again right after it (pvs_scx_vcpu.holder_resumed). */
+	__u64 holders_resumed;
 	__u64 queued_to_run_boosted[PVS_SCX_LAT_BUCKETS];
 	__u64 queued_to_run_other[PVS_SCX_LAT_BUCKETS];
 };
@@ -444,6 +454,6 @@ struct pvs_scx_boost_queued {
 #define PVS_SCX_DSQ_FAIR 1
 
 _Static_assert(sizeof(struct pvs_scx_grant) == 80, "pvs_scx_grant size");
-_Static_assert(sizeof(struct pvs_scx_vcpu) == 376, "pvs_scx_vcpu size");
+_Static_assert(sizeof(struct pvs_scx_vcpu) == 392, "pvs_scx_vcpu size");
 
 #endif /* __PVSCHED_INTF_H */

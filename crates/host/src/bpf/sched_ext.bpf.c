@@ -197,7 +197,9 @@ struct pvs_cpu_holder {
 	u32 vm;		/* the process (VMM) of the vCPU running there; 0: none */
 	u32 cut;	/* what this program did to take the CPU from it (enum pvs_scx_cut) */
 	u32 pad;
-	u64 slice_left;	/* its slice left when a grant left its preemption to this CPU */
+	/* Its slice left when this program took the CPU from it for a grant
+	 * or for the daemon's event thread (preempt_checked_there, pvs_enqueue). */
+	u64 slice_left;
 };
 
 struct {
@@ -717,7 +719,7 @@ static __always_inline void preempt_checked_there(s32 cpu, u32 cut)
 	struct pvs_cpu_holder *h = cpu_holder_of(cpu);
 	struct task_struct *t;
 
-	if (h && cut == PVS_SCX_CUT_GRANT) {
+	if (h && (cut == PVS_SCX_CUT_GRANT || cut == PVS_SCX_CUT_DAEMON)) {
 		h->slice_left = 0;
 		t = bpf_task_from_pid(h->tid);
 		if (t) {
@@ -728,6 +730,48 @@ static __always_inline void preempt_checked_there(s32 cpu, u32 cut)
 	note_cut(cpu, cut);
 	scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
 	__sync_fetch_and_add(&totals.preempts_checked, 1);
+}
+
+/*
+ * pvschedd's event thread takes `cpu`, decided where the vCPU running
+ * there, if one of a lock-handling VM, is the current task (its slot was
+ * read: holder_keeps_cpu). Noted, with the slice that vCPU had left: if it
+ * stops in its lock, it runs that right after the daemon (vcpu_stopping).
+ */
+static __always_inline void note_daemon_cut(s32 cpu)
+{
+	struct pvs_cpu_holder *h = lock_vcpu_on(cpu, 0);
+	struct task_struct *t;
+
+	note_cut(cpu, PVS_SCX_CUT_DAEMON);
+	if (!h)
+		return;
+	h->slice_left = 0;
+	if (cpu != bpf_get_smp_processor_id() ||
+	    (u32)bpf_get_current_pid_tgid() != h->tid)
+		return;
+	t = bpf_task_from_pid(h->tid);
+	if (t) {
+		h->slice_left = t->scx.slice;
+		bpf_task_release(t);
+	}
+}
+
+/*
+ * A vCPU stopping in its lock before its slice end on this CPU: if the
+ * daemon's event thread took the CPU from it, the slice it had left (at
+ * most a slice), else 0.
+ */
+static __always_inline u64 slice_left_to_daemon(void)
+{
+	struct pvs_cpu_holder *h = cpu_holder_of(bpf_get_smp_processor_id());
+	u64 left;
+
+	if (!h || h->cut != PVS_SCX_CUT_DAEMON)
+		return 0;
+	left = h->slice_left;
+	h->slice_left = 0;
+	return left < slice_ns ? left : slice_ns;
 }
 
 /*
@@ -932,11 +976,33 @@ static __always_inline u32 kernel_boost(struct pvs_scx_grant *g,
 	return PVS_SCX_KR_NONE;
 }
 
+/*
+ * A vCPU preempted in its lock for the daemon's event thread, which runs
+ * briefly, before its slice end (vcpu_stopping): it runs next on this CPU
+ * for the `slice` it had left, charged as ever, as a task the fair class
+ * preempts for a waking one keeps its place. By vtime it would wait behind
+ * the other tasks of the CPU, the other VM's vCPU, and every waiter of its
+ * lock with it.
+ */
+static __always_inline void resume_after_daemon(struct task_struct *p,
+						struct pvs_scx_vcpu *v,
+						u64 slice, u64 enq_flags)
+{
+	v->wake_boost = 0;
+	v->cs_preempted = 0;
+	v->enq_boost = 0;
+	v->enq_kreason = PVS_SCX_KR_NONE;
+	mark_queued(p, false);
+	scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice, enq_flags);
+	v->holder_resumed++;
+	__sync_fetch_and_add(&totals.holders_resumed, 1);
+}
+
 void BPF_STRUCT_OPS(pvs_enqueue, struct task_struct *p, u64 enq_flags)
 {
 	struct pvs_scx_grant *g = grant_of(p);
 	struct pvs_scx_vcpu *v = g ? vcpu_of(p) : NULL;
-	u64 vtime = p->scx.dsq_vtime, slice = slice_ns;
+	u64 vtime = p->scx.dsq_vtime, slice = slice_ns, resume;
 	u32 boost = 0, kprio, why;
 
 	__sync_fetch_and_add(&totals.enqueues, 1);
@@ -954,14 +1020,21 @@ void BPF_STRUCT_OPS(pvs_enqueue, struct task_struct *p, u64 enq_flags)
 		if (preempt && holder_keeps_cpu(p, cpu))
 			preempt = 0;
 		if (preempt)
-			note_cut(cpu, PVS_SCX_CUT_DAEMON);
+			note_daemon_cut(cpu);
 
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags | preempt);
 		return;
 	}
 	if (g && v) {
+		resume = v->resume_slice;
+		v->resume_slice = 0;
 		if (g->boost && boost_holds(p, g))
 			boost = g->boost;
+		/* Before the program's own boost: resuming costs no budget. */
+		if (!boost && resume && !(enq_flags & SCX_ENQ_WAKEUP)) {
+			resume_after_daemon(p, v, resume, enq_flags);
+			return;
+		}
 		why = kernel_boost(g, v, enq_flags);
 		v->wake_boost = 0;
 		v->cs_preempted = 0;
@@ -1219,6 +1292,7 @@ void BPF_STRUCT_OPS(pvs_running, struct task_struct *p)
 			h->lock = h->tid && v ? v->lock_at_stop : 0;
 			h->vm = g ? p->tgid : 0;
 			h->cut = PVS_SCX_CUT_OTHER;
+			h->slice_left = 0;
 		}
 	}
 	if (daemon_tid && p->pid == daemon_tid)
@@ -1347,6 +1421,7 @@ static __always_inline void vcpu_stopping(struct task_struct *p,
 		v->halted_at = now;
 	v->run_kreason = PVS_SCX_KR_NONE;
 	v->run_demoted = 0;
+	v->resume_slice = 0;
 	if (!g || !g->slot_addr)
 		return;
 	reason = slot_guest_reason(g->slot_addr, &rt_switches);
@@ -1365,6 +1440,8 @@ static __always_inline void vcpu_stopping(struct task_struct *p,
 			  cs_lock_held(g, PVSCHED_CS_LOCK);
 	if (v->lock_at_stop)
 		count_holder_preempted(v, slice_ended, extended);
+	if (v->lock_at_stop && !slice_ended)
+		v->resume_slice = slice_left_to_daemon();
 	reason &= ~SLOT_LOCK;
 	v->guest_reason = reason != 0;
 	v->guest_rt = (reason & SLOT_RT) != 0;

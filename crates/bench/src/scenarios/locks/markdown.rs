@@ -659,16 +659,29 @@ fn scx_holder_preemption_table(o: &mut String, r: &LocksReport) {
     if by.is_empty() {
         return;
     }
+    // Runs before the holders resumed after the daemon were counted show no
+    // such column: their report stays as it was.
+    let resumed = by.iter().any(|(.., x)| x.holders_resumed > 0);
     let _ = writeln!(
         o,
         "\nBefore the slice end, by what took the CPU (the scheduler notes its own \
          preemptions on the CPU as it decides them; none of them: a higher scheduling class \
-         or the kernel):\n"
+         or the kernel){}:\n",
+        if resumed {
+            ". Resumed: of pvschedd's, the holders that ran again right after it, on \
+             their CPU, for the rest of their slice"
+        } else {
+            ""
+        }
     );
-    let _ = writeln!(o, "| case | mode | VM | {} |", CUT_NAMES.join(" | "));
-    let _ = writeln!(o, "|---|---|---|{}", "--:|".repeat(CUT_NAMES.len()));
+    let mut heads: Vec<&str> = CUT_NAMES.to_vec();
+    if resumed {
+        heads.push("resumed");
+    }
+    let _ = writeln!(o, "| case | mode | VM | {} |", heads.join(" | "));
+    let _ = writeln!(o, "|---|---|---|{}", "--:|".repeat(heads.len()));
     for (c, mode, v, x) in by {
-        let cells: Vec<String> = (0..CUT_NAMES.len())
+        let mut cells: Vec<String> = (0..CUT_NAMES.len())
             .map(|i| {
                 x.holder_preempted_early_by
                     .get(i)
@@ -677,6 +690,9 @@ fn scx_holder_preemption_table(o: &mut String, r: &LocksReport) {
                     .to_string()
             })
             .collect();
+        if resumed {
+            cells.push(x.holders_resumed.to_string());
+        }
         let _ = writeln!(
             o,
             "| {} | {} | {} | {} |",

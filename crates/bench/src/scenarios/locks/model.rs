@@ -500,6 +500,10 @@ pub struct ScxExtensions {
     /// `enum pvs_scx_cut`, [`CUT_NAMES`]); empty for runs before the count.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub holder_preempted_early_by: Vec<u64>,
+    /// Of those by pvschedd's event thread, the holders that ran again
+    /// right after it for the rest of their slice (`scx_holders_resumed`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub holders_resumed: u64,
 }
 
 /// What took a holder's CPU before its slice end, by the index of the
@@ -548,6 +552,7 @@ impl ScxExtensions {
                 &mut sum.holder_preempted_early_by,
                 &c.scx_holder_preempted_early_by,
             );
+            sum.holders_resumed += c.scx_holders_resumed;
         }
         sum
     }
@@ -588,6 +593,7 @@ impl ScxExtensions {
                     n.saturating_sub(b.holder_preempted_early_by.get(i).copied().unwrap_or(0))
                 })
                 .collect(),
+            holders_resumed: a.holders_resumed.saturating_sub(b.holders_resumed),
         }
     }
 
@@ -607,6 +613,7 @@ impl ScxExtensions {
             &mut self.holder_preempted_early_by,
             &o.holder_preempted_early_by,
         );
+        self.holders_resumed += o.holders_resumed;
     }
 
     /// Holder preemptions the scheduler saw, however they came.

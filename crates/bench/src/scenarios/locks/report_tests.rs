@@ -1159,6 +1159,46 @@ fn holders_preempted_before_their_slice_end_are_shown_by_what_took_the_cpu_when_
 }
 
 #[test]
+fn holders_resumed_after_the_daemon_are_shown_beside_what_took_the_cpu_when_counted() {
+    // Arrange: the sample's sched_ext run; each repeat of scx-lock saw
+    // lock-b's holders preempted early three times by pvschedd's event
+    // thread, two of them resumed right after it.
+    let mut raw = scx_sample_raw();
+    let mut repeats = 0;
+    for p in &mut raw.phases {
+        if p.mode == LockMode::PvschedScxLock {
+            if let Some(x) = p.vms[1].scx_extensions.as_mut() {
+                x.holder_preempted_early = 3;
+                x.holder_preempted_early_by = vec![0, 0, 0, 3, 0, 0, 0, 0];
+                repeats += 1;
+            }
+        }
+    }
+    let md_before = markdown(&build(&raw));
+    for p in &mut raw.phases {
+        if p.mode == LockMode::PvschedScxLock {
+            if let Some(x) = p.vms[1].scx_extensions.as_mut() {
+                x.holders_resumed = 2;
+            }
+        }
+    }
+
+    // Act
+    let md = markdown(&build(&raw));
+
+    // Assert
+    assert!(repeats >= 1, "the sample runs scx-lock");
+    assert!(!md_before.contains("| resumed |"), "{md_before}");
+    let row = format!(
+        "| overcommitted | pvsched-scx-lock | lock-b | 0 | 0 | 0 | {} | 0 | 0 | 0 | {} |",
+        3 * repeats,
+        2 * repeats
+    );
+    assert!(md.contains(&row), "{row:?} not in\n{md}");
+    assert!(md.contains("| a wakeup preemption | resumed |"), "{md}");
+}
+
+#[test]
 fn the_schedulers_own_holder_preemptions_are_summed_per_vm_and_shown_by_how_when_counted() {
     // Arrange: the sample's sched_ext run; each repeat of scx-lock saw
     // lock-b's holders preempted 3 times after an extension, twice at a
