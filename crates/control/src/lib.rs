@@ -457,6 +457,15 @@ pub struct VcpuStatus {
     /// the daemon (`BackendStatus::holders_resumed`).
     #[serde(default)]
     pub scx_holders_resumed: u64,
+    /// sched_ext backend: how long this vCPU waited to run again after
+    /// those preemptions in its lock, ms, by how they came (after an
+    /// extension, at a slice end without one, before the slice end).
+    #[serde(default)]
+    pub scx_holder_preempted_extended_ms: f64,
+    #[serde(default)]
+    pub scx_holder_preempted_unextended_ms: f64,
+    #[serde(default)]
+    pub scx_holder_preempted_early_ms: f64,
     /// sched_ext backend: boosted enqueues that preempted a task.
     #[serde(default)]
     pub scx_boost_preempts: u64,

@@ -316,6 +316,13 @@ impl ControlServer {
                             scx_extension_tails_ended_early: x.ext_tails_ended_early,
                             scx_holder_preempted_early_by: x.holder_preempted_early_by.to_vec(),
                             scx_holders_resumed: x.holder_resumed,
+                            scx_holder_preempted_extended_ms: x.holder_preempted_ns_extended as f64
+                                * 1e-6,
+                            scx_holder_preempted_unextended_ms: x.holder_preempted_ns_unextended
+                                as f64
+                                * 1e-6,
+                            scx_holder_preempted_early_ms: x.holder_preempted_ns_early as f64
+                                * 1e-6,
                             scx_boost_preempts: x.boost_preempts,
                             scx_kernel_boosts: x.kboosts,
                             kernel_boosted_ms: s.kernel_boosted_ns as f64 * 1e-6,

@@ -974,10 +974,21 @@ kvm_test! {
         let by_daemon =
             early_by(&after, PVS_SCX_CUT_DAEMON) - early_by(&before, PVS_SCX_CUT_DAEMON);
         let resumed = after.scx_holders_resumed - before.scx_holders_resumed;
+        // Its waits to run again: after the daemon's preemptions, against
+        // those after its slice ends, behind the hog's slice.
+        let early = after.scx_holder_preempted_early - before.scx_holder_preempted_early;
+        let at_end =
+            after.scx_holder_preempted_unextended - before.scx_holder_preempted_unextended;
+        let early_ms =
+            after.scx_holder_preempted_early_ms - before.scx_holder_preempted_early_ms;
+        let at_end_ms =
+            after.scx_holder_preempted_unextended_ms - before.scx_holder_preempted_unextended_ms;
 
         eprintln!(
             "{requests} status requests; holder preempted in its lock by the daemon: \
-             {by_daemon}, of them resumed right after it: {resumed}"
+             {by_daemon}, of them resumed right after it: {resumed}; waited {early_ms:.1} ms \
+             after {early} preemptions before its slice end, {at_end_ms:.1} ms after {at_end} \
+             at its slice end"
         );
         // The holder runs about half of CPU 0: about half the wakeups find it.
         assert!(
@@ -989,6 +1000,14 @@ kvm_test! {
             "{resumed} of {by_daemon} holders preempted for the daemon ran again right after \
              it: {after:?}; log:\n{}",
             d.log()
+        );
+        // A turn behind the hog is a slice; right after the daemon, a
+        // fraction of one (7.0 against 0.7 ms a wait; with the holder put
+        // back in the fair queue, 6.7 against 3.0).
+        assert!(
+            at_end > 0 && early > 0 && early_ms / early as f64 * 4.0 < at_end_ms / at_end as f64,
+            "waits after the daemon's preemptions ({early_ms:.1} ms for {early}) not shorter \
+             than after slice ends ({at_end_ms:.1} ms for {at_end}): {after:?}"
         );
     }
 }

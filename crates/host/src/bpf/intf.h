@@ -374,6 +374,19 @@ struct pvs_scx_vcpu {
 	/* Of holder_preempted_early_by[PVS_SCX_CUT_DAEMON], the holders that
 	 * ran again right after the daemon, for the rest of their slice. */
 	__u64 holder_resumed;
+	/* Time from those stops in a lock to the vCPU's next run, by how
+	 * they came, as holder_preempted_*: after an extension, at a slice
+	 * end without one, before its slice end. The guests' count of waits
+	 * that find their holder preempted follows this time more than the
+	 * number of stops. */
+	__u64 holder_preempted_ns_extended;
+	__u64 holder_preempted_ns_unextended;
+	__u64 holder_preempted_ns_early;
+	/* Private: when it last stopped in its lock (0: it did not), and how
+	 * (0 after an extension, 1 at a slice end without one, 2 before its
+	 * slice end). */
+	__u64 holder_stopped_at;
+	__u64 holder_stop_kind;
 };
 
 /*
@@ -454,6 +467,6 @@ struct pvs_scx_boost_queued {
 #define PVS_SCX_DSQ_FAIR 1
 
 _Static_assert(sizeof(struct pvs_scx_grant) == 80, "pvs_scx_grant size");
-_Static_assert(sizeof(struct pvs_scx_vcpu) == 392, "pvs_scx_vcpu size");
+_Static_assert(sizeof(struct pvs_scx_vcpu) == 432, "pvs_scx_vcpu size");
 
 #endif /* __PVSCHED_INTF_H */

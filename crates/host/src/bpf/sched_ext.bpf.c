@@ -1258,6 +1258,24 @@ void BPF_STRUCT_OPS(pvs_dispatch, s32 cpu, struct task_struct *prev)
 		__sync_fetch_and_add(&totals.fair_pulls, 1);
 }
 
+/* A vCPU that stopped in its lock runs again: how long it waited, by how
+ * it stopped (pvs_scx_vcpu.holder_preempted_ns_*). */
+static __always_inline void holder_back(struct pvs_scx_vcpu *v, u64 now)
+{
+	u64 waited;
+
+	if (!v->holder_stopped_at)
+		return;
+	waited = now > v->holder_stopped_at ? now - v->holder_stopped_at : 0;
+	v->holder_stopped_at = 0;
+	if (v->holder_stop_kind == 0)
+		v->holder_preempted_ns_extended += waited;
+	else if (v->holder_stop_kind == 1)
+		v->holder_preempted_ns_unextended += waited;
+	else
+		v->holder_preempted_ns_early += waited;
+}
+
 void BPF_STRUCT_OPS(pvs_running, struct task_struct *p)
 {
 	struct pvs_scx_grant *g = grant_of(p);
@@ -1306,6 +1324,7 @@ void BPF_STRUCT_OPS(pvs_running, struct task_struct *p)
 			v->run_demoted = v->enq_kreason != PVS_SCX_KR_NONE && v->enq_demoted;
 			v->run_start = bpf_ktime_get_ns();
 			close_extension(v);
+			holder_back(v, v->run_start);
 			if (v->queued_at) {
 				u32 b = log2_bucket(bpf_ktime_get_ns() - v->queued_at);
 
@@ -1438,8 +1457,12 @@ static __always_inline void vcpu_stopping(struct task_struct *p,
 	}
 	v->lock_at_stop = runnable && (reason & SLOT_LOCK) &&
 			  cs_lock_held(g, PVSCHED_CS_LOCK);
-	if (v->lock_at_stop)
+	v->holder_stopped_at = 0;
+	if (v->lock_at_stop) {
 		count_holder_preempted(v, slice_ended, extended);
+		v->holder_stopped_at = now;
+		v->holder_stop_kind = !slice_ended ? 2 : extended ? 0 : 1;
+	}
 	if (v->lock_at_stop && !slice_ended)
 		v->resume_slice = slice_left_to_daemon();
 	reason &= ~SLOT_LOCK;

@@ -654,6 +654,7 @@ fn scx_holder_preemption_table(o: &mut String, r: &LocksReport) {
             x.holder_preempted_early
         );
     }
+    scx_holder_preempted_time_table(o, r);
     // Runs before the breakdown have none: their report stays as it was.
     let by: Vec<_> = scx_rows(r, |_, x| x.holder_preempted_early_by.iter().any(|&n| n > 0));
     if by.is_empty() {
@@ -700,6 +701,57 @@ fn scx_holder_preemption_table(o: &mut String, r: &LocksReport) {
             mode,
             v.name,
             cells.join(" | ")
+        );
+    }
+}
+
+/// How long the preempted holders waited to run again, by how they were
+/// preempted; nothing for runs from before it was measured.
+fn scx_holder_preempted_time_table(o: &mut String, r: &LocksReport) {
+    let rows = scx_rows(r, |_, x| {
+        x.holder_preempted_extended_ms
+            + x.holder_preempted_unextended_ms
+            + x.holder_preempted_early_ms
+            > 0.0
+    });
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "\nHow long they waited to run again, ms in all (and per preemption), by how: a \
+         guest's waits that find their holder preempted follow this time more than the \
+         number of preemptions:\n"
+    );
+    let _ = writeln!(
+        o,
+        "| case | mode | VM | in all | after an extension | at a slice end without one | before the slice end |"
+    );
+    let _ = writeln!(o, "|---|---|---|--:|--:|--:|--:|");
+    let cell = |ms: f64, n: u64| {
+        if n == 0 {
+            format!("{ms:.1}")
+        } else {
+            format!("{ms:.1} ({:.2})", ms / n as f64)
+        }
+    };
+    for (c, mode, v, x) in rows {
+        let all = x.holder_preempted_extended_ms
+            + x.holder_preempted_unextended_ms
+            + x.holder_preempted_early_ms;
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            c.case,
+            mode,
+            v.name,
+            cell(all, x.holder_preempted()),
+            cell(x.holder_preempted_extended_ms, x.holder_preempted_extended),
+            cell(
+                x.holder_preempted_unextended_ms,
+                x.holder_preempted_unextended
+            ),
+            cell(x.holder_preempted_early_ms, x.holder_preempted_early)
         );
     }
 }

@@ -504,6 +504,14 @@ pub struct ScxExtensions {
     /// right after it for the rest of their slice (`scx_holders_resumed`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub holders_resumed: u64,
+    /// How long the holders preempted waited to run again, ms, by how they
+    /// were preempted (as the three counts above); 0 for runs before it.
+    #[serde(default, skip_serializing_if = "is_zero_ms")]
+    pub holder_preempted_extended_ms: f64,
+    #[serde(default, skip_serializing_if = "is_zero_ms")]
+    pub holder_preempted_unextended_ms: f64,
+    #[serde(default, skip_serializing_if = "is_zero_ms")]
+    pub holder_preempted_early_ms: f64,
 }
 
 /// What took a holder's CPU before its slice end, by the index of the
@@ -532,6 +540,10 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
+fn is_zero_ms(ms: &f64) -> bool {
+    *ms == 0.0
+}
+
 impl ScxExtensions {
     /// The VM's counters in one status: its vCPUs' summed.
     pub fn of(status: &VmStatus) -> ScxExtensions {
@@ -553,6 +565,9 @@ impl ScxExtensions {
                 &c.scx_holder_preempted_early_by,
             );
             sum.holders_resumed += c.scx_holders_resumed;
+            sum.holder_preempted_extended_ms += c.scx_holder_preempted_extended_ms;
+            sum.holder_preempted_unextended_ms += c.scx_holder_preempted_unextended_ms;
+            sum.holder_preempted_early_ms += c.scx_holder_preempted_early_ms;
         }
         sum
     }
@@ -594,6 +609,14 @@ impl ScxExtensions {
                 })
                 .collect(),
             holders_resumed: a.holders_resumed.saturating_sub(b.holders_resumed),
+            holder_preempted_extended_ms: (a.holder_preempted_extended_ms
+                - b.holder_preempted_extended_ms)
+                .max(0.0),
+            holder_preempted_unextended_ms: (a.holder_preempted_unextended_ms
+                - b.holder_preempted_unextended_ms)
+                .max(0.0),
+            holder_preempted_early_ms: (a.holder_preempted_early_ms - b.holder_preempted_early_ms)
+                .max(0.0),
         }
     }
 
@@ -614,6 +637,9 @@ impl ScxExtensions {
             &o.holder_preempted_early_by,
         );
         self.holders_resumed += o.holders_resumed;
+        self.holder_preempted_extended_ms += o.holder_preempted_extended_ms;
+        self.holder_preempted_unextended_ms += o.holder_preempted_unextended_ms;
+        self.holder_preempted_early_ms += o.holder_preempted_early_ms;
     }
 
     /// Holder preemptions the scheduler saw, however they came.

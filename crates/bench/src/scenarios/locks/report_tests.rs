@@ -1199,6 +1199,48 @@ fn holders_resumed_after_the_daemon_are_shown_beside_what_took_the_cpu_when_coun
 }
 
 #[test]
+fn how_long_preempted_holders_waited_is_shown_by_how_when_measured() {
+    // Arrange: the sample's sched_ext run; each repeat of scx-lock saw
+    // lock-b's holders preempted twice after an extension (10 ms in all),
+    // once at a slice end without one (4 ms), none before the slice end.
+    let mut raw = scx_sample_raw();
+    let mut repeats = 0;
+    for p in &mut raw.phases {
+        if p.mode == LockMode::PvschedScxLock {
+            if let Some(x) = p.vms[1].scx_extensions.as_mut() {
+                x.holder_preempted_extended = 2;
+                x.holder_preempted_unextended = 1;
+                repeats += 1;
+            }
+        }
+    }
+    let md_before = markdown(&build(&raw));
+    for p in &mut raw.phases {
+        if p.mode == LockMode::PvschedScxLock {
+            if let Some(x) = p.vms[1].scx_extensions.as_mut() {
+                x.holder_preempted_extended_ms = 10.0;
+                x.holder_preempted_unextended_ms = 4.0;
+            }
+        }
+    }
+
+    // Act
+    let md = markdown(&build(&raw));
+
+    // Assert
+    assert!(repeats >= 1, "the sample runs scx-lock");
+    assert!(!md_before.contains("How long they waited"), "{md_before}");
+    let n = repeats as f64;
+    let row = format!(
+        "| overcommitted | pvsched-scx-lock | lock-b | {:.1} (4.67) | {:.1} (5.00) | {:.1} (4.00) | 0.0 |",
+        14.0 * n,
+        10.0 * n,
+        4.0 * n
+    );
+    assert!(md.contains(&row), "{row:?} not in\n{md}");
+}
+
+#[test]
 fn the_schedulers_own_holder_preemptions_are_summed_per_vm_and_shown_by_how_when_counted() {
     // Arrange: the sample's sched_ext run; each repeat of scx-lock saw
     // lock-b's holders preempted 3 times after an extension, twice at a
