@@ -69,7 +69,11 @@ fn vm_summary(phases: &[&Phase], name: &str, index: usize) -> VmSummary {
     let mut daemon: Option<DaemonLocks> = None;
     let mut scx: Option<ScxExtensions> = None;
     let mut kernel: Option<u64> = None;
+    let mut held: Option<GuestHeld> = None;
     for (p, v) in &of {
+        if let Some(h) = v.guest_held.filter(|h| h.takes > 0) {
+            held.get_or_insert_with(GuestHeld::default).add(&h);
+        }
         if let Some(g) = &v.guest_locks {
             guest.get_or_insert_with(GuestLocks::default).add(g);
             guest_window += p.window_s;
@@ -127,6 +131,7 @@ fn vm_summary(phases: &[&Phase], name: &str, index: usize) -> VmSummary {
         guest_locks: guest,
         guest_locks_repeats: guest_repeats,
         kernel_contentions: kernel,
+        guest_held: held,
         daemon,
         scx_extensions: scx,
     }

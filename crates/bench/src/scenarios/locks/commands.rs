@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use pvsched_abi::F_LOCK_WAIT;
+use pvsched_vmtest::guest_status::GUEST_STATUS_PATH;
 use pvsched_vmtest::Vm;
 
 use super::model::*;
@@ -27,6 +28,21 @@ pub fn trigger_cmd() -> String {
 /// Marks the trigger's total before and after the workload.
 const HITS: [&str; 2] = ["LOCKHITS0", "LOCKHITS1"];
 
+/// Marks the guest module's lock-list counters before and after it.
+const HELD: [&str; 2] = ["LOCKHELD0", "LOCKHELD1"];
+
+/// The guest module's `held_*` counters, in [`GuestHeld`]'s order, summed
+/// over the CPUs of its debugfs status (zeros without the module).
+fn held_cmd(mark: &str) -> String {
+    format!(
+        "echo \"{mark} $(awk '{{for (i = 1; i <= NF; i++) {{n = index($i, \"=\"); \
+         s[substr($i, 1, n - 1)] += substr($i, n + 1)}}}} END {{print s[\"held_takes\"] + 0, \
+         s[\"held_releases\"] + 0, s[\"held_unmatched\"] + 0, s[\"held_user_resets\"] + 0, \
+         s[\"held_dropped\"] + 0, s[\"held_uncontended\"] + 0}}' {GUEST_STATUS_PATH} \
+         2>/dev/null)\""
+    )
+}
+
 /// The lockstress command line (`secs` seconds).
 pub fn lockstress_args(secs: u64, workload: Workload, threads: u32) -> String {
     let mut c = format!("lockstress -d {secs} -w {workload}");
@@ -42,16 +58,27 @@ pub fn lockstress_cmd(secs: u64, workload: Workload, threads: u32) -> String {
         format!("echo \"{mark} $(awk '/Hits:/{{print $2}}' {TRACEPOINT}/hist 2>/dev/null)\"")
     };
     format!(
-        "{}; {}; rc=$?; {}; exit $rc",
+        "{}; {}; {}; rc=$?; {}; {}; exit $rc",
         hits(HITS[0]),
+        held_cmd(HELD[0]),
         lockstress_args(secs, workload, threads),
-        hits(HITS[1])
+        hits(HITS[1]),
+        held_cmd(HELD[1])
     )
 }
 
-/// lockstress's result and the kernel's contentions meanwhile (None when
-/// the trigger's totals are missing) from the guest command's output.
-pub fn parse_run(out: &str) -> Result<(LockstressResult, Option<u64>)> {
+/// What the guest command printed: lockstress's result, the kernel's
+/// contentions meanwhile (None when the trigger's totals are missing) and
+/// the guest module's lock lists meanwhile (None when missing).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunOutput {
+    pub result: LockstressResult,
+    pub kernel_contentions: Option<u64>,
+    pub held: Option<GuestHeld>,
+}
+
+/// The guest command's output, parsed.
+pub fn parse_run(out: &str) -> Result<RunOutput> {
     let result: LockstressResult = gp::parse_line("lockstress", out)?;
     let hits = |mark: &str| -> Option<u64> {
         out.lines()
@@ -63,7 +90,21 @@ pub fn parse_run(out: &str) -> Result<(LockstressResult, Option<u64>)> {
         (Some(a), Some(b)) => Some(b.saturating_sub(a)),
         _ => None,
     };
-    Ok((result, kernel))
+    let held_at = |mark: &str| {
+        out.lines()
+            .map(str::trim)
+            .find_map(|l| l.strip_prefix(mark))
+            .and_then(GuestHeld::parse)
+    };
+    let held = match (held_at(HELD[0]), held_at(HELD[1])) {
+        (Some(a), Some(b)) => GuestHeld::between(&a, &b),
+        _ => None,
+    };
+    Ok(RunOutput {
+        result,
+        kernel_contentions: kernel,
+        held,
+    })
 }
 
 /// The overlay of a pvsched mode: `--pvschedd-config`'s, with the mode's

@@ -375,6 +375,7 @@ pub fn markdown(r: &LocksReport) -> String {
 
     scx_extension_table(&mut o, r);
     scx_holder_preemption_table(&mut o, r);
+    guest_held_table(&mut o, r);
     kvm_preemption_table(&mut o, r);
 
     let _ = writeln!(
@@ -752,6 +753,55 @@ fn scx_holder_preempted_time_table(o: &mut String, r: &LocksReport) {
                 x.holder_preempted_unextended
             ),
             cell(x.holder_preempted_early_ms, x.holder_preempted_early)
+        );
+    }
+}
+
+/// The guest module's lists of held locks per case, mode and VM; nothing for
+/// runs that listed none (no lock holders honoured, or from before).
+fn guest_held_table(o: &mut String, r: &LocksReport) {
+    let rows: Vec<_> = r
+        .cases
+        .iter()
+        .flat_map(|c| {
+            ordered(&c.modes).into_iter().flat_map(move |(mode, ms)| {
+                ms.vms
+                    .iter()
+                    .filter_map(move |v| Some((c, mode, v, v.guest_held?)))
+            })
+        })
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "\n## The guests' lists of held locks (guest module's debugfs counters; sums over the repeats)\n\n\
+         What `CS_LOCK` is made of (lock holders honoured): the lock calls the module listed while \
+         its host contended the vCPU, the unlocks that found their lock listed, unlocks of a lock \
+         not listed (trylocks', takes passed over), lists a timer tick found non-empty in user \
+         mode and emptied (an unlock the hooks missed: the lock showed held until then), takes \
+         dropped from a full list, and takes passed over while the host did not contend the \
+         vCPU.\n"
+    );
+    let _ = writeln!(
+        o,
+        "| case | mode | VM | listed | released | unlocks not listed | reset in user mode | dropped | passed over |"
+    );
+    let _ = writeln!(o, "|---|---|---|--:|--:|--:|--:|--:|--:|");
+    for (c, mode, v, h) in rows {
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            c.case,
+            mode,
+            v.name,
+            h.takes,
+            h.releases,
+            h.unmatched,
+            h.user_resets,
+            h.dropped,
+            h.uncontended
         );
     }
 }

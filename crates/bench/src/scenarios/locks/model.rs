@@ -336,6 +336,75 @@ pub struct LockstressResult {
     pub failed: bool,
 }
 
+/// The guest module's lists of the locks its running tasks hold (lock
+/// holders honoured, `F_LOCK_HOLD`): the `held_*` counters of its debugfs
+/// status, summed over its CPUs. They say whether `CS_LOCK` tells the truth:
+/// an unlock the hooks miss leaves a lock listed until a timer tick finds
+/// the task in user mode (`user_resets`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuestHeld {
+    /// Lock calls listed (`held_takes`).
+    pub takes: u64,
+    /// Unlocks that found their lock listed (`held_releases`).
+    pub releases: u64,
+    /// Unlocks of a lock not listed: trylocks', takes passed over
+    /// (`held_unmatched`).
+    pub unmatched: u64,
+    /// Lists found non-empty at a timer tick in user mode, and emptied
+    /// (`held_user_resets`).
+    pub user_resets: u64,
+    /// Takes not listed, the list full (`held_dropped`).
+    pub dropped: u64,
+    /// Takes passed over while the host did not contend the vCPU
+    /// (`held_uncontended`).
+    pub uncontended: u64,
+}
+
+impl GuestHeld {
+    /// The counters as the guest command prints them: six numbers in
+    /// [`GuestHeld`]'s order.
+    pub fn parse(fields: &str) -> Option<GuestHeld> {
+        let n: Vec<u64> = fields
+            .split_whitespace()
+            .map(str::parse)
+            .collect::<std::result::Result<_, _>>()
+            .ok()?;
+        let [takes, releases, unmatched, user_resets, dropped, uncontended] = n[..] else {
+            return None;
+        };
+        Some(GuestHeld {
+            takes,
+            releases,
+            unmatched,
+            user_resets,
+            dropped,
+            uncontended,
+        })
+    }
+
+    /// The counters between two readings; None when one went back (the
+    /// module re-bound).
+    pub fn between(before: &GuestHeld, after: &GuestHeld) -> Option<GuestHeld> {
+        Some(GuestHeld {
+            takes: after.takes.checked_sub(before.takes)?,
+            releases: after.releases.checked_sub(before.releases)?,
+            unmatched: after.unmatched.checked_sub(before.unmatched)?,
+            user_resets: after.user_resets.checked_sub(before.user_resets)?,
+            dropped: after.dropped.checked_sub(before.dropped)?,
+            uncontended: after.uncontended.checked_sub(before.uncontended)?,
+        })
+    }
+
+    pub fn add(&mut self, o: &GuestHeld) {
+        self.takes += o.takes;
+        self.releases += o.releases;
+        self.unmatched += o.unmatched;
+        self.user_resets += o.user_resets;
+        self.dropped += o.dropped;
+        self.uncontended += o.uncontended;
+    }
+}
+
 /// A VM's guest lock counters (`F_LOCK_WAIT`), summed over its slots.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GuestLocks {
@@ -677,6 +746,10 @@ pub struct VmPhase {
     /// or no trigger).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_contentions: Option<u64>,
+    /// The guest module's lock lists during the workload (read around
+    /// lockstress; None: idle, or from before they were read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_held: Option<GuestHeld>,
     /// pvschedd's lock counters over the window (pvsched modes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub daemon: Option<DaemonLocks>,

@@ -57,6 +57,10 @@ pub struct VmSummary {
     /// Kernel `contention_begin` events summed over the repeats.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_contentions: Option<u64>,
+    /// The guest module's lock lists summed over the repeats (None: none
+    /// listed a lock).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_held: Option<GuestHeld>,
     /// pvschedd's counters summed over the repeats.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub daemon: Option<DaemonLocks>,

@@ -38,6 +38,7 @@ fn vm(name: &str, ops: Option<f64>, cpu_s: f64, locks: Option<(u64, u64)>) -> Vm
             ..Default::default()
         }),
         kernel_contentions: ops.map(|_| 1000),
+        guest_held: None,
         daemon: None,
         scx_extensions: None,
     }
@@ -1238,6 +1239,52 @@ fn how_long_preempted_holders_waited_is_shown_by_how_when_measured() {
         4.0 * n
     );
     assert!(md.contains(&row), "{row:?} not in\n{md}");
+}
+
+#[test]
+fn the_guests_lock_lists_are_summed_and_shown_when_they_listed_locks() {
+    // Arrange: the sample's sched_ext run; each repeat of scx-lock's lock-b
+    // listed 50 takes, 3 of them reset at a user-mode tick; scx-nolock's
+    // read zeros (no lock holders honoured).
+    let mut raw = scx_sample_raw();
+    let md_before = markdown(&build(&raw));
+    let mut repeats = 0;
+    for p in &mut raw.phases {
+        let listed = p.mode == LockMode::PvschedScxLock;
+        let v = &mut p.vms[1];
+        v.guest_held = Some(GuestHeld {
+            takes: if listed { 50 } else { 0 },
+            releases: if listed { 47 } else { 0 },
+            unmatched: 9,
+            user_resets: if listed { 3 } else { 0 },
+            dropped: 0,
+            uncontended: 1,
+        });
+        repeats += usize::from(listed && p.case == LockCase::Overcommitted);
+    }
+
+    // Act
+    let md = markdown(&build(&raw));
+
+    // Assert
+    assert!(repeats >= 1, "the sample runs scx-lock");
+    assert!(!md_before.contains("lists of held locks"), "{md_before}");
+    let n = repeats as u64;
+    let row = format!(
+        "| overcommitted | pvsched-scx-lock | lock-b | {} | {} | {} | {} | 0 | {} |",
+        50 * n,
+        47 * n,
+        9 * n,
+        3 * n,
+        n
+    );
+    assert!(md.contains(&row), "{row:?} not in\n{md}");
+    let table = md
+        .split("lists of held locks")
+        .nth(1)
+        .and_then(|t| t.split("\n## ").next())
+        .unwrap_or_default();
+    assert!(!table.contains("pvsched-scx-nolock"), "{table}");
 }
 
 #[test]

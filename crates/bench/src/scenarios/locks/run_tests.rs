@@ -38,14 +38,16 @@ fn a_run_parses_with_and_without_the_trigger() {
     let out = format!("LOCKHITS0 1200\n{json}\nLOCKHITS1 33328\n");
 
     // Act
-    let (r, k) = parse_run(&out).unwrap();
-    let (_, none) = parse_run(&format!("LOCKHITS0 \n{json}\nLOCKHITS1 \n")).unwrap();
+    let run = parse_run(&out).unwrap();
+    let none = parse_run(&format!("LOCKHITS0 \n{json}\nLOCKHITS1 \n")).unwrap();
 
     // Assert
+    let r = &run.result;
     assert_eq!((r.ops, r.threads, r.per_s.len()), (61601, 4, 2));
     assert_eq!(r.ops_per_s, 6132.6);
-    assert_eq!(k, Some(32128));
-    assert_eq!(none, None);
+    assert_eq!(run.kernel_contentions, Some(32128));
+    assert_eq!(none.kernel_contentions, None);
+    assert_eq!((run.held, none.held), (None, None));
     assert!(parse_run("lockstress: open: ENOSPC").is_err());
 }
 
@@ -377,4 +379,36 @@ fn the_progress_line_names_each_vm() {
         "{l}"
     );
     assert!(l.ends_with("other load 2 %"));
+}
+
+#[test]
+fn the_guest_modules_lock_lists_are_read_around_the_workload() {
+    // Arrange: the guest command's output, its lock-list counters before
+    // and after lockstress; and one whose module went (a counter back).
+    let json = "{\"workload\":\"rename\",\"threads\":4,\"cpus\":2,\"ops\":100,\
+                \"ops_per_s\":10.0,\"elapsed_s\":10.0,\"per_s\":[10],\
+                \"thread_ops_min\":20,\"thread_ops_max\":30,\"failed\":false}";
+    let out = format!(
+        "LOCKHITS0 1\nLOCKHELD0 100 90 40 2 0 7\n{json}\nLOCKHITS1 2\nLOCKHELD1 5100 5080 840 12 1 9\n"
+    );
+    let back = format!("LOCKHELD0 100 90 40 2 0 7\n{json}\nLOCKHELD1 0 0 0 0 0 0\n");
+
+    // Act
+    let run = parse_run(&out).unwrap();
+    let gone = parse_run(&back).unwrap();
+
+    // Assert
+    assert_eq!(
+        run.held,
+        Some(GuestHeld {
+            takes: 5000,
+            releases: 4990,
+            unmatched: 800,
+            user_resets: 10,
+            dropped: 1,
+            uncontended: 2,
+        })
+    );
+    assert_eq!(gone.held, None);
+    assert!(lockstress_cmd(10, Workload::Rename, 0).contains("held_user_resets"));
 }

@@ -210,8 +210,8 @@ impl Bench<'_> {
         let hz = foreign::ticks_per_second() as f64;
         let mut vms = Vec::new();
         for (i, ((name, _), out)) in self.guests.iter().zip(outs).enumerate() {
-            let (result, kernel) = match out {
-                None => (None, None),
+            let (result, kernel, held) = match out {
+                None => (None, None, None),
                 Some(joined) => {
                     let (rc, text) = joined
                         .map_err(|_| BenchError::Tool {
@@ -228,8 +228,8 @@ impl Bench<'_> {
                             detail: format!("exit {rc}: {}", text.trim()),
                         });
                     }
-                    let (r, k) = parse_run(&text)?;
-                    (Some(r), k)
+                    let run = parse_run(&text)?;
+                    (Some(run.result), run.kernel_contentions, run.held)
                 }
             };
             let (lock_wait, a) = start.locks[i];
@@ -253,6 +253,7 @@ impl Bench<'_> {
                 lock_wait,
                 guest_locks,
                 kernel_contentions: kernel,
+                guest_held: held,
                 daemon: daemon_locks,
                 scx_extensions,
             });
