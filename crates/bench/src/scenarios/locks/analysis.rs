@@ -96,6 +96,9 @@ fn vm_summary(phases: &[&Phase], name: &str, index: usize) -> VmSummary {
     }
     if let Some(x) = scx.as_mut() {
         x.extended_ms = round(x.extended_ms, 3);
+        x.holder_preempted_extended_ms = round(x.holder_preempted_extended_ms, 3);
+        x.holder_preempted_unextended_ms = round(x.holder_preempted_unextended_ms, 3);
+        x.holder_preempted_early_ms = round(x.holder_preempted_early_ms, 3);
     }
     VmSummary {
         name: name.to_string(),
