@@ -987,6 +987,11 @@ impl Vm {
         self.region.as_ref().map(|f| f.region())
     }
 
+    /// The same, to initialise its header again as a host would.
+    pub fn region_mut(&mut self) -> Option<&mut Region> {
+        self.region.as_mut().map(|f| f.region_mut())
+    }
+
     /// The VM's temporary directory (console.log, qemu.stderr, qemu.cmdline).
     pub fn dir(&self) -> &Path {
         &self.dir
