@@ -689,6 +689,21 @@ fn scx_sample() -> LocksReport {
 }
 
 /// [`scx_sample`]'s measurements.
+/// Applies `f` to lock-b's sched_ext counters in every scx-lock phase of
+/// `raw`; returns how many it changed.
+fn on_scx_lock_b(raw: &mut LocksRaw, f: impl Fn(&mut ScxExtensions)) -> usize {
+    let mut changed = 0;
+    for p in &mut raw.phases {
+        if p.mode == LockMode::PvschedScxLock {
+            if let Some(x) = p.vms[1].scx_extensions.as_mut() {
+                f(x);
+                changed += 1;
+            }
+        }
+    }
+    changed
+}
+
 fn scx_sample_raw() -> LocksRaw {
     use LockCase::{Alone, Overcommitted as O};
     use LockMode::*;
@@ -1030,13 +1045,9 @@ fn extensions_at_a_boosted_vcpus_preemption_get_their_own_column_when_there_are_
     // boosted preemptions.
     let mut raw = scx_sample_raw();
     let md_before = markdown(&build(&raw));
-    for p in &mut raw.phases {
-        if p.mode == LockMode::PvschedScxLock {
-            if let Some(x) = p.vms[1].scx_extensions.as_mut() {
-                x.at_preemption = 7;
-            }
-        }
-    }
+    on_scx_lock_b(&mut raw, |x| {
+        x.at_preemption = 7;
+    });
 
     // Act
     let md = markdown(&build(&raw));
@@ -1062,13 +1073,9 @@ fn extensions_ended_at_a_lock_free_point_get_their_own_column_when_there_are_any
     // Arrange: the sample's sched_ext run, one VM's extensions ended early 5 times.
     let mut raw = scx_sample_raw();
     let md_before = markdown(&build(&raw));
-    for p in &mut raw.phases {
-        if p.mode == LockMode::PvschedScxLock {
-            if let Some(x) = p.vms[1].scx_extensions.as_mut() {
-                x.ended_early = 5;
-            }
-        }
-    }
+    on_scx_lock_b(&mut raw, |x| {
+        x.ended_early = 5;
+    });
 
     // Act
     let md = markdown(&build(&raw));
@@ -1092,14 +1099,10 @@ fn extension_tails_get_their_own_columns_when_there_are_any() {
     // 6 tails, 4 of which ended at a lock-free point.
     let mut raw = scx_sample_raw();
     let md_before = markdown(&build(&raw));
-    for p in &mut raw.phases {
-        if p.mode == LockMode::PvschedScxLock {
-            if let Some(x) = p.vms[1].scx_extensions.as_mut() {
-                x.tails = 6;
-                x.tails_ended_early = 4;
-            }
-        }
-    }
+    on_scx_lock_b(&mut raw, |x| {
+        x.tails = 6;
+        x.tails_ended_early = 4;
+    });
 
     // Act
     let md = markdown(&build(&raw));
@@ -1123,23 +1126,13 @@ fn holders_preempted_before_their_slice_end_are_shown_by_what_took_the_cpu_when_
     // lock-b's holders preempted early twice by a boosted vCPU and once by
     // something of no program's.
     let mut raw = scx_sample_raw();
-    let mut repeats = 0;
-    for p in &mut raw.phases {
-        if p.mode == LockMode::PvschedScxLock {
-            if let Some(x) = p.vms[1].scx_extensions.as_mut() {
-                x.holder_preempted_early = 3;
-                repeats += 1;
-            }
-        }
-    }
+    let repeats = on_scx_lock_b(&mut raw, |x| {
+        x.holder_preempted_early = 3;
+    });
     let md_before = markdown(&build(&raw));
-    for p in &mut raw.phases {
-        if p.mode == LockMode::PvschedScxLock {
-            if let Some(x) = p.vms[1].scx_extensions.as_mut() {
-                x.holder_preempted_early_by = vec![1, 2, 0, 0, 0, 0, 0, 0];
-            }
-        }
-    }
+    on_scx_lock_b(&mut raw, |x| {
+        x.holder_preempted_early_by = vec![1, 2, 0, 0, 0, 0, 0, 0];
+    });
 
     // Act
     let md = markdown(&build(&raw));
@@ -1165,24 +1158,14 @@ fn holders_resumed_after_the_daemon_are_shown_beside_what_took_the_cpu_when_coun
     // lock-b's holders preempted early three times by pvschedd's event
     // thread, two of them resumed right after it.
     let mut raw = scx_sample_raw();
-    let mut repeats = 0;
-    for p in &mut raw.phases {
-        if p.mode == LockMode::PvschedScxLock {
-            if let Some(x) = p.vms[1].scx_extensions.as_mut() {
-                x.holder_preempted_early = 3;
-                x.holder_preempted_early_by = vec![0, 0, 0, 3, 0, 0, 0, 0];
-                repeats += 1;
-            }
-        }
-    }
+    let repeats = on_scx_lock_b(&mut raw, |x| {
+        x.holder_preempted_early = 3;
+        x.holder_preempted_early_by = vec![0, 0, 0, 3, 0, 0, 0, 0];
+    });
     let md_before = markdown(&build(&raw));
-    for p in &mut raw.phases {
-        if p.mode == LockMode::PvschedScxLock {
-            if let Some(x) = p.vms[1].scx_extensions.as_mut() {
-                x.holders_resumed = 2;
-            }
-        }
-    }
+    on_scx_lock_b(&mut raw, |x| {
+        x.holders_resumed = 2;
+    });
 
     // Act
     let md = markdown(&build(&raw));
@@ -1205,25 +1188,15 @@ fn how_long_preempted_holders_waited_is_shown_by_how_when_measured() {
     // lock-b's holders preempted twice after an extension (10 ms in all),
     // once at a slice end without one (4 ms), none before the slice end.
     let mut raw = scx_sample_raw();
-    let mut repeats = 0;
-    for p in &mut raw.phases {
-        if p.mode == LockMode::PvschedScxLock {
-            if let Some(x) = p.vms[1].scx_extensions.as_mut() {
-                x.holder_preempted_extended = 2;
-                x.holder_preempted_unextended = 1;
-                repeats += 1;
-            }
-        }
-    }
+    let repeats = on_scx_lock_b(&mut raw, |x| {
+        x.holder_preempted_extended = 2;
+        x.holder_preempted_unextended = 1;
+    });
     let md_before = markdown(&build(&raw));
-    for p in &mut raw.phases {
-        if p.mode == LockMode::PvschedScxLock {
-            if let Some(x) = p.vms[1].scx_extensions.as_mut() {
-                x.holder_preempted_extended_ms = 10.0;
-                x.holder_preempted_unextended_ms = 4.0;
-            }
-        }
-    }
+    on_scx_lock_b(&mut raw, |x| {
+        x.holder_preempted_extended_ms = 10.0;
+        x.holder_preempted_unextended_ms = 4.0;
+    });
 
     // Act
     let md = markdown(&build(&raw));
@@ -1294,17 +1267,11 @@ fn the_schedulers_own_holder_preemptions_are_summed_per_vm_and_shown_by_how_when
     // slice end without one, once before the slice end.
     let mut raw = scx_sample_raw();
     let md_before = markdown(&build(&raw));
-    let mut repeats = 0;
-    for p in &mut raw.phases {
-        if p.mode == LockMode::PvschedScxLock {
-            if let Some(x) = p.vms[1].scx_extensions.as_mut() {
-                x.holder_preempted_extended = 3;
-                x.holder_preempted_unextended = 2;
-                x.holder_preempted_early = 1;
-                repeats += 1;
-            }
-        }
-    }
+    let repeats = on_scx_lock_b(&mut raw, |x| {
+        x.holder_preempted_extended = 3;
+        x.holder_preempted_unextended = 2;
+        x.holder_preempted_early = 1;
+    });
 
     // Act
     let r = build(&raw);
@@ -1320,7 +1287,7 @@ fn the_schedulers_own_holder_preemptions_are_summed_per_vm_and_shown_by_how_when
         .scx_extensions
         .clone()
         .unwrap();
-    assert_eq!(x.holder_preempted(), 6 * repeats);
+    assert_eq!(x.holder_preempted(), 6 * repeats as u64);
     let row = format!(
         "| overcommitted | pvsched-scx-lock | lock-b | {} | {} | {} | {} |",
         6 * repeats,
