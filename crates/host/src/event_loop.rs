@@ -747,7 +747,8 @@ impl Daemon {
         self.backend.record(totals);
     }
 
-    /// Restores every thread and clears the host halves; removes the state
+    /// Restores every thread, clears the host halves and withdraws lock
+    /// holders from the regions that offered them; removes the state
     /// file only when every thread it would list was restored or is gone
     /// (else it is rewritten with those, for the next start).
     fn shutdown(&mut self) {

@@ -402,6 +402,33 @@ impl ServedVm {
         }
     }
 
+    /// At exit, a region that offers lock holders is initialised again
+    /// without them: while the guest accepts `F_LOCK_HOLD` its module lists
+    /// every lock call its tasks make under contention, for a host that reads
+    /// the lists, and with no pvschedd none does (BENCHMARKS.md, LH58: 3.5
+    /// million takes listed in windows no daemon served). The other features
+    /// stay offered: the guest binds again at once and keeps counting its lock
+    /// waits, and a pvschedd started again without lock holders finds it bound.
+    pub fn withdraw_lock_holders(&mut self) {
+        let h = self.region.region().header();
+        if h.host_features & pvsched_abi::F_LOCK_HOLD == 0 {
+            return;
+        }
+        let features = h.host_features & !pvsched_abi::F_LOCK_HOLD;
+        match self
+            .region
+            .region_mut()
+            .init_header_with_doorbell(h.slot_count, features, h.doorbell)
+        {
+            Ok(generation) => info!(
+                vm = %self.name,
+                generation,
+                "lock holders withdrawn from the region"
+            ),
+            Err(e) => warn!(vm = %self.name, error = %e, "lock holders not withdrawn"),
+        }
+    }
+
     /// Restores every thread: how many changed, and the records of those
     /// that live but could not be restored (they must stay recorded).
     pub fn restore_all(&mut self) -> Restored {

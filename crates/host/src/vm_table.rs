@@ -242,6 +242,7 @@ impl VmTable {
             out.restored += done.restored;
             out.left.extend(done.left);
             vm.clear_host_halves();
+            vm.withdraw_lock_holders();
         }
         self.slots.clear();
         out

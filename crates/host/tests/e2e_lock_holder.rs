@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use pvsched_abi::{GuestHalf, GF_ACTIVE, LOCK_F_WRITE, LOCK_NONE};
+use pvsched_abi::{GuestHalf, F_LOCK_HOLD, F_LOCK_WAIT, GF_ACTIVE, LOCK_F_WRITE, LOCK_NONE};
 use pvsched_base::region_file::RegionFile;
 use pvsched_control::LockStatus;
 use pvsched_vmtest::wait_until;
@@ -159,4 +159,47 @@ fn a_preempted_lock_holder_is_extended_and_the_vm_repays_the_time() {
     );
     assert!(!params(holder).is_rt(), "holder still boosted");
     drop(vmm);
+}
+
+/// The region's header as the daemon of `toml` leaves it when it stops.
+fn header_after_stop(tag: &str, defaults: &str) -> (pvsched_abi::Header, pvsched_abi::Header) {
+    let dir = tempdir(tag);
+    let name = vm_name(tag);
+    let mut cfg = FakeVmmConfig::new(&dir);
+    cfg.vcpus = 2;
+    let (_vmm, entry) = qmp_vm(&dir, &name, cfg);
+    let toml = format!(
+        "[daemon]\nstate_file = \"{d}/state.json\"\ncontrol_socket = \"{d}/control.sock\"\n\
+         metrics = \"off\"\n[defaults]\n{defaults}\n{entry}",
+        d = dir.display(),
+    );
+    let mut d = Daemon::start_with_config(&dir, &toml);
+    d.wait_serving(&name, 2);
+    let file = RegionFile::open(&dir.join(format!("{name}.region")), 2).expect("open the region");
+    let served = file.region().header();
+    let status = d.signal(libc::SIGTERM);
+    assert!(status.success(), "pvschedd exited {status:?}");
+    (served, file.region().header())
+}
+
+#[test]
+fn a_stopping_daemon_withdraws_lock_holders_from_the_region_and_keeps_the_rest_offered() {
+    let _one = support::serial();
+    // Arrange, act: a daemon honouring lock holders stops; so does one that
+    // does not.
+    let (served, left) = header_after_stop("lock-withdraw", "honor_lock_holders = true");
+    let (plain, plain_left) = header_after_stop("lock-plain", "honor_lock_holders = false");
+
+    // Assert: the guest no longer lists its locks for no host (it binds to
+    // the new generation); its lock waits are still offered. A region that
+    // never offered lock holders is left as it was.
+    assert_ne!(served.host_features & F_LOCK_HOLD, 0, "{served:?}");
+    assert_eq!(left.host_features & F_LOCK_HOLD, 0, "{left:?}");
+    assert_eq!(left.host_features, served.host_features & !F_LOCK_HOLD);
+    assert_ne!(left.host_features & F_LOCK_WAIT, 0, "{left:?}");
+    assert_eq!(left.generation, served.generation + 1, "{left:?}");
+    assert_eq!(left.slot_count, served.slot_count);
+    assert_eq!(plain.host_features & F_LOCK_HOLD, 0, "{plain:?}");
+    assert_eq!(plain_left.generation, plain.generation, "{plain_left:?}");
+    assert_eq!(plain_left.host_features, plain.host_features);
 }
