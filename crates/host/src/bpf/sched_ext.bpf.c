@@ -706,6 +706,19 @@ static __always_inline bool holder_unread_on(s32 cpu, u32 except)
 		      (u32)bpf_get_current_pid_tgid() == h->tid);
 }
 
+/* The slice thread `tid` has left now; 0 if it is gone. */
+static __always_inline u64 slice_of(u32 tid)
+{
+	struct task_struct *t = bpf_task_from_pid(tid);
+	u64 slice;
+
+	if (!t)
+		return 0;
+	slice = t->scx.slice;
+	bpf_task_release(t);
+	return slice;
+}
+
 /*
  * Take `cpu`, for `cut`, from the lock-handling vCPU running there whose
  * slot cannot be read here (holder_unread_on): the task meant to preempt it
@@ -717,16 +730,9 @@ static __always_inline bool holder_unread_on(s32 cpu, u32 except)
 static __always_inline void preempt_checked_there(s32 cpu, u32 cut)
 {
 	struct pvs_cpu_holder *h = cpu_holder_of(cpu);
-	struct task_struct *t;
 
-	if (h && (cut == PVS_SCX_CUT_GRANT || cut == PVS_SCX_CUT_DAEMON)) {
-		h->slice_left = 0;
-		t = bpf_task_from_pid(h->tid);
-		if (t) {
-			h->slice_left = t->scx.slice;
-			bpf_task_release(t);
-		}
-	}
+	if (h && (cut == PVS_SCX_CUT_GRANT || cut == PVS_SCX_CUT_DAEMON))
+		h->slice_left = slice_of(h->tid);
 	note_cut(cpu, cut);
 	scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
 	__sync_fetch_and_add(&totals.preempts_checked, 1);
@@ -741,20 +747,13 @@ static __always_inline void preempt_checked_there(s32 cpu, u32 cut)
 static __always_inline void note_daemon_cut(s32 cpu)
 {
 	struct pvs_cpu_holder *h = lock_vcpu_on(cpu, 0);
-	struct task_struct *t;
 
 	note_cut(cpu, PVS_SCX_CUT_DAEMON);
 	if (!h)
 		return;
-	h->slice_left = 0;
-	if (cpu != bpf_get_smp_processor_id() ||
-	    (u32)bpf_get_current_pid_tgid() != h->tid)
-		return;
-	t = bpf_task_from_pid(h->tid);
-	if (t) {
-		h->slice_left = t->scx.slice;
-		bpf_task_release(t);
-	}
+	h->slice_left = cpu == bpf_get_smp_processor_id() &&
+			(u32)bpf_get_current_pid_tgid() == h->tid ?
+			slice_of(h->tid) : 0;
 }
 
 /*
