@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 OR MIT */
 /*
- * pvsched shared-region ABI, version 1.6.
+ * pvsched shared-region ABI, version 1.8.
  *
  * The ONE definition of the memory a KVM guest and its host share for
  * cooperative vCPU scheduling. Guest kernel module, host daemon (through
@@ -56,7 +56,7 @@ typedef uint64_t __u64;
 /* "PVSCHED\0" read as a little-endian 64-bit word. */
 #define PVSCHED_MAGIC		0x0044454843535650ULL
 #define PVSCHED_ABI_MAJOR	1
-#define PVSCHED_ABI_MINOR	7
+#define PVSCHED_ABI_MINOR	8
 
 #define PVSCHED_CACHELINE	64
 #define PVSCHED_HEADER_SIZE	128
@@ -108,10 +108,32 @@ typedef uint64_t __u64;
  * host offers it where it acts on it (lock holders honoured).
  */
 #define PVSCHED_F_LOCK_HOLD	(1ULL << 6)
+/*
+ * Since minor 8, with PVSCHED_F_LOCK_HOLD: the host's scheduler keeps the
+ * host half's ext_notice current while the vCPU runs (an extension's number
+ * while the vCPU runs on an extension the host granted for what its slot
+ * showed, 0 otherwise, as of the vCPU's last entry to the guest). A guest
+ * that accepts it hands the CPU back at its first point out of its sleeping
+ * locks during such an extension, once per number: a KVM_HC_SCHED_YIELD
+ * hypercall to PVSCHED_YIELD_TO_NONE with PVSCHED_YIELD_TAG as its second
+ * argument, which KVM itself ignores and the host's scheduler takes as the
+ * extension's end. The holder is then preempted between two locks, as eCS's
+ * guest yields at the end of its critical section, instead of inside the
+ * next lock when the extension runs out. Only on KVM.
+ */
+#define PVSCHED_F_EXT_NOTICE	(1ULL << 7)
 #define PVSCHED_F_ALL		(PVSCHED_F_HOST_HALF | PVSCHED_F_PENDING_HINT | \
 				 PVSCHED_F_BOOST_REQUEST | PVSCHED_F_IDLE_HINTS | \
 				 PVSCHED_F_DOORBELL | PVSCHED_F_LOCK_WAIT | \
-				 PVSCHED_F_LOCK_HOLD)
+				 PVSCHED_F_LOCK_HOLD | PVSCHED_F_EXT_NOTICE)
+
+/*
+ * PVSCHED_F_EXT_NOTICE's yield: KVM_HC_SCHED_YIELD's first argument, an
+ * APIC ID no vCPU has (x2APIC's broadcast; KVM yields to nobody), and its
+ * second ("PVSCHED\0", unused by KVM), which tells the host it is this.
+ */
+#define PVSCHED_YIELD_TO_NONE	0xffffffffULL
+#define PVSCHED_YIELD_TAG	0x0044454843535650ULL	/* PVSCHED_MAGIC */
 
 /* ivshmem's Doorbell register: BAR0 offset, value = peer ID << 16 | vector. */
 #define PVSCHED_IVSHMEM_DOORBELL_REG	12
@@ -318,7 +340,16 @@ struct pvsched_host_half {
 	 */
 	__u32 poll_budget_permille;
 	__u32 host_reserved1;	/* zero */
-	__u64 host_reserved[6];
+	__u64 host_reserved[5];
+	/*
+	 * Since minor 8, PVSCHED_F_EXT_NOTICE (zero otherwise): the one word
+	 * of the host half outside its seqcount, written alone by the host's
+	 * scheduler (not the daemon, whose seqcount write stops before it) and
+	 * read alone by the guest: the number of the extension the vCPU runs
+	 * on now, 0 for none.
+	 */
+	__u32 ext_notice;
+	__u32 host_reserved2;	/* zero */
 };
 
 struct pvsched_slot {
@@ -336,6 +367,8 @@ PVSCHED_STATIC_ASSERT(PVSCHED_OFFSETOF(struct pvsched_guest_half, guest_pending)
 		      PVSCHED_CACHELINE, "pending hint on its own line");
 PVSCHED_STATIC_ASSERT(sizeof(struct pvsched_host_half) == 2 * PVSCHED_CACHELINE,
 		      "host half size");
+PVSCHED_STATIC_ASSERT(PVSCHED_OFFSETOF(struct pvsched_host_half, ext_notice) ==
+		      2 * PVSCHED_CACHELINE - 8, "notice: the host half's last word");
 PVSCHED_STATIC_ASSERT(PVSCHED_OFFSETOF(struct pvsched_slot, host) ==
 		      2 * PVSCHED_CACHELINE, "host half on its own lines");
 PVSCHED_STATIC_ASSERT(sizeof(struct pvsched_slot) == PVSCHED_SLOT_SIZE,

@@ -15,12 +15,14 @@
 
 /*
  * Features this module implements. PVSCHED_F_LOCK_HOLD reads a lock call's
- * first argument through ftrace, which x86-64 passes with the arguments.
+ * first argument through ftrace, which x86-64 passes with the arguments;
+ * PVSCHED_F_EXT_NOTICE yields from that hook by an x86 KVM hypercall.
  */
 #if defined(CONFIG_X86_64) && defined(CONFIG_DYNAMIC_FTRACE_WITH_ARGS)
 #define PVSCHED_SUPPORTED_FEATURES	PVSCHED_F_ALL
 #else
-#define PVSCHED_SUPPORTED_FEATURES	(PVSCHED_F_ALL & ~PVSCHED_F_LOCK_HOLD)
+#define PVSCHED_SUPPORTED_FEATURES	(PVSCHED_F_ALL & ~PVSCHED_F_LOCK_HOLD & \
+					 ~PVSCHED_F_EXT_NOTICE)
 #endif
 
 /* Nested sleeping locks a task is followed in (F_LOCK_HOLD). */
@@ -120,6 +122,12 @@ struct pvsched_cpu {
 	u64 held_user_resets;		/* ticks in user mode that found some */
 	u64 held_uncontended;		/* takes not listed: no host contention */
 	/*
+	 * PVSCHED_F_EXT_NOTICE: the host's extension number this CPU last
+	 * yielded for (at most one yield each), and the yields.
+	 */
+	u32 yielded_notice;
+	u64 held_yields;
+	/*
 	 * Whether the host contends this vCPU (pvsched_host_contends()): its
 	 * steal time at the last look, that look's jiffies (0: none yet), and
 	 * the answer then.
@@ -206,6 +214,8 @@ void pvsched_lock_reset(struct pvsched_cpu *pc);
 void pvsched_lock_ring(struct pvsched_cpu *pc, u32 ring);
 void pvsched_hints_start(void);
 const char *pvsched_holder_preempted_source(void);
+/* The guest runs on KVM. */
+bool pvsched_on_kvm(void);
 /* KVM offers steal time to this guest (read at each binding). */
 bool pvsched_kvm_steal_known(void);
 void pvsched_hints_stop(void);

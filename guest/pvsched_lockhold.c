@@ -34,6 +34,7 @@
 #include <linux/jiffies.h>
 #include <linux/kernel.h>
 #include <linux/kernel_stat.h>
+#include <linux/kvm_para.h>
 #include <linux/log2.h>
 #include <linux/sched.h>
 #include <linux/string.h>
@@ -189,6 +190,32 @@ static bool notrace pvsched_host_contends(void)
 	return pc->hold_contended;
 }
 
+/*
+ * PVSCHED_F_EXT_NOTICE: while the host runs this vCPU on an extension it
+ * granted (the slot's ext_notice), a take with no sleeping lock held is a
+ * point between two of them: hand the CPU back there, once per extension,
+ * so that the host preempts the vCPU out of its locks, as eCS's guest
+ * yields at the end of its critical section. An unlock's hook runs before
+ * the lock is released, so it is the next take that is out of them. A
+ * notice the host left stale costs one hypercall. Inside an update of @pc
+ * (interrupts off, the slot served).
+ */
+static void notrace pvsched_yield_if_extended(struct pvsched_cpu *pc)
+{
+	u32 notice;
+
+	if (pc->held_count ||
+	    !(READ_ONCE(pvsched_region.features) & PVSCHED_F_EXT_NOTICE))
+		return;
+	notice = READ_ONCE(pc->slot->host.ext_notice);
+	if (!notice || notice == pc->yielded_notice)
+		return;
+	pc->yielded_notice = notice;
+	pc->held_yields++;
+	kvm_hypercall2(KVM_HC_SCHED_YIELD, PVSCHED_YIELD_TO_NONE,
+		       PVSCHED_YIELD_TAG);
+}
+
 static void notrace pvsched_on_take(unsigned long ip, unsigned long parent_ip,
 				    struct ftrace_ops *op,
 				    struct ftrace_regs *fregs)
@@ -205,6 +232,7 @@ static void notrace pvsched_on_take(unsigned long ip, unsigned long parent_ip,
 	pc = pvsched_update_begin(&irqfl);
 	if (!pc)
 		return;
+	pvsched_yield_if_extended(pc);
 	pc->held_takes++;
 	if (pc->held_count < PVSCHED_HELD_MAX)
 		pc->held[pc->held_count++] = pvsched_lock_arg(fregs);

@@ -432,6 +432,16 @@ static bool pvsched_kvm_has_steal_time(void)
 #endif
 }
 
+/* The guest runs on KVM (its CPUID signature), whose hypercalls it may make. */
+bool pvsched_on_kvm(void)
+{
+#ifdef CONFIG_X86
+	return hypervisor_cpuid_base(KVM_SIGNATURE, 0) != 0;
+#else
+	return false;
+#endif
+}
+
 bool pvsched_kvm_steal_known(void)
 {
 	return READ_ONCE(pvsched_kvm_steal);

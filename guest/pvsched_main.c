@@ -26,10 +26,10 @@
 static ulong features = PVSCHED_SUPPORTED_FEATURES;
 module_param(features, ulong, 0444);
 MODULE_PARM_DESC(features,
-		 "PVSCHED_F_* bits the module may accept (default 0x7f on x86-64: all it supports)");
+		 "PVSCHED_F_* bits the module may accept (default 0xff on x86-64: all it supports)");
 /* The text above says what the default is. */
 #if defined(CONFIG_X86_64) && defined(CONFIG_DYNAMIC_FTRACE_WITH_ARGS)
-static_assert(PVSCHED_SUPPORTED_FEATURES == 0x7f);
+static_assert(PVSCHED_SUPPORTED_FEATURES == 0xff);
 #endif
 
 struct pvsched_region pvsched_region;
@@ -218,6 +218,9 @@ static int pvsched_bind(struct pci_dev *pdev, const struct pvsched_header *h)
 			 "cannot hook the lock calls: no lock holder published\n");
 		r->features &= ~PVSCHED_F_LOCK_HOLD;
 	}
+	/* The yield at a lock-free point is a KVM hypercall, after a hooked take. */
+	if (!(r->features & PVSCHED_F_LOCK_HOLD) || !pvsched_on_kvm())
+		r->features &= ~PVSCHED_F_EXT_NOTICE;
 	ret = cpuhp_setup_state(CPUHP_AP_ONLINE_DYN, "pvsched:online",
 				pvsched_cpu_online, pvsched_cpu_offline);
 	if (ret < 0)

@@ -162,7 +162,7 @@ static int pvsched_status_show(struct seq_file *m, void *unused)
 			   READ_ONCE(pc->lock_spins_stopped),
 			   READ_ONCE(pc->lock_requests),
 			   READ_ONCE(pc->lock_doorbell_rings));
-		seq_printf(m, " held=%u held_takes=%llu held_releases=%llu held_unmatched=%llu held_dropped=%llu held_user_resets=%llu held_uncontended=%llu host_contends=%u",
+		seq_printf(m, " held=%u held_takes=%llu held_releases=%llu held_unmatched=%llu held_dropped=%llu held_user_resets=%llu held_uncontended=%llu host_contends=%u held_yields=%llu",
 			   READ_ONCE(pc->held_count),
 			   READ_ONCE(pc->held_takes),
 			   READ_ONCE(pc->held_releases),
@@ -170,7 +170,8 @@ static int pvsched_status_show(struct seq_file *m, void *unused)
 			   READ_ONCE(pc->held_dropped),
 			   READ_ONCE(pc->held_user_resets),
 			   READ_ONCE(pc->held_uncontended),
-			   READ_ONCE(pc->hold_contended));
+			   READ_ONCE(pc->hold_contended),
+			   READ_ONCE(pc->held_yields));
 		pvsched_show_host(m, s);
 		seq_putc(m, '\n');
 	}

@@ -73,6 +73,8 @@ fn const_kind(name: &str) -> IntKind {
         "ABI_MAJOR" | "ABI_MINOR" => IntKind::U16,
         // The 64-bit words: header.magic, the feature words, guest_pending.
         "MAGIC" => IntKind::U64,
+        // The yield hypercall's arguments (64-bit registers).
+        "YIELD_TO_NONE" | "YIELD_TAG" => IntKind::U64,
         n if n.starts_with("F_") => IntKind::U64,
         n if n.starts_with("PENDING_") && !n.ends_with("_SHIFT") => IntKind::U64,
         // Everything else goes in (or counts) 32-bit fields.

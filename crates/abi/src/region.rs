@@ -56,6 +56,10 @@ unsafe impl Sync for Region {}
 
 const GUEST_WORDS: usize = size_of::<GuestHalf>() / 8;
 const HOST_WORDS: usize = size_of::<HostHalf>() / 8;
+/// The host half's words under its seqcount: all but `ext_notice`'s, which
+/// the host's scheduler writes alone (`F_EXT_NOTICE`).
+const HOST_SEQ_WORDS: usize = offset_of!(HostHalf, ext_notice) / 8;
+const _: () = assert!(HOST_SEQ_WORDS == HOST_WORDS - 1);
 const HEADER_WORDS: usize = HEADER_SIZE / 8;
 const HOST_LINE_WORDS: usize = CACHELINE / 8;
 
@@ -329,13 +333,24 @@ impl Region {
         Ok(unsafe { core::mem::transmute::<[u64; HOST_WORDS], HostHalf>(words) })
     }
 
-    /// Publishes a slot's host half (the `seq` field of `host` is ignored).
+    /// Publishes a slot's host half (the `seq` field of `host` is ignored),
+    /// all but its last word: `ext_notice` and `host_reserved2` belong to
+    /// the host's scheduler, which writes them alone.
     pub fn write_host(&self, slot: u32, host: &HostHalf) -> Result<(), ReadError> {
         let offset = self.slot_offset(slot)? + offset_of!(Slot, host);
         // SAFETY: HostHalf is repr(C), 128 bytes of plain integers.
         let words = unsafe { core::mem::transmute::<HostHalf, [u64; HOST_WORDS]>(*host) };
-        self.write_half(offset, &words);
+        let mut under_seq = [0u64; HOST_SEQ_WORDS];
+        under_seq.copy_from_slice(&words[..HOST_SEQ_WORDS]);
+        self.write_half(offset, &under_seq);
         Ok(())
+    }
+
+    /// A slot's `ext_notice` (`F_EXT_NOTICE`), read alone, as the guest does.
+    pub fn ext_notice(&self, slot: u32) -> Result<u32, ReadError> {
+        let offset =
+            self.slot_offset(slot)? + offset_of!(Slot, host) + offset_of!(HostHalf, ext_notice);
+        Ok(self.u32_at(offset).load(Ordering::Acquire))
     }
 
     /// Publishes a slot's guest half as a guest would (test vectors, the

@@ -322,3 +322,35 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn the_daemons_host_half_write_leaves_the_schedulers_extension_notice_alone() {
+    let owned = region_with(2);
+    let r = owned.region();
+    // The scheduler's store of notice 7 into slot 1 (its own word).
+    let notice_at = HEADER_SIZE
+        + SLOT_SIZE
+        + core::mem::offset_of!(Slot, host)
+        + core::mem::offset_of!(HostHalf, ext_notice);
+    let mut bytes = r.to_bytes();
+    bytes[notice_at..notice_at + 4].copy_from_slice(&7u32.to_le_bytes());
+    r.load_bytes(&bytes).unwrap();
+    let host = HostHalf {
+        status: HS_RUNNING,
+        boost_count: 2,
+        ..Default::default()
+    };
+
+    r.write_host(1, &host).unwrap();
+
+    assert_eq!(r.ext_notice(1).unwrap(), 7);
+    assert_eq!(
+        r.read_host(1).unwrap(),
+        HostHalf {
+            seq: 2,
+            ext_notice: 7,
+            ..host
+        }
+    );
+    assert_eq!(r.ext_notice(0).unwrap(), 0);
+}

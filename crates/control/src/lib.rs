@@ -224,6 +224,19 @@ pub struct BackendStatus {
     /// the rest of their slice.
     #[serde(default)]
     pub holders_resumed: u64,
+    /// Extensions a lock holder's guest ended itself, yielding at a point
+    /// out of its locks (`F_EXT_NOTICE`), and yields that came with no
+    /// extension running (late, or a stale notice).
+    #[serde(default)]
+    pub extension_yields: u64,
+    #[serde(default)]
+    pub yields_unextended: u64,
+    /// Extension notices written to guests' slots (shown or cleared), and
+    /// writes that failed.
+    #[serde(default)]
+    pub notices_written: u64,
+    #[serde(default)]
+    pub notice_writes_failed: u64,
     /// Woken vCPUs sent to a CPU without another vCPU of their VM
     /// (`scx_spread_vm_vcpus`).
     #[serde(default)]
@@ -449,7 +462,8 @@ pub struct VcpuStatus {
     /// CPU, indexed by the scheduler's `enum pvs_scx_cut` (0: none of its
     /// own, a higher class or the kernel; 1: a boosted vCPU; 2: the boost
     /// queue's kick; 3: pvschedd's event thread; 4: a boost granted to a
-    /// queued vCPU; 5: the extension's poll; 6: a wakeup preemption).
+    /// queued vCPU; 5: the extension's poll; 6: a wakeup preemption; 7: its
+    /// guest's yield out of its locks).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scx_holder_preempted_early_by: Vec<u64>,
     /// sched_ext backend: of this vCPU's preemptions in its lock for
@@ -457,6 +471,10 @@ pub struct VcpuStatus {
     /// the daemon (`BackendStatus::holders_resumed`).
     #[serde(default)]
     pub scx_holders_resumed: u64,
+    /// sched_ext backend: extensions this vCPU's guest ended itself by
+    /// yielding out of its locks (`BackendStatus::extension_yields`).
+    #[serde(default)]
+    pub scx_extension_yields: u64,
     /// sched_ext backend: how long this vCPU waited to run again after
     /// those preemptions in its lock, ms, by how they came (after an
     /// extension, at a slice end without one, before the slice end).

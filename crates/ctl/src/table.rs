@@ -305,6 +305,7 @@ mod tests {
                 scx_extension_tails_ended_early: 0,
                 scx_holder_preempted_early_by: Vec::new(),
                 scx_holders_resumed: 0,
+                scx_extension_yields: 0,
                 scx_holder_preempted_extended_ms: 0.0,
                 scx_holder_preempted_unextended_ms: 0.0,
                 scx_holder_preempted_early_ms: 0.0,

@@ -316,6 +316,7 @@ impl ControlServer {
                             scx_extension_tails_ended_early: x.ext_tails_ended_early,
                             scx_holder_preempted_early_by: x.holder_preempted_early_by.to_vec(),
                             scx_holders_resumed: x.holder_resumed,
+                            scx_extension_yields: x.ext_yielded,
                             scx_holder_preempted_extended_ms: x.holder_preempted_ns_extended as f64
                                 * 1e-6,
                             scx_holder_preempted_unextended_ms: x.holder_preempted_ns_unextended

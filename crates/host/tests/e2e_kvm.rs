@@ -469,3 +469,70 @@ kvm_test! {
         );
     }
 }
+
+kvm_test! {
+    /// The sched_ext backend shows a lock holder's guest the extension it
+    /// runs on (`F_EXT_NOTICE`, the slot's `ext_notice`, written at each
+    /// entry to the guest), and the guest ends it itself: at its next lock
+    /// call with no sleeping lock held it makes pvsched's yield hypercall,
+    /// and the scheduler takes the CPU back there, between two locks,
+    /// instead of at the extension's end inside the next one. `lockpair`
+    /// (an mmap_lock writer and reader) on the guest's one vCPU beside a
+    /// host hog on CPU 0, so that its slices end with a task waiting.
+    /// Before the notice no extension ended at a yield.
+    fn a_kvm_lock_holder_shown_its_extension_yields_between_two_locks() {
+        let vm = kvm_guest(1, Some(vec![0]));
+        let d = serve_on(
+            "kvm-yield",
+            &vm,
+            "backend = \"sched_ext\"",
+            "honor_lock_holders = true\nhonor_critical_sections = false\n\
+             proactive_wake = false\nproactive_irq = false\nproactive_halt = false",
+        );
+        let yields = || guest_status_field(&vm, 0, "held_yields");
+        let holder = || d.status().vms[0].vcpus[0].clone();
+        let (g0, before) = (yields(), holder());
+        let _hog = KilledOnDrop(
+            std::process::Command::new("taskset")
+                .args(["-c", "0", "sh", "-c", "while :; do :; done"])
+                .spawn()
+                .expect("start a host hog"),
+        );
+        guest_run(
+            &vm,
+            "lockpair -m mmap -s 8 -H 0 -W 0 -t 5",
+            Duration::from_secs(180),
+        );
+        drop(_hog);
+        let (g1, after) = (yields(), holder());
+        let backend = d.status().backend;
+
+        let lock_ext = after.scx_lock_extensions - before.scx_lock_extensions;
+        let ended_by_yield = after.scx_extension_yields - before.scx_extension_yields;
+        let guest_yields = g1 - g0;
+        eprintln!(
+            "lock extensions {lock_ext}, ended at the guest's yield {ended_by_yield}; the \
+             guest yielded {guest_yields} times; notices written {}, failed {}; yields with \
+             no extension {}",
+            backend.notices_written, backend.notice_writes_failed, backend.yields_unextended
+        );
+        assert!(
+            lock_ext >= 5,
+            "only {lock_ext} extensions for a lock holder beside the hog: {after:?}\n{}",
+            d.log()
+        );
+        // Every yield the scheduler took came from the guest's hook.
+        assert!(
+            ended_by_yield <= guest_yields,
+            "{ended_by_yield} extensions ended at a yield, the guest yielded {guest_yields}"
+        );
+        // The holder takes lock after lock: once shown its extension it is
+        // out of its locks within microseconds, long before the poll.
+        assert!(
+            ended_by_yield * 2 >= lock_ext,
+            "{ended_by_yield} of {lock_ext} lock extensions ended at the guest's yield: \
+             {after:?}; backend {backend:?}"
+        );
+        assert!(backend.notices_written > 0, "{backend:?}");
+    }
+}

@@ -134,6 +134,10 @@ impl BackendState {
         s.preemptions_checked = t.preempts_checked;
         s.holders_kept_at_dispatch = t.holders_kept_at_dispatch;
         s.holders_resumed = t.holders_resumed;
+        s.extension_yields = t.ext_yielded;
+        s.yields_unextended = t.yields_unextended;
+        s.notices_written = t.notice_writes;
+        s.notice_writes_failed = t.notice_write_failed;
         s.vcpus_spread = t.vcpus_spread;
         s.daemon_moved = t.daemon_moved;
         s.boost_moved = t.boost_moved;

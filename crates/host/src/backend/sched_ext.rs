@@ -38,6 +38,8 @@ use skel::{SchedExtSkel, SchedExtSkelBuilder};
 
 /// Where the kernel says whether a sched_ext scheduler runs.
 pub const STATE_FILE: &str = "/sys/kernel/sched_ext/state";
+/// The kvm module's BTF, where its tracepoints are found.
+const KVM_BTF: &str = "/sys/kernel/btf/kvm";
 
 /// Why the sched_ext backend is not available or failed.
 #[derive(Debug, thiserror::Error)]
@@ -97,6 +99,10 @@ pub struct SchedExtOptions {
     /// A vCPU woken onto a CPU where another vCPU of its VM runs goes to a
     /// CPU without one, where it may run.
     pub spread_vm_vcpus: bool,
+    /// A lock holder's guest that accepts `F_EXT_NOTICE` is shown its
+    /// extension and ends it by yielding at its next point out of its
+    /// locks (two programs on KVM's tracepoints; needs the kvm module).
+    pub guest_yield: bool,
 }
 
 impl Default for SchedExtOptions {
@@ -111,6 +117,7 @@ impl Default for SchedExtOptions {
             max_threads: 4096,
             daemon_tid: 0,
             spread_vm_vcpus: false,
+            guest_yield: true,
         }
     }
 }
@@ -201,6 +208,9 @@ pub struct SchedExt {
     /// `ext_poll`, held open: the kernel frees a map's timers once no user
     /// space holds it, and the extension's poll would start none.
     _ext_poll: MapHandle,
+    /// The extension notice's and the guest yield's programs, attached to
+    /// KVM's tracepoints (none without `guest_yield` or the kvm module).
+    _yield_links: Vec<Link>,
     options: SchedExtOptions,
 }
 
@@ -277,6 +287,16 @@ impl SchedExt {
             .ext_poll
             .set_max_entries(cpus.max(1))
             .map_err(SchedExtError::bpf("size map ext_poll"))?;
+        // Both attach to the kvm module's tracepoints, found in its BTF.
+        let guest_yield = options.guest_yield && Path::new(KVM_BTF).exists();
+        if options.guest_yield && !guest_yield {
+            tracing::warn!(
+                "sched_ext: no {KVM_BTF} (the kvm module is not loaded): lock holders' guests \
+                 are not shown their extensions and do not yield"
+            );
+        }
+        open.progs.pvs_notice_extension.set_autoload(guest_yield);
+        open.progs.pvs_guest_yield.set_autoload(guest_yield);
         let started = std::time::Instant::now();
         let mut skel: SchedExtSkel<'_> = open.load().map_err(SchedExtError::bpf("load"))?;
         let verified = started.elapsed();
@@ -296,6 +316,18 @@ impl SchedExt {
                 what: "dup pvs_boost_queued".into(),
                 source,
             })?;
+        let mut yield_links = Vec::new();
+        if guest_yield {
+            yield_links.push(skel.progs.pvs_notice_extension.attach().map_err(
+                SchedExtError::bpf("attach pvs_notice_extension (kvm_entry)"),
+            )?);
+            yield_links.push(
+                skel.progs
+                    .pvs_guest_yield
+                    .attach()
+                    .map_err(SchedExtError::bpf("attach pvs_guest_yield (kvm_hypercall)"))?,
+            );
+        }
         let link = skel
             .maps
             .pvsched_ops
@@ -318,6 +350,7 @@ impl SchedExt {
             bss,
             boost_queued,
             _ext_poll: ext_poll,
+            _yield_links: yield_links,
             options,
         })
     }

@@ -244,6 +244,7 @@ enum pvs_scx_cut {
 	PVS_SCX_CUT_GRANT = 4,		/* a boost granted to a queued vCPU (pvs_boost_queued) */
 	PVS_SCX_CUT_POLL = 5,		/* the extension's poll ended its extension */
 	PVS_SCX_CUT_WAKEUP = 6,		/* a woken task's wakeup preemption */
+	PVS_SCX_CUT_YIELD = 7,		/* its guest yielded out of its locks during an extension */
 	PVS_SCX_CUT_COUNT = 8,
 };
 
@@ -387,6 +388,14 @@ struct pvs_scx_vcpu {
 	 * slice end). */
 	__u64 holder_stopped_at;
 	__u64 holder_stop_kind;
+	/* Extensions its guest ended by yielding at a point out of its locks
+	 * (PVSCHED_F_EXT_NOTICE): preempted between two locks at once. */
+	__u64 ext_yielded;
+	/* Private: the ext_notice its slot shows, as this program last wrote
+	 * it at an entry to the guest (0: none). */
+	__u32 notice_shown;
+	/* Entries to the guest whose write of ext_notice failed. */
+	__u32 notice_write_failed;
 };
 
 /*
@@ -435,6 +444,13 @@ struct pvs_scx_totals {
 	/* Holders preempted in their lock for pvschedd's event thread that
 	 * ran again right after it (pvs_scx_vcpu.holder_resumed). */
 	__u64 holders_resumed;
+	/* PVSCHED_F_EXT_NOTICE: extension notices written to slots (set or
+	 * cleared) and writes that failed; extensions ended at the guest's
+	 * yield, and yields that came with no extension running (late). */
+	__u64 notice_writes;
+	__u64 notice_write_failed;
+	__u64 ext_yielded;
+	__u64 yields_unextended;
 	__u64 queued_to_run_boosted[PVS_SCX_LAT_BUCKETS];
 	__u64 queued_to_run_other[PVS_SCX_LAT_BUCKETS];
 };
@@ -467,6 +483,6 @@ struct pvs_scx_boost_queued {
 #define PVS_SCX_DSQ_FAIR 1
 
 _Static_assert(sizeof(struct pvs_scx_grant) == 80, "pvs_scx_grant size");
-_Static_assert(sizeof(struct pvs_scx_vcpu) == 432, "pvs_scx_vcpu size");
+_Static_assert(sizeof(struct pvs_scx_vcpu) == 448, "pvs_scx_vcpu size");
 
 #endif /* __PVSCHED_INTF_H */

@@ -39,7 +39,11 @@
  *    for it like for any time it ran, so the fair queue takes it back
  *    later. A timer reads its slot again while it runs and ends it at a
  *    lock-free point; one that runs out with a lock still held goes on
- *    for a short tail, read finer, to find one (extension_tail_ns);
+ *    for a short tail, read finer, to find one (extension_tail_ns). Where
+ *    its guest accepts PVSCHED_F_EXT_NOTICE, the slot shows the extension
+ *    (written at each entry to the guest) and the guest ends it itself:
+ *    it yields at its next point out of its locks, and the yield's
+ *    hypercall kicks it off the CPU there (pvs_guest_yield);
  *  - at a boosted enqueue that would preempt a vCPU whose guest shows a
  *    sleeping lock held (CS_LOCK, as of its last tick, or read at once when
  *    the enqueue runs on its own thread: its guest woke the task, often by
@@ -1691,6 +1695,93 @@ int pvs_boost_queued(struct pvs_scx_boost_queued *ctx)
 	if (moved)
 		__sync_fetch_and_add(&totals.boost_moved, 1);
 	ctx->moved = moved;
+	return 0;
+}
+
+/* KVM_HC_SCHED_YIELD, include/uapi/linux/kvm_para.h. */
+#define PVS_KVM_HC_SCHED_YIELD 11
+
+/*
+ * PVSCHED_F_EXT_NOTICE, the host's side: at each entry of a vCPU thread
+ * into its guest, the slot's ext_notice is brought up to date: the number
+ * of the extension the vCPU runs on now (31 bits, never 0), or 0. Written
+ * here because the guest reads the word only while it runs, every run
+ * starts with an entry, and here the vCPU thread is the current task (its
+ * VMM's memory is the one mapped): a struct_ops program cannot write user
+ * memory. Only for VMs whose lock holders are honoured. notice_shown is the
+ * value written + 1; 0 (a record just handed out): not written yet.
+ */
+SEC("tp_btf/kvm_entry")
+int BPF_PROG(pvs_notice_extension)
+{
+	u32 tid = (u32)bpf_get_current_pid_tgid(), want;
+	struct pvs_scx_grant *g;
+	struct pvs_scx_vcpu *v;
+
+	g = bpf_map_lookup_elem(&scx_grants, &tid);
+	if (!g || !g->lock_peers || !g->slot_addr)
+		return 0;
+	v = bpf_map_lookup_elem(&scx_vcpus, &g->record);
+	if (!v)
+		return 0;
+	want = 0;
+	if (v->ext_in_slice) {
+		want = (u32)v->ext_count & 0x7fffffff;
+		if (!want)
+			want = 1;
+	}
+	if (v->notice_shown == want + 1)
+		return 0;
+	if (bpf_probe_write_user((void *)(g->slot_addr +
+					  PVSCHED_OFFSETOF(struct pvsched_slot,
+							   host.ext_notice)),
+				 &want, sizeof(want))) {
+		v->notice_write_failed++;
+		__sync_fetch_and_add(&totals.notice_write_failed, 1);
+		return 0;
+	}
+	v->notice_shown = want + 1;
+	__sync_fetch_and_add(&totals.notice_writes, 1);
+	return 0;
+}
+
+/*
+ * PVSCHED_F_EXT_NOTICE, the guest's side seen: its vCPU made a yield to
+ * nobody with pvsched's tag, which its module makes at a point out of its
+ * sleeping locks while its slot shows an extension. The extension ends
+ * here, as at a poll that finds the guest out of them: the kick takes the
+ * CPU back before the vCPU enters the guest again, between two locks; its
+ * stop charges what it ran. The current task is the vCPU thread.
+ */
+SEC("tp_btf/kvm_hypercall")
+int BPF_PROG(pvs_guest_yield, unsigned long nr, unsigned long a0,
+	     unsigned long a1, unsigned long a2, unsigned long a3)
+{
+	u32 tid = (u32)bpf_get_current_pid_tgid();
+	u32 key = bpf_get_smp_processor_id();
+	struct pvs_scx_grant *g;
+	struct pvs_scx_vcpu *v;
+	struct pvs_ext_poll *e;
+
+	if (nr != PVS_KVM_HC_SCHED_YIELD || a0 != PVSCHED_YIELD_TO_NONE ||
+	    a1 != PVSCHED_YIELD_TAG)
+		return 0;
+	g = bpf_map_lookup_elem(&scx_grants, &tid);
+	v = g ? bpf_map_lookup_elem(&scx_vcpus, &g->record) : NULL;
+	if (!g || !v || !g->lock_peers)
+		return 0;
+	if (!v->ext_in_slice) {
+		__sync_fetch_and_add(&totals.yields_unextended, 1);
+		return 0;
+	}
+	/* Its poll has nothing left to end. */
+	e = bpf_map_lookup_elem(&ext_poll, &key);
+	if (e && e->tid == tid)
+		e->tid = 0;
+	v->ext_yielded++;
+	__sync_fetch_and_add(&totals.ext_yielded, 1);
+	note_cut(key, PVS_SCX_CUT_YIELD);
+	scx_bpf_kick_cpu(key, SCX_KICK_PREEMPT);
 	return 0;
 }
 

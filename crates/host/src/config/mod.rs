@@ -181,6 +181,12 @@ pub struct DaemonConfig {
     /// its waiter runs (BENCHMARKS.md, LH15). Off by default: LH16 showed
     /// no gain beyond the spread of its repeats.
     pub scx_spread_vm_vcpus: bool,
+    /// sched_ext backend: a lock holder's guest that accepts
+    /// `F_EXT_NOTICE` is shown the extension it runs on (its slot, written
+    /// at each entry to the guest) and ends it itself, yielding at its next
+    /// point out of its locks: preempted between two locks instead of
+    /// inside the next one. Needs the kvm module loaded.
+    pub scx_guest_yield: bool,
 }
 
 impl DaemonConfig {
@@ -194,6 +200,7 @@ impl DaemonConfig {
             extension_tail_poll_ns: self.scx_extension_tail_poll_us * 1000,
             wakeup_preempt_ns: self.scx_wakeup_preempt_us * 1000,
             spread_vm_vcpus: self.scx_spread_vm_vcpus,
+            guest_yield: self.scx_guest_yield,
             ..Default::default()
         }
     }
@@ -253,6 +260,7 @@ impl Default for DaemonConfig {
             scx_extension_share_permille: pvsched_policy::DEFAULT_SCX_EXTENSION_SHARE_PERMILLE,
             scx_scan_interval_us: pvsched_policy::DEFAULT_SCX_SCAN_INTERVAL_NS / 1000,
             scx_spread_vm_vcpus: false,
+            scx_guest_yield: true,
         }
     }
 }

@@ -518,7 +518,9 @@ impl VmState {
             wake_p99_ns: hint.p99_ns,
             poll_budget_permille: self.limits.idle_poll_budget_permille,
             host_reserved1: 0,
-            host_reserved: [0; 6],
+            host_reserved: [0; 5],
+            ext_notice: 0,
+            host_reserved2: 0,
         }
     }
 

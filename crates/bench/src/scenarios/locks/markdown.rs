@@ -558,6 +558,7 @@ fn scx_extension_table(o: &mut String, r: &LocksReport) {
     let deferred = rows.iter().any(|(_, _, _, x)| x.at_preemption > 0);
     let early = rows.iter().any(|(_, _, _, x)| x.ended_early > 0);
     let tails = rows.iter().any(|(_, _, _, x)| x.tails > 0);
+    let yielded = rows.iter().any(|(_, _, _, x)| x.yielded > 0);
     if deferred {
         let _ = writeln!(
             o,
@@ -585,6 +586,14 @@ fn scx_extension_table(o: &mut String, r: &LocksReport) {
              same allowance.\n"
         );
     }
+    if yielded {
+        let _ = writeln!(
+            o,
+            "A guest that accepts `F_EXT_NOTICE` sees in its slot that it runs on an extension \
+             and ends it itself: it yields at its next point out of its sleeping locks, and the \
+             scheduler takes the CPU back there (ended at the guest's yield).\n"
+        );
+    }
     let mut head = String::from(if deferred {
         "| case | mode | VM | extensions granted at the preemption (slice end or boosted vCPU) | of them for a lock holder | of those at a boosted vCPU's preemption |"
     } else {
@@ -595,6 +604,9 @@ fn scx_extension_table(o: &mut String, r: &LocksReport) {
     }
     if tails {
         head.push_str(" ran out in a lock: went on for a tail | tail ended at a lock-free point |");
+    }
+    if yielded {
+        head.push_str(" ended at the guest's yield |");
     }
     head.push_str(" refused (allowance) | extended ms |");
     let cols = head.matches('|').count() - 1;
@@ -610,6 +622,9 @@ fn scx_extension_table(o: &mut String, r: &LocksReport) {
         }
         if tails {
             cells.push_str(&format!(" {} | {} |", x.tails, x.tails_ended_early));
+        }
+        if yielded {
+            cells.push_str(&format!(" {} |", x.yielded));
         }
         let _ = writeln!(
             o,
@@ -676,14 +691,24 @@ fn scx_holder_preemption_table(o: &mut String, r: &LocksReport) {
             ""
         }
     );
-    let mut heads: Vec<&str> = CUT_NAMES.to_vec();
+    // The guest's yield came last (F_EXT_NOTICE): a column only where a
+    // holder was ever preempted there, in its lock, so earlier reports stay.
+    let cuts = if by
+        .iter()
+        .any(|(.., x)| x.holder_preempted_early_by.get(CUT_NAMES.len() - 1) > Some(&0))
+    {
+        CUT_NAMES.len()
+    } else {
+        CUT_NAMES.len() - 1
+    };
+    let mut heads: Vec<&str> = CUT_NAMES[..cuts].to_vec();
     if resumed {
         heads.push("resumed");
     }
     let _ = writeln!(o, "| case | mode | VM | {} |", heads.join(" | "));
     let _ = writeln!(o, "|---|---|---|{}", "--:|".repeat(heads.len()));
     for (c, mode, v, x) in by {
-        let mut cells: Vec<String> = (0..CUT_NAMES.len())
+        let mut cells: Vec<String> = (0..cuts)
             .map(|i| {
                 x.holder_preempted_early_by
                     .get(i)

@@ -565,6 +565,10 @@ pub struct ScxExtensions {
     pub tails: u64,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub tails_ended_early: u64,
+    /// Of `granted`, those the guest ended itself, yielding at a point out
+    /// of its locks (`scx_extension_yields`, `F_EXT_NOTICE`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub yielded: u64,
     /// Of `holder_preempted_early`, by what took the CPU (the scheduler's
     /// `enum pvs_scx_cut`, [`CUT_NAMES`]); empty for runs before the count.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -585,7 +589,7 @@ pub struct ScxExtensions {
 
 /// What took a holder's CPU before its slice end, by the index of the
 /// scheduler's `enum pvs_scx_cut` (intf.h).
-pub const CUT_NAMES: [&str; 7] = [
+pub const CUT_NAMES: [&str; 8] = [
     "a higher class or the kernel",
     "a boosted vCPU",
     "the boost queue's kick",
@@ -593,6 +597,7 @@ pub const CUT_NAMES: [&str; 7] = [
     "a boost granted to a queued vCPU",
     "the extension's poll",
     "a wakeup preemption",
+    "its guest's yield",
 ];
 
 /// `into` += `add`, element by element (the longer length kept).
@@ -629,6 +634,7 @@ impl ScxExtensions {
             sum.ended_early += c.scx_extensions_ended_early;
             sum.tails += c.scx_extension_tails;
             sum.tails_ended_early += c.scx_extension_tails_ended_early;
+            sum.yielded += c.scx_extension_yields;
             add_counts(
                 &mut sum.holder_preempted_early_by,
                 &c.scx_holder_preempted_early_by,
@@ -669,6 +675,7 @@ impl ScxExtensions {
             ended_early: a.ended_early.saturating_sub(b.ended_early),
             tails: a.tails.saturating_sub(b.tails),
             tails_ended_early: a.tails_ended_early.saturating_sub(b.tails_ended_early),
+            yielded: a.yielded.saturating_sub(b.yielded),
             holder_preempted_early_by: a
                 .holder_preempted_early_by
                 .iter()
@@ -701,6 +708,7 @@ impl ScxExtensions {
         self.ended_early += o.ended_early;
         self.tails += o.tails;
         self.tails_ended_early += o.tails_ended_early;
+        self.yielded += o.yielded;
         add_counts(
             &mut self.holder_preempted_early_by,
             &o.holder_preempted_early_by,

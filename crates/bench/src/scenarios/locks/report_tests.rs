@@ -1121,6 +1121,32 @@ fn extension_tails_get_their_own_columns_when_there_are_any() {
 }
 
 #[test]
+fn extensions_ended_at_the_guests_yield_get_a_column_when_there_are_any() {
+    // Arrange: the sample's sched_ext run, one VM's guests ended 7 of its
+    // extensions themselves, yielding out of their locks.
+    let mut raw = scx_sample_raw();
+    let md_before = markdown(&build(&raw));
+    on_scx_lock_b(&mut raw, |x| {
+        x.yielded = 7;
+    });
+
+    // Act
+    let md = markdown(&build(&raw));
+
+    // Assert: without any, the table is as before; with some, a column.
+    assert!(!md_before.contains("yield"), "{md_before}");
+    for needle in [
+        "| of them for a lock holder | ended at the guest's yield | refused (allowance) | \
+         extended ms |",
+        "| overcommitted | pvsched-scx-lock | lock-b | 40 | 20 | 7 | 2 | 160.0 |",
+        "| overcommitted | pvsched-scx-nolock | lock-a | 0 | 0 | 0 | 0 | 0.0 |",
+        "it yields at its next point out of its sleeping locks",
+    ] {
+        assert!(md.contains(needle), "{needle:?} not in\n{md}");
+    }
+}
+
+#[test]
 fn holders_preempted_before_their_slice_end_are_shown_by_what_took_the_cpu_when_counted() {
     // Arrange: the sample's sched_ext run; each repeat of scx-lock saw
     // lock-b's holders preempted early twice by a boosted vCPU and once by
