@@ -414,7 +414,8 @@ impl ServedVm {
         if h.host_features & pvsched_abi::F_LOCK_HOLD == 0 {
             return;
         }
-        let features = h.host_features & !pvsched_abi::F_LOCK_HOLD;
+        // The extension notice serves lock holders only: it goes with them.
+        let features = h.host_features & !(pvsched_abi::F_LOCK_HOLD | pvsched_abi::F_EXT_NOTICE);
         match self
             .region
             .region_mut()

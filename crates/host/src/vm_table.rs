@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::mpsc::Sender;
 
-use pvsched_abi::{F_ALL, F_DOORBELL, F_IDLE_HINTS, F_LOCK_HOLD};
+use pvsched_abi::{F_ALL, F_DOORBELL, F_EXT_NOTICE, F_IDLE_HINTS, F_LOCK_HOLD};
 use tracing::{error, info, warn};
 
 use crate::backend::SchedExt;
@@ -119,9 +119,10 @@ impl VmTable {
                 features &= !F_DOORBELL;
             }
             // A guest marks its lock holders (ftrace on its lock calls, a
-            // cost on each) only for a host that extends them.
+            // cost on each) only for a host that extends them, and is shown
+            // its extensions only then.
             if !limits.honor_lock_holders {
-                features &= !F_LOCK_HOLD;
+                features &= !(F_LOCK_HOLD | F_EXT_NOTICE);
             }
             let req = OpenRequest {
                 found: f,

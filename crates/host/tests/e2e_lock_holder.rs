@@ -16,7 +16,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use pvsched_abi::{GuestHalf, F_LOCK_HOLD, F_LOCK_WAIT, GF_ACTIVE, LOCK_F_WRITE, LOCK_NONE};
+use pvsched_abi::{
+    GuestHalf, F_EXT_NOTICE, F_LOCK_HOLD, F_LOCK_WAIT, GF_ACTIVE, LOCK_F_WRITE, LOCK_NONE,
+};
 use pvsched_base::region_file::RegionFile;
 use pvsched_control::LockStatus;
 use pvsched_vmtest::wait_until;
@@ -195,7 +197,11 @@ fn a_stopping_daemon_withdraws_lock_holders_from_the_region_and_keeps_the_rest_o
     // never offered lock holders is left as it was.
     assert_ne!(served.host_features & F_LOCK_HOLD, 0, "{served:?}");
     assert_eq!(left.host_features & F_LOCK_HOLD, 0, "{left:?}");
-    assert_eq!(left.host_features, served.host_features & !F_LOCK_HOLD);
+    assert_ne!(served.host_features & F_EXT_NOTICE, 0, "{served:?}");
+    assert_eq!(
+        left.host_features,
+        served.host_features & !(F_LOCK_HOLD | F_EXT_NOTICE)
+    );
     assert_ne!(left.host_features & F_LOCK_WAIT, 0, "{left:?}");
     assert_eq!(left.generation, served.generation + 1, "{left:?}");
     assert_eq!(left.slot_count, served.slot_count);

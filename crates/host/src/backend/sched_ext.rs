@@ -40,6 +40,8 @@ use skel::{SchedExtSkel, SchedExtSkelBuilder};
 pub const STATE_FILE: &str = "/sys/kernel/sched_ext/state";
 /// The kvm module's BTF, where its tracepoints are found.
 const KVM_BTF: &str = "/sys/kernel/btf/kvm";
+/// The kernel's lockdown modes, the one in force in brackets.
+const LOCKDOWN: &str = "/sys/kernel/security/lockdown";
 
 /// Why the sched_ext backend is not available or failed.
 #[derive(Debug, thiserror::Error)]
@@ -214,6 +216,15 @@ pub struct SchedExt {
     options: SchedExtOptions,
 }
 
+/// The kernel's lockdown mode when it is on (`integrity`, `confidentiality`):
+/// BPF programs may not write user memory then.
+fn locked_down() -> Option<String> {
+    let modes = std::fs::read_to_string(LOCKDOWN).ok()?;
+    let mode = modes.split_whitespace().find(|m| m.starts_with('['))?;
+    let mode = mode.trim_matches(|c| c == '[' || c == ']');
+    (mode != "none").then(|| mode.to_string())
+}
+
 /// Whether the running kernel has sched_ext and no scheduler of it runs.
 pub fn available() -> Result<(), SchedExtError> {
     let state = std::fs::read_to_string(STATE_FILE)
@@ -287,14 +298,23 @@ impl SchedExt {
             .ext_poll
             .set_max_entries(cpus.max(1))
             .map_err(SchedExtError::bpf("size map ext_poll"))?;
-        // Both attach to the kvm module's tracepoints, found in its BTF.
-        let guest_yield = options.guest_yield && Path::new(KVM_BTF).exists();
-        if options.guest_yield && !guest_yield {
-            tracing::warn!(
-                "sched_ext: no {KVM_BTF} (the kvm module is not loaded): lock holders' guests \
-                 are not shown their extensions and do not yield"
-            );
-        }
+        // Both attach to the kvm module's tracepoints, found in its BTF; the
+        // notice is a write to user memory, which a locked-down kernel
+        // refuses (the whole scheduler would fail to load).
+        let guest_yield = options.guest_yield && {
+            let why_not = if !Path::new(KVM_BTF).exists() {
+                Some(format!("no {KVM_BTF} (the kvm module is not loaded)"))
+            } else {
+                locked_down().map(|mode| format!("the kernel is locked down ({mode})"))
+            };
+            if let Some(why) = &why_not {
+                tracing::warn!(
+                    "sched_ext: {why}: lock holders' guests are not shown their extensions \
+                     and do not yield"
+                );
+            }
+            why_not.is_none()
+        };
         open.progs.pvs_notice_extension.set_autoload(guest_yield);
         open.progs.pvs_guest_yield.set_autoload(guest_yield);
         let started = std::time::Instant::now();

@@ -1145,9 +1145,10 @@ static __always_inline bool holder_kept_at_dispatch(s32 cpu,
 		return false;
 	g = grant_of(prev);
 	v = g ? vcpu_of(prev) : NULL;
-	/* An extension's poll ended it: let it go. */
+	/* An extension's poll, or its guest's yield, ended it: let it go. */
 	if (!g || !v || !g->lock_peers || !g->slot_addr || v->slice_ended ||
-	    (v->ext_in_slice && h->cut == PVS_SCX_CUT_POLL))
+	    (v->ext_in_slice &&
+	     (h->cut == PVS_SCX_CUT_POLL || h->cut == PVS_SCX_CUT_YIELD)))
 		return false;
 	if (!slot_cs_flags(g, &cs)) {
 		v->slot_read_failed++;

@@ -6,7 +6,7 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use pvsched_abi::F_LOCK_HOLD;
+use pvsched_abi::{F_EXT_NOTICE, F_LOCK_HOLD};
 
 use super::commands::*;
 use super::model::*;
@@ -369,7 +369,7 @@ impl Bench<'_> {
             }
             match region.init_header_with_doorbell(
                 h.slot_count,
-                h.host_features & !F_LOCK_HOLD,
+                h.host_features & !(F_LOCK_HOLD | F_EXT_NOTICE),
                 h.doorbell,
             ) {
                 Ok(generation) => rebound.push((*name, generation)),
