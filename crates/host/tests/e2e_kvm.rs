@@ -95,6 +95,16 @@ impl Drop for KilledOnDrop {
     }
 }
 
+/// A busy loop of this test's on host CPU 0, ended when dropped.
+fn host_hog_on_cpu0() -> KilledOnDrop {
+    KilledOnDrop(
+        std::process::Command::new("taskset")
+            .args(["-c", "0", "sh", "-c", "while :; do :; done"])
+            .spawn()
+            .expect("start a host hog"),
+    )
+}
+
 /// Runs `cmd` in the guest to its end.
 fn guest_run(vm: &Vm, cmd: &str, timeout: Duration) {
     let task = guest_answers(vm, vm.spawn(cmd), "spawn in the guest");
@@ -231,12 +241,7 @@ kvm_test! {
         let d = serve("kvm-irq", &vm, "proactive_halt = false\nproactive_wake = false");
         // Killed on every way out: a hog left behind by a failed attempt
         // would starve the host VM's CPU 0 for the tests after it.
-        let _hog = KilledOnDrop(
-            std::process::Command::new("taskset")
-                .args(["-c", "0", "sh", "-c", "while :; do :; done"])
-                .spawn()
-                .expect("start a host hog"),
-        );
+        let _hog = host_hog_on_cpu0();
 
         // Up to three rounds of 1 ms sleeps: in a slow emulation a round
         // can see only a few timer interrupts land while the hog holds the
@@ -444,12 +449,7 @@ kvm_test! {
         let (t0, u0) = counts();
         guest_run(&vm, lockpair, Duration::from_secs(120));
         let (t1, u1) = counts();
-        let _hog = KilledOnDrop(
-            std::process::Command::new("taskset")
-                .args(["-c", "0", "sh", "-c", "while :; do :; done"])
-                .spawn()
-                .expect("start a host hog"),
-        );
+        let _hog = host_hog_on_cpu0();
         guest_run(&vm, lockpair, Duration::from_secs(120));
         let (t2, u2) = counts();
 
@@ -492,18 +492,13 @@ kvm_test! {
         let yields = || guest_status_field(&vm, 0, "held_yields");
         let holder = || d.status().vms[0].vcpus[0].clone();
         let (g0, before) = (yields(), holder());
-        let _hog = KilledOnDrop(
-            std::process::Command::new("taskset")
-                .args(["-c", "0", "sh", "-c", "while :; do :; done"])
-                .spawn()
-                .expect("start a host hog"),
-        );
+        let hog = host_hog_on_cpu0();
         guest_run(
             &vm,
             "lockpair -m mmap -s 8 -H 0 -W 0 -t 5",
             Duration::from_secs(180),
         );
-        drop(_hog);
+        drop(hog);
         let (g1, after) = (yields(), holder());
         let backend = d.status().backend;
 

@@ -219,7 +219,12 @@ pub struct SchedExt {
 /// The kernel's lockdown mode when it is on (`integrity`, `confidentiality`):
 /// BPF programs may not write user memory then.
 fn locked_down() -> Option<String> {
-    let modes = std::fs::read_to_string(LOCKDOWN).ok()?;
+    lockdown_in_force(&std::fs::read_to_string(LOCKDOWN).ok()?)
+}
+
+/// The mode in brackets of the lockdown file's `none [integrity]
+/// confidentiality`, unless it is `none`.
+fn lockdown_in_force(modes: &str) -> Option<String> {
     let mode = modes.split_whitespace().find(|m| m.starts_with('['))?;
     let mode = mode.trim_matches(|c| c == '[' || c == ']');
     (mode != "none").then(|| mode.to_string())
@@ -697,7 +702,24 @@ fn as_bytes<T: Copy>(v: &T) -> &[u8] {
 
 #[cfg(test)]
 mod tests {
-    use super::RecordSlots;
+    use super::{lockdown_in_force, RecordSlots};
+
+    #[test]
+    fn the_lockdown_mode_in_force_is_the_bracketed_one_unless_none() {
+        assert_eq!(
+            lockdown_in_force("[none] integrity confidentiality\n"),
+            None
+        );
+        assert_eq!(
+            lockdown_in_force("none [integrity] confidentiality\n").as_deref(),
+            Some("integrity")
+        );
+        assert_eq!(
+            lockdown_in_force("none integrity [confidentiality]\n").as_deref(),
+            Some("confidentiality")
+        );
+        assert_eq!(lockdown_in_force(""), None);
+    }
 
     #[test]
     fn a_freed_record_is_handed_out_again_only_after_the_other_free_ones() {
