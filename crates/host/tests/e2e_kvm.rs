@@ -95,6 +95,12 @@ impl Drop for KilledOnDrop {
     }
 }
 
+/// `[defaults]` honouring lock holders and nothing else: a boost above a
+/// host hog would take the vCPU's contention away, and with it the locks
+/// its guest lists.
+const LOCK_HOLDERS_ONLY: &str = "honor_lock_holders = true\nhonor_critical_sections = false\n\
+     proactive_wake = false\nproactive_irq = false\nproactive_halt = false";
+
 /// A busy loop of this test's on host CPU 0, ended when dropped.
 fn host_hog_on_cpu0() -> KilledOnDrop {
     KilledOnDrop(
@@ -435,8 +441,7 @@ kvm_test! {
         let _d = serve(
             "kvm-hold",
             &vm,
-            "honor_lock_holders = true\nhonor_critical_sections = false\n\
-             proactive_wake = false\nproactive_irq = false\nproactive_halt = false",
+            LOCK_HOLDERS_ONLY,
         );
         let counts = || {
             (
@@ -486,8 +491,7 @@ kvm_test! {
             "kvm-yield",
             &vm,
             "backend = \"sched_ext\"",
-            "honor_lock_holders = true\nhonor_critical_sections = false\n\
-             proactive_wake = false\nproactive_irq = false\nproactive_halt = false",
+            LOCK_HOLDERS_ONLY,
         );
         let yields = || guest_status_field(&vm, 0, "held_yields");
         let holder = || d.status().vms[0].vcpus[0].clone();
